@@ -1,0 +1,33 @@
+// Memory allocators behind tensor storage.
+//
+// An Allocator hands out raw blocks for one device type. The CPU allocator returns 64-byte aligned
+// host memory (so vector loads never straddle a cache line). The CUDA backend (a later issue) adds a
+// caching device allocator behind the same interface. Blocks are returned to the allocator that
+// made them; Storage guarantees this.
+#pragma once
+
+#include <cstddef>
+
+#include "runtime/device.h"
+
+namespace weft {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns a block of at least `bytes` bytes on `device` (nullptr for 0 bytes); throws weft::Error
+  // when memory is exhausted, naming the request.
+  virtual void* allocate(size_t bytes, Device device) = 0;
+  virtual void deallocate(void* pointer, size_t bytes, Device device) = 0;
+};
+
+// The process-wide allocator for host memory.
+Allocator& cpu_allocator();
+
+// The allocator for a device: the CPU allocator, or the registered CUDA allocator (weft::Error when
+// the build has no CUDA backend).
+Allocator& allocator_for(Device device);
+// Installs the allocator used for CUDA devices (called by the CUDA backend at start-up).
+void register_cuda_allocator(Allocator* allocator);
+
+}  // namespace weft

@@ -1,0 +1,120 @@
+#include "runtime/autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+namespace weft::autograd {
+namespace {
+
+// Sum of two gradients into a new tensor (never in place: either may be shared).
+Tensor add_gradients(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  backend_for(a.device()).binary(BinaryOp::kAdd, a, b.dtype() == a.dtype() ? b : b.to(a.dtype()), out);
+  return out;
+}
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_number() < b->sequence_number(); }
+};
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph) {
+  WEFT_CHECK(roots.size() == gradients.size(), "backward: ", roots.size(), " roots but ", gradients.size(),
+             " gradients");
+  NoGradGuard no_grad;
+
+  // Gradient buffers per node (one slot per forward output), and the roots' contributions.
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  std::unordered_map<Node*, std::shared_ptr<Node>> owners;
+  auto deposit = [&](const Edge& edge, const Tensor& gradient) {
+    std::vector<Tensor>& slots = buffers[edge.node.get()];
+    if (slots.empty()) slots.resize(edge.node->num_outputs());
+    Tensor& slot = slots[edge.input_index];
+    slot = slot.defined() ? add_gradients(slot, gradient) : gradient;
+  };
+
+  std::vector<Edge> root_edges;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    WEFT_CHECK(root.defined(), "backward: root ", i, " is undefined");
+    WEFT_CHECK(root.requires_grad(), "backward: the tensor ", root.describe(),
+               " does not require grad and has no grad_fn (was it computed under NoGradGuard, or from "
+               "tensors without set_requires_grad(true)?)");
+    Tensor gradient = gradients[i];
+    if (!gradient.defined()) {
+      WEFT_CHECK(root.numel() == 1, "backward: a gradient must be given for the non-scalar root ",
+                 root.describe());
+      gradient = Tensor::ones(root.shape(), root.dtype(), root.device());
+    }
+    WEFT_CHECK(gradient.shape() == root.shape(), "backward: gradient ", gradient.describe(),
+               " does not match root ", root.describe());
+    root_edges.push_back(gradient_edge(root));
+    owners[root_edges.back().node.get()] = root_edges.back().node;
+    deposit(root_edges.back(), gradient);
+  }
+
+  // Count, for each reachable node, how many edges lead into it.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack;
+  std::unordered_map<Node*, bool> seen;
+  for (const Edge& edge : root_edges) {
+    if (!seen[edge.node.get()]) {
+      seen[edge.node.get()] = true;
+      stack.push_back(edge.node.get());
+    }
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& next : node->next_edges) {
+      if (!next.valid()) continue;
+      dependencies[next.node.get()] += 1;
+      owners[next.node.get()] = next.node;
+      if (!seen[next.node.get()]) {
+        seen[next.node.get()] = true;
+        stack.push_back(next.node.get());
+      }
+    }
+  }
+
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  for (const Edge& edge : root_edges) {
+    if (dependencies[edge.node.get()] == 0) {
+      dependencies[edge.node.get()] = -1;  // queued once even when several roots share it
+      ready.push(edge.node.get());
+    }
+  }
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    std::vector<Tensor> inputs = std::move(buffers[node]);
+    buffers.erase(node);
+    if (inputs.empty()) inputs.resize(node->num_outputs());
+    std::vector<Tensor> outputs = node->run_backward(std::move(inputs));
+    if (!retain_graph) node->release_saved();
+    WEFT_CHECK(outputs.size() == node->next_edges.size() || outputs.empty(), node->name(), " returned ",
+               outputs.size(), " gradients for ", node->next_edges.size(), " inputs");
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& next = node->next_edges[i];
+      if (!next.valid()) continue;
+      if (i < outputs.size() && outputs[i].defined()) {
+        const Tensor& gradient = outputs[i];
+        if (next.input_index < static_cast<int>(next.node->output_shapes.size())) {
+          WEFT_CHECK(gradient.shape() == next.node->output_shapes[next.input_index], node->name(),
+                     ": gradient for input ", i, " has shape ", shape_string(gradient.shape()), ", expected ",
+                     shape_string(next.node->output_shapes[next.input_index]));
+        }
+        deposit(next, gradient);
+      }
+      if (--dependencies[next.node.get()] == 0) ready.push(next.node.get());
+    }
+  }
+}
+
+}  // namespace weft::autograd

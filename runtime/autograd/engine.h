@@ -1,0 +1,18 @@
+// The backward engine.
+//
+// backward(roots, gradients) walks the graph behind the roots once, in reverse topological order
+// (among ready nodes, the most recently created first), sums the gradients that arrive at each
+// node before running it, and hands the result to each leaf's AccumulateGrad. After a node runs,
+// its saved tensors are freed unless retain_graph is set; a second backward through a freed graph
+// is an error that says so.
+#pragma once
+
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace weft::autograd {
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph = false);
+
+}  // namespace weft::autograd

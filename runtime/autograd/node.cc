@@ -1,0 +1,63 @@
+#include "runtime/autograd/node.h"
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+namespace weft::autograd {
+namespace {
+std::atomic<uint64_t> next_sequence_number{0};
+}  // namespace
+
+Node::Node() : sequence_number_(next_sequence_number.fetch_add(1, std::memory_order_relaxed)) {}
+
+std::vector<Tensor> AccumulateGrad::run_backward(std::vector<Tensor> grad_outputs) {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (impl == nullptr || !grad_outputs[0].defined()) return {};
+  Tensor leaf(impl);
+  const Tensor& incoming = grad_outputs[0];
+  AutogradMeta& meta = *impl->autograd;
+  if (!meta.grad.defined()) {
+    // Own the buffer: the incoming gradient may be shared with other branches of the graph.
+    Tensor grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
+    grad.copy_(incoming);
+    meta.grad = grad;
+  } else {
+    backend_for(leaf.device()).binary(BinaryOp::kAdd, meta.grad, incoming.to(meta.grad.dtype()), meta.grad);
+  }
+  for (auto& hook : meta.grad_ready_hooks) hook(leaf);
+  return {};
+}
+
+Edge gradient_edge(const Tensor& tensor) {
+  if (!tensor.defined()) return {};
+  TensorImpl* impl = tensor.impl();
+  if (impl->autograd == nullptr || !impl->autograd->requires_grad) return {};
+  AutogradMeta& meta = *impl->autograd;
+  if (meta.grad_fn != nullptr) return {meta.grad_fn, meta.output_index};
+  if (meta.grad_accumulator == nullptr) meta.grad_accumulator = std::make_shared<AccumulateGrad>(tensor.impl_ptr());
+  return {meta.grad_accumulator, 0};
+}
+
+bool any_requires_grad(absl::Span<const Tensor> tensors) {
+  if (!grad_mode_enabled()) return false;
+  for (const Tensor& tensor : tensors) {
+    if (tensor.defined() && tensor.requires_grad()) return true;
+  }
+  return false;
+}
+
+void set_history(const Tensor& output, const std::shared_ptr<Node>& node, int output_index) {
+  TensorImpl* impl = output.impl();
+  if (impl->autograd == nullptr) impl->autograd = std::make_shared<AutogradMeta>();
+  impl->autograd->requires_grad = true;
+  impl->autograd->grad_fn = node;
+  impl->autograd->output_index = output_index;
+}
+
+void connect(Node& node, absl::Span<const Tensor> inputs) {
+  node.next_edges.clear();
+  for (const Tensor& input : inputs) node.next_edges.push_back(gradient_edge(input));
+}
+
+}  // namespace weft::autograd

@@ -1,0 +1,96 @@
+// The backward graph: nodes, edges, and the per-tensor autograd record.
+//
+// An op that ran with grad mode on and an input requiring grad creates one Node. The node's
+// `next_edges` point, per forward input, at the node that produced that input (or at the input's
+// AccumulateGrad node when the input is a leaf that requires grad; a null edge when no gradient
+// flows there). Each output tensor remembers (grad_fn, output_index).
+//
+// Nodes save only detached tensors (data without history), so the graph has no cycles: a tensor
+// owns its grad_fn, a node owns the nodes behind it, and nothing points forward.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace weft::autograd {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: no gradient flows to this input
+  int input_index = 0;         // which of node's gradient inputs (its forward outputs) this feeds
+  bool valid() const { return node != nullptr; }
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // A readable name for errors and graph dumps ("MatmulBackward").
+  virtual std::string name() const = 0;
+  // Gradients w.r.t. the forward outputs (one per output; undefined where no gradient arrived) ->
+  // gradients w.r.t. the forward inputs (one per next edge; undefined for none). Runs with grad
+  // mode off.
+  virtual std::vector<Tensor> run_backward(std::vector<Tensor> grad_outputs) = 0;
+  // Frees saved tensors once a backward pass no longer needs them.
+  virtual void release_saved() {}
+
+  int num_outputs() const { return num_outputs_; }
+  void set_num_outputs(int count) { num_outputs_ = count; }
+  // Shapes of the forward outputs, to materialise zero gradients and check shapes.
+  std::vector<Shape> output_shapes;
+  std::vector<DType> output_dtypes;
+  std::vector<Device> output_devices;
+  std::vector<Edge> next_edges;
+  // Creation order: backward runs later nodes first, so gradients of the last layers become ready
+  // first (what data-parallel bucketing wants).
+  uint64_t sequence_number() const { return sequence_number_; }
+
+ private:
+  int num_outputs_ = 1;
+  uint64_t sequence_number_;
+};
+
+// Accumulates the incoming gradient into a leaf tensor's .grad and fires its grad-ready hooks.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  std::string name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> run_backward(std::vector<Tensor> grad_outputs) override;
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;   // null for leaves
+  int output_index = 0;
+  std::shared_ptr<AccumulateGrad> grad_accumulator;  // leaves that require grad
+  std::vector<std::function<void(Tensor&)>> grad_ready_hooks;
+};
+
+// The edge through which a gradient for `tensor` flows: its grad_fn, its accumulator (creating it
+// for a leaf that requires grad), or an invalid edge.
+Edge gradient_edge(const Tensor& tensor);
+
+// True when grad mode is on and any of the tensors requires grad.
+bool any_requires_grad(absl::Span<const Tensor> tensors);
+
+// Makes `output` the `output_index`-th result of `node` (sets requires_grad and grad_fn).
+void set_history(const Tensor& output, const std::shared_ptr<Node>& node, int output_index);
+
+// Creates the edges of `node` from its forward inputs and records output metadata.
+void connect(Node& node, absl::Span<const Tensor> inputs);
+
+}  // namespace weft::autograd

@@ -1,0 +1,126 @@
+// Backend: the kernels of one device type, behind one interface.
+//
+// Every differentiable op (runtime/ops/) computes through these kernels, so a new device adds a
+// Backend and every op runs there. The CPU backend (runtime/cpu/) is the reference every other
+// backend is tested against.
+//
+// Conventions for every kernel:
+// - Outputs are allocated by the caller with the documented shape and dtype; kernels write them
+//   with '=' unless the comment says "accumulates" ('+=').
+// - Floating inputs may be f32, bf16, f16 or f64; math is f32 (double for f64). Outputs and inputs of
+//   one call share a dtype unless stated; statistics (mean, rstd, lse) are always f32 (f64 for f64
+//   inputs).
+// - "strided" means any view (transposed, sliced, stride-0 broadcast) is accepted; otherwise the
+//   caller passes contiguous tensors.
+// - Kernels check nothing a caller already checked (ops validate shapes, dtypes and devices).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace weft {
+
+enum class UnaryOp : uint8_t {
+  kNeg, kRelu, kGelu /* tanh form */, kSilu, kExp, kLog, kTanh, kSqrt, kSquare, kReciprocal
+};
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
+enum class ReduceOp : uint8_t { kSum, kMean, kMax };
+enum class RandomDistribution : uint8_t { kUniform, kNormal };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType device_type() const = 0;
+
+  // --- Fill, copy, random -------------------------------------------------------------------
+  // out (strided) = value.
+  virtual void fill(const Tensor& out, double value) = 0;
+  // out (strided) = source (strided, same shape; may be stride-0 broadcast), converting dtype.
+  virtual void copy(const Tensor& source, const Tensor& out) = 0;
+  // out (contiguous) element i = draw from Philox(seed, counter offset + i): uniform in [a, b) or
+  // normal with mean a and standard deviation b. See runtime/random.h for the exact mapping.
+  virtual void fill_random(const Tensor& out, RandomDistribution distribution, uint64_t seed, uint64_t offset,
+                           double a, double b) = 0;
+
+  // --- Elementwise (strided, same shape for all operands; broadcast inputs are expanded views) ---
+  virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out) = 0;
+  // grad_x = grad_out * d op(x) / dx.
+  virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad_out, const Tensor& grad_x) = 0;
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out = x * scale + shift.
+  virtual void affine(const Tensor& x, double scale, double shift, const Tensor& out) = 0;
+
+  // --- Reductions ------------------------------------------------------------------------
+  // x strided [..]; out has x's shape with each dim in `dims` (sorted, unique) set to 1.
+  // For kMax, `indices` (i64, out's shape) receives the position of the maximum along the single
+  // reduced dim (dims has one entry then) — pass an undefined tensor when not needed.
+  virtual void reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t> dims, const Tensor& out,
+                      const Tensor& indices) = 0;
+
+  // --- Matmul ----------------------------------------------------------------------------
+  // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N], out [B, M, N] contiguous.
+  // a and bm may be strided views: row-major or transposed (column-major) in their last two dims,
+  // and stride 0 in the batch dim for a shared operand. When beta is 0 out is not read.
+  virtual void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) = 0;
+
+  // --- Softmax over the last dim (contiguous [N, C]) --------------------------------------
+  virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
+  // From the forward output y: softmax: gx = y * (gy - sum(gy * y)); log: gx = gy - exp(y) * sum(gy).
+  virtual void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, bool log) = 0;
+
+  // --- Normalization over the last dim (contiguous) --------------------------------------
+  // x [N, C], weight [C], bias [C] or undefined; out [N, C]; mean, rstd [N] (f32, f64 for f64 x).
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          const Tensor& out, const Tensor& mean, const Tensor& rstd) = 0;
+  // grad_x [N, C] written; grad_weight [C] and grad_bias [C] (bias may be undefined) written.
+  virtual void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
+                                   const Tensor& grad_bias) = 0;
+  // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd [N].
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
+                        const Tensor& rstd) = 0;
+  virtual void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
+                                 const Tensor& grad_x, const Tensor& grad_weight) = 0;
+
+  // --- Embedding -------------------------------------------------------------------------
+  // ids [N] (i32 or i64), weight [V, C], out [N, C]. Ids outside [0, V) raise weft::Error.
+  virtual void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) = 0;
+  // grad_weight [V, C] accumulates grad_out [N, C] rows at ids (scatter-add).
+  virtual void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight) = 0;
+
+  // --- Causal self-attention -------------------------------------------------------------
+  // q, k, v, out [B, H, T, D] contiguous; lse [B, H, T] (f32; f64 for f64) = log-sum-exp of each
+  // scaled, causally masked score row. out = softmax(mask(q k^T * scale)) v.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
+                         const Tensor& lse) = 0;
+  // grad_q, grad_k, grad_v [B, H, T, D] written.
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
+                                  const Tensor& grad_k, const Tensor& grad_v) = 0;
+
+  // --- Cross-entropy ---------------------------------------------------------------------
+  // logits [N, V], targets [N] (i32 or i64); losses [N] and lse [N] (f32; f64 for f64 logits).
+  // Rows whose target equals ignore_index get loss 0. Targets outside [0, V) otherwise raise.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             const Tensor& losses, const Tensor& lse) = 0;
+  // grad_logits [N, V] = (softmax(logits) - onehot(target)) * grad_losses[n]; zero rows for ignored
+  // targets. grad_losses [N] (f32; f64 for f64 logits).
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                      int64_t ignore_index, const Tensor& grad_losses,
+                                      const Tensor& grad_logits) = 0;
+
+  // --- Dropout ---------------------------------------------------------------------------
+  // x, out contiguous, same shape: element i is kept when Philox uniform(seed, offset + i) >= p and
+  // then scaled by 1 / (1 - p); otherwise 0. The backward is the same call on the gradient.
+  virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) = 0;
+};
+
+// The backend for a device type; weft::Error when the build lacks it.
+Backend& backend_for(Device device);
+// Called once by each backend at start-up.
+void register_backend(DeviceType type, Backend* backend);
+
+}  // namespace weft

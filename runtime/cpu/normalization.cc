@@ -1,0 +1,153 @@
+// CPU kernels: layer norm and RMS norm over the last dim, forward and backward.
+//
+// The backward formulas, per row with xhat = (x - mean) * rstd and g = grad_out * weight:
+//   layer norm: grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//   RMS norm:   grad_x = rstd * (g - xhat * mean(g * xhat)),  xhat = x * rstd
+// grad_weight sums grad_out * xhat over rows; grad_bias sums grad_out.
+#include <cmath>
+#include <vector>
+
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/kernel_support.h"
+
+namespace weft {
+namespace {
+
+template <class S>
+using Statistic = std::conditional_t<std::is_same_v<S, double>, double, float>;
+
+}  // namespace
+
+void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                            const Tensor& mean, const Tensor& rstd) {
+  const int64_t columns = x.size(-1);
+  const int64_t rows = columns == 0 ? 0 : x.numel() / columns;
+  cpu::dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
+    using C = ComputeType<T>;
+    const T* in = x.data<T>();
+    const T* w = weight.data<T>();
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    T* data = out.data<T>();
+    auto* mean_out = mean.data<Statistic<T>>();
+    auto* rstd_out = rstd.data<Statistic<T>>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = in + r * columns;
+      C total = 0;
+      for (int64_t c = 0; c < columns; ++c) total += load_element(row[c]);
+      const C row_mean = total / C(columns);
+      C squares = 0;
+      for (int64_t c = 0; c < columns; ++c) {
+        const C centered = load_element(row[c]) - row_mean;
+        squares += centered * centered;
+      }
+      const C row_rstd = C(1) / std::sqrt(squares / C(columns) + C(eps));
+      for (int64_t c = 0; c < columns; ++c) {
+        C value = (load_element(row[c]) - row_mean) * row_rstd * load_element(w[c]);
+        if (b != nullptr) value += load_element(b[c]);
+        data[r * columns + c] = store_element<T>(value);
+      }
+      mean_out[r] = row_mean;
+      rstd_out[r] = row_rstd;
+    }
+  });
+}
+
+void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
+                                     const Tensor& grad_bias) {
+  const int64_t columns = x.size(-1);
+  const int64_t rows = columns == 0 ? 0 : x.numel() / columns;
+  cpu::dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
+    using C = ComputeType<T>;
+    const T* in = x.data<T>();
+    const T* w = weight.data<T>();
+    const T* gy = grad_out.data<T>();
+    const auto* row_means = mean.data<Statistic<T>>();
+    const auto* row_rstds = rstd.data<Statistic<T>>();
+    T* gx = grad_x.data<T>();
+    std::vector<double> weight_sums(static_cast<size_t>(columns), 0.0), bias_sums(static_cast<size_t>(columns), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t base = r * columns;
+      const C row_mean = row_means[r], row_rstd = row_rstds[r];
+      C mean_g = 0, mean_g_xhat = 0;
+      for (int64_t c = 0; c < columns; ++c) {
+        const C xhat = (load_element(in[base + c]) - row_mean) * row_rstd;
+        const C g = load_element(gy[base + c]) * load_element(w[c]);
+        mean_g += g;
+        mean_g_xhat += g * xhat;
+        weight_sums[c] += static_cast<double>(load_element(gy[base + c]) * xhat);
+        bias_sums[c] += static_cast<double>(load_element(gy[base + c]));
+      }
+      mean_g /= C(columns);
+      mean_g_xhat /= C(columns);
+      for (int64_t c = 0; c < columns; ++c) {
+        const C xhat = (load_element(in[base + c]) - row_mean) * row_rstd;
+        const C g = load_element(gy[base + c]) * load_element(w[c]);
+        gx[base + c] = store_element<T>(row_rstd * (g - mean_g - xhat * mean_g_xhat));
+      }
+    }
+    T* gw = grad_weight.data<T>();
+    for (int64_t c = 0; c < columns; ++c) gw[c] = store_element<T>(weight_sums[c]);
+    if (grad_bias.defined()) {
+      T* gb = grad_bias.data<T>();
+      for (int64_t c = 0; c < columns; ++c) gb[c] = store_element<T>(bias_sums[c]);
+    }
+  });
+}
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) {
+  const int64_t columns = x.size(-1);
+  const int64_t rows = columns == 0 ? 0 : x.numel() / columns;
+  cpu::dispatch_floating(x.dtype(), "rms_norm", [&]<class T>() {
+    using C = ComputeType<T>;
+    const T* in = x.data<T>();
+    const T* w = weight.data<T>();
+    T* data = out.data<T>();
+    auto* rstd_out = rstd.data<Statistic<T>>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = in + r * columns;
+      C squares = 0;
+      for (int64_t c = 0; c < columns; ++c) squares += load_element(row[c]) * load_element(row[c]);
+      const C row_rstd = C(1) / std::sqrt(squares / C(columns) + C(eps));
+      for (int64_t c = 0; c < columns; ++c) {
+        data[r * columns + c] = store_element<T>(load_element(row[c]) * row_rstd * load_element(w[c]));
+      }
+      rstd_out[r] = row_rstd;
+    }
+  });
+}
+
+void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
+                                   const Tensor& grad_x, const Tensor& grad_weight) {
+  const int64_t columns = x.size(-1);
+  const int64_t rows = columns == 0 ? 0 : x.numel() / columns;
+  cpu::dispatch_floating(x.dtype(), "rms_norm_backward", [&]<class T>() {
+    using C = ComputeType<T>;
+    const T* in = x.data<T>();
+    const T* w = weight.data<T>();
+    const T* gy = grad_out.data<T>();
+    const auto* row_rstds = rstd.data<Statistic<T>>();
+    T* gx = grad_x.data<T>();
+    std::vector<double> weight_sums(static_cast<size_t>(columns), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t base = r * columns;
+      const C row_rstd = row_rstds[r];
+      C mean_g_xhat = 0;
+      for (int64_t c = 0; c < columns; ++c) {
+        const C xhat = load_element(in[base + c]) * row_rstd;
+        mean_g_xhat += load_element(gy[base + c]) * load_element(w[c]) * xhat;
+        weight_sums[c] += static_cast<double>(load_element(gy[base + c]) * xhat);
+      }
+      mean_g_xhat /= C(columns);
+      for (int64_t c = 0; c < columns; ++c) {
+        const C xhat = load_element(in[base + c]) * row_rstd;
+        const C g = load_element(gy[base + c]) * load_element(w[c]);
+        gx[base + c] = store_element<T>(row_rstd * (g - xhat * mean_g_xhat));
+      }
+    }
+    T* gw = grad_weight.data<T>();
+    for (int64_t c = 0; c < columns; ++c) gw[c] = store_element<T>(weight_sums[c]);
+  });
+}
+
+}  // namespace weft

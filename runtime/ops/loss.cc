@@ -1,0 +1,64 @@
+// Differentiable cross-entropy (see loss.h).
+#include "runtime/ops/loss.h"
+
+#include "runtime/autograd/function.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/op_checks.h"
+#include "runtime/ops/reduction.h"
+
+namespace weft {
+namespace {
+
+class CrossEntropyFunction final : public autograd::Function {
+ public:
+  explicit CrossEntropyFunction(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  std::string name() const override { return "CrossEntropyBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    const Tensor logits = inputs[0].contiguous();
+    const Tensor targets = inputs[1].contiguous();
+    const int64_t rows = logits.size(0);
+    const DType statistic = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;
+    Tensor losses = Tensor::empty({rows}, statistic, logits.device());
+    Tensor lse = Tensor::empty({rows}, statistic, logits.device());
+    backend_for(logits.device()).cross_entropy(logits, targets, ignore_index_, losses, lse);
+    // The mean is over rows that count; the count is read from the targets on the host.
+    counted_ = 0;
+    for (double target : targets.to_vector()) counted_ += static_cast<int64_t>(target) != ignore_index_;
+    save_for_backward({logits, targets, lse});
+    Tensor total = sum(losses);
+    return {counted_ > 0 ? scale(total, 1.0 / static_cast<double>(counted_)) : total};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& logits = saved()[0];
+    const Tensor& lse = saved()[2];
+    const int64_t rows = logits.size(0);
+    // Every counted row receives grad / count (ignored rows are zeroed by the kernel).
+    Tensor grad_losses = Tensor::empty({rows}, lse.dtype(), lse.device());
+    backend_for(lse.device()).affine(grads[0].to(lse.dtype()).expand({rows}),
+                                     counted_ > 0 ? 1.0 / static_cast<double>(counted_) : 0.0, 0.0, grad_losses);
+    Tensor grad_logits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+    backend_for(logits.device()).cross_entropy_backward(logits, saved()[1], lse, ignore_index_, grad_losses,
+                                                        grad_logits);
+    return {grad_logits, Tensor()};
+  }
+
+ private:
+  int64_t ignore_index_;
+  int64_t counted_ = 0;
+};
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  ops::check_floating("cross_entropy", logits, "logits");
+  ops::check_rank("cross_entropy", logits, "logits", 2);
+  ops::check_index("cross_entropy", targets, "targets");
+  ops::check_shape("cross_entropy", targets, "targets", {logits.size(0)});
+  WEFT_CHECK(targets.device() == logits.device(), "cross_entropy: targets ", targets.describe(), " and logits ",
+             logits.describe(), " are on different devices");
+  return autograd::apply<CrossEntropyFunction>({logits, targets}, ignore_index)[0];
+}
+
+}  // namespace weft

@@ -1,0 +1,101 @@
+// Differentiable layer norm and RMS norm (see normalization.h).
+#include "runtime/ops/normalization.h"
+
+#include "runtime/autograd/function.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+#include "runtime/ops/op_checks.h"
+
+namespace weft {
+namespace {
+
+DType statistic_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
+
+// [..., C] as [rows, C].
+Tensor as_rows(const Tensor& x) { return x.contiguous().view({-1, x.size(-1)}); }
+
+class LayerNormFunction final : public autograd::Function {
+ public:
+  explicit LayerNormFunction(double eps) : eps_(eps) {}
+  std::string name() const override { return "LayerNormBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    const Tensor x = as_rows(inputs[0]);
+    const Tensor& weight = inputs[1];
+    const Tensor& bias = inputs[2];
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor mean = Tensor::empty({x.size(0)}, statistic_dtype(x.dtype()), x.device());
+    Tensor rstd = Tensor::empty({x.size(0)}, statistic_dtype(x.dtype()), x.device());
+    backend_for(x.device()).layer_norm(x, weight.contiguous(), bias.defined() ? bias.contiguous() : Tensor(), eps_,
+                                       out, mean, rstd);
+    save_for_backward({x, weight.contiguous(), mean, rstd});
+    has_bias_ = bias.defined();
+    return {out.view(inputs[0].shape())};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& x = saved()[0];
+    const Tensor& weight = saved()[1];
+    Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+    Tensor grad_bias = has_bias_ ? Tensor::empty(weight.shape(), weight.dtype(), weight.device()) : Tensor();
+    backend_for(x.device()).layer_norm_backward(x, weight, saved()[2], saved()[3], as_rows(grads[0]), grad_x,
+                                                grad_weight, grad_bias);
+    return {grad_x.view(output_shapes[0]), grad_weight, grad_bias};
+  }
+
+ private:
+  double eps_;
+  bool has_bias_ = false;
+};
+
+class RmsNormFunction final : public autograd::Function {
+ public:
+  explicit RmsNormFunction(double eps) : eps_(eps) {}
+  std::string name() const override { return "RmsNormBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    const Tensor x = as_rows(inputs[0]);
+    const Tensor weight = inputs[1].contiguous();
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor rstd = Tensor::empty({x.size(0)}, statistic_dtype(x.dtype()), x.device());
+    backend_for(x.device()).rms_norm(x, weight, eps_, out, rstd);
+    save_for_backward({x, weight, rstd});
+    return {out.view(inputs[0].shape())};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& x = saved()[0];
+    const Tensor& weight = saved()[1];
+    Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+    backend_for(x.device()).rms_norm_backward(x, weight, saved()[2], as_rows(grads[0]), grad_x, grad_weight);
+    return {grad_x.view(output_shapes[0]), grad_weight};
+  }
+
+ private:
+  double eps_;
+};
+
+void check_norm_arguments(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          double eps) {
+  ops::check_floating(op, x, "x");
+  WEFT_CHECK(x.dim() >= 1, op, ": x must have at least one dim, got ", x.describe());
+  ops::check_compatible(op, x, "x", weight, "weight");
+  ops::check_shape(op, weight, "weight", {x.size(-1)});
+  if (bias.defined()) {
+    ops::check_compatible(op, x, "x", bias, "bias");
+    ops::check_shape(op, bias, "bias", {x.size(-1)});
+  }
+  WEFT_CHECK(eps > 0, op, ": eps must be positive, got ", eps);
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_norm_arguments("layer_norm", x, weight, bias, eps);
+  return autograd::apply<LayerNormFunction>({x, weight, bias}, eps)[0];
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  check_norm_arguments("rms_norm", x, weight, Tensor(), eps);
+  return autograd::apply<RmsNormFunction>({x, weight}, eps)[0];
+}
+
+}  // namespace weft

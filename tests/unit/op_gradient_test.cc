@@ -1,0 +1,117 @@
+// Backward of every differentiable op against central finite differences in double precision,
+// on odd sizes, non-contiguous views and broadcasts.
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "runtime/weft.h"
+#include "tests/support/gradient_check.h"
+
+namespace weft {
+namespace {
+
+using testing::expect_gradients_match;
+using testing::random_leaf;
+
+TEST(OpGradient, BinaryOpsWithBroadcasting) {
+  for (auto op : {add, sub, mul, div}) {
+    Tensor a = random_leaf({3, 1, 5}, 1);
+    Tensor b = random_leaf({4, 1}, 2);
+    expect_gradients_match([&](const std::vector<Tensor>& in) { return op(in[0], add_scalar(square(in[1]), 0.5)); },
+                           {a, b});
+  }
+}
+
+TEST(OpGradient, UnaryOps) {
+  for (auto op : {relu, gelu, silu, exp, tanh, square}) {
+    expect_gradients_match([&](const std::vector<Tensor>& in) { return op(in[0]); }, {random_leaf({7, 3}, 3)});
+  }
+  // log and sqrt on positive inputs.
+  expect_gradients_match([](const std::vector<Tensor>& in) { return log(add_scalar(square(in[0]), 0.5)); },
+                         {random_leaf({5}, 4)});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return sqrt(add_scalar(square(in[0]), 0.5)); },
+                         {random_leaf({5}, 5)});
+}
+
+TEST(OpGradient, Reductions) {
+  Tensor x = random_leaf({3, 4, 5}, 6);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return sum(in[0], {0, 2}); }, {x});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return mean(in[0], {-1}, true); }, {x});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return mean(in[0]); }, {x});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return max(in[0], 1).first; }, {x});
+}
+
+TEST(OpGradient, ViewsAndCopies) {
+  Tensor x = random_leaf({4, 6}, 7);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        Tensor t = in[0].transpose(0, 1).narrow(0, 1, 4);  // [4, 4], non-contiguous
+        return mul(t.reshape({2, 8}), t.contiguous().view({2, 8}).expand({3, 2, 8}));
+      },
+      {x});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return in[0].slice(1, -3, 6).to(kFloat32).to(kFloat64); },
+                         {x}, {.step = 1e-2, .absolute_tolerance = 1e-3});
+}
+
+TEST(OpGradient, MatmulShapes) {
+  // Plain, transposed operands, broadcast batch, shared 2-D right operand.
+  Tensor a = random_leaf({5, 3}, 8), b = random_leaf({3, 7}, 9);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, {a, b});
+  Tensor at = random_leaf({3, 5}, 10), bt = random_leaf({7, 3}, 11);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) { return matmul(in[0].transpose(0, 1), in[1].transpose(0, 1)); }, {at, bt});
+  Tensor batched = random_leaf({2, 1, 4, 3}, 12), right = random_leaf({3, 3, 5}, 13);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, {batched, right});
+  Tensor x = random_leaf({2, 3, 4}, 14), w = random_leaf({6, 4}, 15), bias = random_leaf({6}, 16);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); }, {x, w, bias});
+}
+
+TEST(OpGradient, SoftmaxAndLogSoftmax) {
+  Tensor x = random_leaf({3, 5, 4}, 17);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return softmax(in[0]); }, {x});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return log_softmax(in[0], 1); }, {x});
+}
+
+TEST(OpGradient, Normalization) {
+  Tensor x = random_leaf({2, 3, 7}, 18), w = random_leaf({7}, 19), b = random_leaf({7}, 20);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], Tensor()); }, {x, w});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w});
+}
+
+TEST(OpGradient, EmbeddingWithRepeatedIds) {
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 0, 3, 4, 1, 3}, {2, 3});
+  Tensor weight = random_leaf({5, 4}, 21);
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return embedding(ids, in[0]); }, {weight});
+}
+
+TEST(OpGradient, CausalAttention) {
+  Tensor q = random_leaf({2, 2, 5, 3}, 22), k = random_leaf({2, 2, 5, 3}, 23), v = random_leaf({2, 2, 5, 3}, 24);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return causal_attention(in[0], in[1], in[2]); },
+                         {q, k, v});
+}
+
+TEST(OpGradient, CrossEntropyWithIgnoredRows) {
+  Tensor logits = random_leaf({5, 7}, 25);
+  Tensor targets = Tensor::from_vector(std::vector<int64_t>{2, -100, 6, 0, -100}, {5});
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], targets); }, {logits});
+}
+
+TEST(OpGradient, DropoutUsesTheSameMaskBackward) {
+  Tensor x = random_leaf({4, 9}, 26);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return dropout(in[0], 0.3, 99, 5); }, {x});
+}
+
+TEST(OpGradient, ConcatAndSplit) {
+  Tensor a = random_leaf({2, 3}, 27), b = random_leaf({2, 4}, 28);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return concat({in[0], in[1]}, 1); }, {a, b});
+  Tensor x = random_leaf({9, 2}, 29);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        std::vector<Tensor> pieces = split(in[0], {2, 3, 4}, 0);
+        return concat({pieces[2], scale(pieces[0], 3.0)}, 0);  // the middle piece gets no gradient
+      },
+      {x});
+}
+
+}  // namespace
+}  // namespace weft
