@@ -6,6 +6,7 @@
 // (i32, i64) hold token ids, targets and indices.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -85,7 +86,21 @@ template <> inline DType dtype_of<double>() { return kFloat64; }
 template <> inline DType dtype_of<int32_t>() { return kInt32; }
 template <> inline DType dtype_of<int64_t>() { return kInt64; }
 
-// Load one stored element as its compute type, and store a computed value back (rounding).
+// Narrows a double to float rounding to odd (truncate, then set the lowest bit when inexact).
+// A 16-bit format rounded to nearest from that float equals the double rounded once, because float
+// keeps more than two extra bits; a plain double -> float -> 16-bit cast would round twice.
+inline float round_to_odd_float(double value) {
+  float narrowed = static_cast<float>(value);
+  if (std::isnan(value) || static_cast<double>(narrowed) == value) return narrowed;
+  if (std::fabs(static_cast<double>(narrowed)) > std::fabs(value)) narrowed = std::nextafter(narrowed, 0.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &narrowed, sizeof(bits));
+  bits |= 1u;
+  std::memcpy(&narrowed, &bits, sizeof(bits));
+  return narrowed;
+}
+
+// Load one stored element as its compute type, and store a computed value back (rounding once).
 template <class T>
 inline ComputeType<T> load_element(const T& value) {
   return static_cast<ComputeType<T>>(value);
@@ -93,6 +108,7 @@ inline ComputeType<T> load_element(const T& value) {
 template <class T, class V>
 inline T store_element(V value) {
   if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) {
+    if constexpr (std::is_same_v<V, double>) return T(round_to_odd_float(value));
     return T(static_cast<float>(value));
   } else {
     return static_cast<T>(value);

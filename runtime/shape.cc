@@ -34,6 +34,14 @@ int64_t normalize_dim(int64_t dim, int64_t rank, std::string_view op) {
   return normalized;
 }
 
+int64_t normalize_dim(int64_t dim, absl::Span<const int64_t> shape, std::string_view op) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t normalized = dim < 0 ? dim + rank : dim;
+  WEFT_CHECK(normalized >= 0 && normalized < rank, op, ": dim ", dim, " is out of range for a tensor of rank ", rank,
+             " and shape ", shape_string(shape), " (valid: ", -rank, " to ", rank - 1, ")");
+  return normalized;
+}
+
 Shape broadcast_shapes(absl::Span<const int64_t> a, absl::Span<const int64_t> b, std::string_view op) {
   const size_t rank = std::max(a.size(), b.size());
   Shape out(rank);

@@ -22,7 +22,9 @@ int64_t shape_numel(absl::Span<const int64_t> shape);
 Strides contiguous_strides(absl::Span<const int64_t> shape);
 // "[2, 3, 4]".
 std::string shape_string(absl::Span<const int64_t> shape);
-// Maps a possibly negative dim into [0, rank); throws naming `op` when out of range.
+// Maps a possibly negative dim into [0, rank); throws naming `op` and the shape when out of range.
+int64_t normalize_dim(int64_t dim, absl::Span<const int64_t> shape, std::string_view op);
+// The same for a rank alone (where a new dim is being inserted, as unsqueeze does).
 int64_t normalize_dim(int64_t dim, int64_t rank, std::string_view op);
 // The broadcast of two shapes (numpy rules); throws naming `op` and both shapes when incompatible.
 Shape broadcast_shapes(absl::Span<const int64_t> a, absl::Span<const int64_t> b, std::string_view op);

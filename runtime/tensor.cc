@@ -73,8 +73,8 @@ double read_element(const void* base, DType dtype, int64_t offset) {
 void write_element(void* base, DType dtype, int64_t offset, double value) {
   switch (dtype) {
     case kFloat32: static_cast<float*>(base)[offset] = static_cast<float>(value); return;
-    case kBFloat16: static_cast<BFloat16*>(base)[offset] = BFloat16(static_cast<float>(value)); return;
-    case kFloat16: static_cast<Float16*>(base)[offset] = Float16(static_cast<float>(value)); return;
+    case kBFloat16: static_cast<BFloat16*>(base)[offset] = store_element<BFloat16>(value); return;
+    case kFloat16: static_cast<Float16*>(base)[offset] = store_element<Float16>(value); return;
     case kFloat64: static_cast<double*>(base)[offset] = value; return;
     case kInt32: static_cast<int32_t*>(base)[offset] = static_cast<int32_t>(value); return;
     case kInt64: static_cast<int64_t*>(base)[offset] = static_cast<int64_t>(value); return;
@@ -167,9 +167,9 @@ Tensor Tensor::normal(absl::Span<const int64_t> shape, uint64_t seed, uint64_t o
 
 // --- Properties -----------------------------------------------------------------------------
 
-int64_t Tensor::size(int64_t dim) const { return impl_->shape[normalize_dim(dim, this->dim(), "size")]; }
+int64_t Tensor::size(int64_t dim) const { return impl_->shape[normalize_dim(dim, impl_->shape, "size")]; }
 
-int64_t Tensor::stride(int64_t dim) const { return impl_->strides[normalize_dim(dim, this->dim(), "stride")]; }
+int64_t Tensor::stride(int64_t dim) const { return impl_->strides[normalize_dim(dim, impl_->shape, "stride")]; }
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -219,6 +219,12 @@ Tensor& Tensor::copy_(const Tensor& source) {
   WEFT_CHECK(source.defined(), "copy_: source is undefined");
   Tensor expanded = source;
   if (source.shape() != shape()) {
+    bool broadcastable = source.dim() <= dim();
+    for (int64_t d = 0; broadcastable && d < source.dim(); ++d) {
+      const int64_t size = source.shape()[d], target = shape()[dim() - source.dim() + d];
+      broadcastable = size == target || size == 1;
+    }
+    WEFT_CHECK(broadcastable, "copy_: source ", source.describe(), " cannot be broadcast to destination ", describe());
     autograd::NoGradGuard no_grad;
     expanded = source.expand(shape());
   }

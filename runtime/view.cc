@@ -176,7 +176,7 @@ Tensor Tensor::permute(absl::Span<const int64_t> order) const {
   Shape normalized(order.size());
   std::vector<bool> used(order.size(), false);
   for (size_t i = 0; i < order.size(); ++i) {
-    normalized[i] = normalize_dim(order[i], dim(), "permute");
+    normalized[i] = normalize_dim(order[i], shape(), "permute");
     WEFT_CHECK(!used[normalized[i]], "permute: dim ", order[i], " repeats in ", shape_string(order));
     used[normalized[i]] = true;
   }
@@ -191,8 +191,8 @@ Tensor Tensor::permute(absl::Span<const int64_t> order) const {
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
-  dim0 = normalize_dim(dim0, dim(), "transpose");
-  dim1 = normalize_dim(dim1, dim(), "transpose");
+  dim0 = normalize_dim(dim0, shape(), "transpose");
+  dim1 = normalize_dim(dim1, shape(), "transpose");
   Shape order(static_cast<size_t>(dim()));
   std::iota(order.begin(), order.end(), 0);
   std::swap(order[dim0], order[dim1]);
@@ -200,7 +200,7 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
-  dim = normalize_dim(dim, this->dim(), "narrow");
+  dim = normalize_dim(dim, shape(), "narrow");
   WEFT_CHECK(start >= 0 && length >= 0 && start + length <= shape()[dim], "narrow: [", start, ", ",
              start + length, ") is out of range for dim ", dim, " of ", describe());
   if (records_history(*this)) return autograd::apply<NarrowFunction>({*this}, dim, start, length)[0];
@@ -210,7 +210,7 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end) const {
-  dim = normalize_dim(dim, this->dim(), "slice");
+  dim = normalize_dim(dim, shape(), "slice");
   const int64_t size = shape()[dim];
   if (start < 0) start += size;
   if (end < 0) end += size;
@@ -220,7 +220,7 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end) const {
 }
 
 Tensor Tensor::select(int64_t dim, int64_t index) const {
-  dim = normalize_dim(dim, this->dim(), "select");
+  dim = normalize_dim(dim, shape(), "select");
   WEFT_CHECK(index >= -shape()[dim] && index < shape()[dim], "select: index ", index, " out of range for dim ", dim,
              " of ", describe());
   if (index < 0) index += shape()[dim];
@@ -260,7 +260,7 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
 }
 
 Tensor Tensor::squeeze(int64_t dim) const {
-  dim = normalize_dim(dim, this->dim(), "squeeze");
+  dim = normalize_dim(dim, shape(), "squeeze");
   WEFT_CHECK(shape()[dim] == 1, "squeeze: dim ", dim, " of ", describe(), " has size ", shape()[dim], ", not 1");
   Shape shape = this->shape();
   shape.erase(shape.begin() + dim);

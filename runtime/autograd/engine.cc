@@ -19,7 +19,7 @@ Tensor add_gradients(const Tensor& a, const Tensor& b) {
 }
 
 struct LaterFirst {
-  bool operator()(const Node* a, const Node* b) const { return a->sequence_number() < b->sequence_number(); }
+  bool operator()(const Node* a, const Node* b) const { return a->priority() < b->priority(); }
 };
 
 }  // namespace

@@ -16,6 +16,8 @@ std::vector<Tensor> AccumulateGrad::run_backward(std::vector<Tensor> grad_output
   if (impl == nullptr || !grad_outputs[0].defined()) return {};
   Tensor leaf(impl);
   const Tensor& incoming = grad_outputs[0];
+  WEFT_CHECK(incoming.shape() == leaf.shape(), "backward: the gradient for leaf ", leaf.describe(), " has shape ",
+             shape_string(incoming.shape()), "; a custom op's backward returned a gradient of the wrong shape");
   AutogradMeta& meta = *impl->autograd;
   if (!meta.grad.defined()) {
     // Own the buffer: the incoming gradient may be shared with other branches of the graph.
@@ -35,7 +37,11 @@ Edge gradient_edge(const Tensor& tensor) {
   if (impl->autograd == nullptr || !impl->autograd->requires_grad) return {};
   AutogradMeta& meta = *impl->autograd;
   if (meta.grad_fn != nullptr) return {meta.grad_fn, meta.output_index};
-  if (meta.grad_accumulator == nullptr) meta.grad_accumulator = std::make_shared<AccumulateGrad>(tensor.impl_ptr());
+  if (meta.grad_accumulator == nullptr) {
+    meta.grad_accumulator = std::make_shared<AccumulateGrad>(tensor.impl_ptr());
+    // Lets the engine check gradient shapes for leaves too, naming the op that produced a bad one.
+    meta.grad_accumulator->output_shapes = {tensor.shape()};
+  }
   return {meta.grad_accumulator, 0};
 }
 

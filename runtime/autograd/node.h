@@ -54,6 +54,10 @@ class Node {
   // Creation order: backward runs later nodes first, so gradients of the last layers become ready
   // first (what data-parallel bucketing wants).
   uint64_t sequence_number() const { return sequence_number_; }
+  // Among ready nodes the engine runs the highest priority first: the sequence number, except for
+  // AccumulateGrad, which runs as soon as it is ready (it is created once per parameter, so its
+  // sequence number says nothing about the current step).
+  virtual uint64_t priority() const { return sequence_number_; }
 
  private:
   int num_outputs_ = 1;
@@ -65,6 +69,7 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   std::string name() const override { return "AccumulateGrad"; }
+  uint64_t priority() const override { return UINT64_MAX; }
   std::vector<Tensor> run_backward(std::vector<Tensor> grad_outputs) override;
 
  private:

@@ -60,6 +60,29 @@ C unary_derivative(UnaryOp op, C x) {
   return C(0);
 }
 
+// The largest value of stored type T that is below `limit`.
+template <class T>
+T largest_below(double limit) {
+  if constexpr (std::is_same_v<T, double>) {
+    return std::nextafter(limit, -INFINITY);
+  } else if constexpr (std::is_same_v<T, float>) {
+    const float rounded = static_cast<float>(limit);
+    return static_cast<double>(rounded) < limit ? rounded : std::nextafter(rounded, -INFINITY);
+  } else {
+    // 16-bit formats: step the bit pattern toward -inf until the value is below the limit.
+    T value = store_element<T>(limit);
+    while (static_cast<double>(static_cast<float>(value)) >= limit) {
+      const bool negative = (value.bits & 0x8000u) != 0;
+      if ((value.bits & 0x7fffu) == 0) {
+        value.bits = 0x8001u;  // from +-0 to the smallest negative subnormal
+      } else {
+        value.bits = static_cast<uint16_t>(negative ? value.bits + 1 : value.bits - 1);
+      }
+    }
+    return value;
+  }
+}
+
 template <class C>
 C apply_binary(BinaryOp op, C a, C b) {
   switch (op) {
@@ -107,12 +130,17 @@ void CpuBackend::fill_random(const Tensor& out, RandomDistribution distribution,
   cpu::dispatch_floating(out.dtype(), "fill_random", [&]<class T>() {
     T* data = out.data<T>();
     const int64_t count = out.numel();
+    // Rounding to the stored type can carry a + (b - a) u up to b; such draws become the largest
+    // stored value below b, so uniform stays in [a, b) in every dtype.
+    const T below_high = largest_below<T>(b);
     for (int64_t i = 0; i < count; ++i) {
       const uint64_t counter = offset + static_cast<uint64_t>(i);
-      const double value = distribution == RandomDistribution::kUniform
-                               ? a + (b - a) * philox_uniform(seed, counter)
-                               : a + b * philox_normal(seed, counter);
-      data[i] = store_element<T>(value);
+      if (distribution == RandomDistribution::kUniform) {
+        const T stored = store_element<T>(a + (b - a) * philox_uniform(seed, counter));
+        data[i] = static_cast<double>(load_element(stored)) >= b ? below_high : stored;
+      } else {
+        data[i] = store_element<T>(a + b * philox_normal(seed, counter));
+      }
     }
   });
 }

@@ -84,7 +84,7 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
   WEFT_CHECK(!tensors.empty(), "concat: no tensors given");
   const Tensor& first = tensors[0];
   ops::check_defined("concat", first, "tensor 0");
-  dim = normalize_dim(dim, first.dim(), "concat");
+  dim = normalize_dim(dim, first.shape(), "concat");
   for (size_t i = 1; i < tensors.size(); ++i) {
     const Tensor& other = tensors[i];
     ops::check_compatible("concat", first, "tensor 0", other, str("tensor ", i));
@@ -100,7 +100,7 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
 
 std::vector<Tensor> split(const Tensor& x, absl::Span<const int64_t> sizes, int64_t dim) {
   ops::check_defined("split", x, "x");
-  dim = normalize_dim(dim, x.dim(), "split");
+  dim = normalize_dim(dim, x.shape(), "split");
   int64_t total = 0;
   for (int64_t size : sizes) {
     WEFT_CHECK(size >= 0, "split: negative size in ", shape_string(sizes));

@@ -73,17 +73,25 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
              " but b ", b.describe(), " has K = ", b.size(-2));
   const Shape a_batch(a.shape().begin(), a.shape().end() - 2);
   const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
-  broadcast_shapes(a_batch, b_batch, "matmul");
+  try {
+    broadcast_shapes(a_batch, b_batch, "matmul");
+  } catch (const Error&) {
+    WEFT_FAIL("matmul: the batch dims of a ", a.describe(), " and b ", b.describe(), " cannot be broadcast together");
+  }
   return autograd::apply<MatmulFunction>({a, b})[0];
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  ops::check_floating("linear", x, "input");
+  ops::check_floating("linear", weight, "weight");
+  ops::check_compatible("linear", x, "input", weight, "weight");
   ops::check_rank("linear", weight, "weight", 2);
   WEFT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.describe(),
              " does not match weight ", weight.describe(), " (expected last dim ", weight.size(1), ")");
   const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x;
   Tensor out = matmul(rows, weight.transpose(0, 1));
   if (bias.defined()) {
+    ops::check_compatible("linear", x, "input", bias, "bias");
     ops::check_shape("linear", bias, "bias", {weight.size(0)});
     out = add(out, bias);
   }

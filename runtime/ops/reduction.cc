@@ -13,13 +13,14 @@ namespace weft {
 namespace {
 
 // Sorted, unique, non-negative dims; all dims when `dims` is empty.
-Shape normalize_dims(absl::Span<const int64_t> dims, int64_t rank, std::string_view op) {
+Shape normalize_dims(absl::Span<const int64_t> dims, absl::Span<const int64_t> shape, std::string_view op) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
   Shape result;
   if (dims.empty()) {
     for (int64_t d = 0; d < rank; ++d) result.push_back(d);
     return result;
   }
-  for (int64_t d : dims) result.push_back(normalize_dim(d, rank, op));
+  for (int64_t d : dims) result.push_back(normalize_dim(d, shape, op));
   std::sort(result.begin(), result.end());
   WEFT_CHECK(std::adjacent_find(result.begin(), result.end()) == result.end(), op, ": dims ",
              shape_string(dims), " repeat a dim");
@@ -90,7 +91,7 @@ class MaxFunction final : public autograd::Function {
     // Scatter each gradient to the position of its maximum (on the host: a reference op; device
     // backends do not need max for training).
     const Tensor indices = saved()[0].to(Device::cpu());
-    Tensor g = grads[0].defined() ? grads[0] : grad_or_zeros(grads, 0);
+    Tensor g = grad_or_zeros(grads, 0);
     const Device device = g.device();
     g = g.reshape(indices.shape()).to(Device::cpu()).contiguous();
     Tensor grad_x = Tensor::zeros(input_shape_, g.dtype(), Device::cpu());
@@ -125,17 +126,17 @@ class MaxFunction final : public autograd::Function {
 
 Tensor sum(const Tensor& x, absl::Span<const int64_t> dims, bool keepdim) {
   ops::check_floating("sum", x, "x");
-  return autograd::apply<SumFunction>({x}, normalize_dims(dims, x.dim(), "sum"), keepdim, false)[0];
+  return autograd::apply<SumFunction>({x}, normalize_dims(dims, x.shape(), "sum"), keepdim, false)[0];
 }
 
 Tensor mean(const Tensor& x, absl::Span<const int64_t> dims, bool keepdim) {
   ops::check_floating("mean", x, "x");
-  return autograd::apply<SumFunction>({x}, normalize_dims(dims, x.dim(), "mean"), keepdim, true)[0];
+  return autograd::apply<SumFunction>({x}, normalize_dims(dims, x.shape(), "mean"), keepdim, true)[0];
 }
 
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   ops::check_floating("max", x, "x");
-  dim = normalize_dim(dim, x.dim(), "max");
+  dim = normalize_dim(dim, x.shape(), "max");
   WEFT_CHECK(x.size(dim) > 0, "max: dim ", dim, " of ", x.describe(), " is empty");
   std::vector<Tensor> outputs = autograd::apply<MaxFunction>({x}, dim, keepdim);
   return {outputs[0], outputs[1]};

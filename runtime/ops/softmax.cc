@@ -35,7 +35,7 @@ Tensor softmax_along(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   ops::check_floating(op, x, "x");
   if (x.dim() == 0) return autograd::apply<SoftmaxFunction>({x.view({1})}, log)[0].view({});
-  dim = normalize_dim(dim, x.dim(), op);
+  dim = normalize_dim(dim, x.shape(), op);
   const int64_t last = x.dim() - 1;
   if (dim == last) return autograd::apply<SoftmaxFunction>({x}, log)[0];
   return autograd::apply<SoftmaxFunction>({x.transpose(dim, last)}, log)[0].transpose(dim, last);
