@@ -1,0 +1,86 @@
+// CausalSelfAttention (attention.h).
+#include "layers/attention.h"
+
+#include "layers/rope.h"
+#include "runtime/error.h"
+#include "runtime/ops/attention.h"
+#include "runtime/ops/concat.h"
+
+namespace weft {
+
+CausalSelfAttention::CausalSelfAttention(const LayerContext& context)
+    : dim_(context.config.dim),
+      heads_(context.config.heads),
+      kv_heads_(context.config.kv_heads > 0 ? context.config.kv_heads : context.config.heads),
+      head_dim_(heads_ > 0 ? dim_ / heads_ : 0),
+      seq_len_(context.config.seq_len),
+      rope_(context.config.positions == "rope"),
+      // Taken before any weight is drawn: unique to this layer, consumes no offsets.
+      dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
+  register_random_stream("dropout", &dropout_);
+  const ModelConfig& config = context.config;
+  WEFT_CHECK(heads_ >= 1 && dim_ % heads_ == 0, "CausalSelfAttention: model.heads = ", heads_,
+             " does not divide model.dim = ", dim_);
+  WEFT_CHECK(heads_ % kv_heads_ == 0, "CausalSelfAttention: model.kv_heads = ", kv_heads_,
+             " does not divide model.heads = ", heads_);
+  WEFT_CHECK(config.positions == "rope" || config.positions == "learned",
+             "CausalSelfAttention: model.positions = '", config.positions, "' is not one of: learned, rope");
+  qkv_ = register_module("qkv", std::make_shared<Linear>(dim_, (heads_ + 2 * kv_heads_) * head_dim_, config.bias,
+                                                         context));
+  projection_ = register_module(
+      "proj", std::make_shared<Linear>(dim_, dim_, config.bias, context, residual_init_std(config)));
+  if (rope_) {
+    const auto [cos, sin] = rotary_tables(seq_len_, head_dim_, config.rope_theta);  // [seq_len, D] f64
+    register_buffer("rope_cos", cos, kFloat32);
+    register_buffer("rope_sin", sin, kFloat32);
+  }
+}
+
+std::string CausalSelfAttention::settings() const {
+  std::string out = str("heads ", heads_);
+  if (kv_heads_ != heads_) out += str(", kv_heads ", kv_heads_);
+  out += str(", head_dim ", head_dim_, rope_ ? ", rope" : "");
+  if (dropout_.probability() > 0) out += str(", dropout ", dropout_.probability());
+  return out;
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  WEFT_CHECK(x.dim() == 3 && x.size(2) == dim_, "CausalSelfAttention: input must be [B, T, ", dim_, "], got ",
+             x.describe());
+  const int64_t batch = x.size(0), time = x.size(1);
+  WEFT_CHECK(!rope_ || time <= seq_len_, "CausalSelfAttention: sequence of ", time,
+             " positions is longer than model.seq_len = ", seq_len_);
+  const int64_t H = heads_, KV = kv_heads_, D = head_dim_;
+
+  const Tensor qkv = qkv_->forward(x);                                               // [B, T, (H + 2KV) D]
+  const std::vector<Tensor> parts = split(qkv, {H * D, KV * D, KV * D}, -1);
+  const auto heads_first = [&](const Tensor& part, int64_t count) {                  // -> [B, count, T, D]
+    return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
+  };
+  Tensor q = heads_first(parts[0], H);   // [B, H, T, D]
+  Tensor k = heads_first(parts[1], KV);  // [B, KV, T, D]
+  Tensor v = heads_first(parts[2], KV);  // [B, KV, T, D]
+
+  if (rope_) {
+    const Tensor cos = buffer("rope_cos").narrow(0, 0, time);  // [T, D]
+    const Tensor sin = buffer("rope_sin").narrow(0, 0, time);  // [T, D]
+    q = apply_rotary_embedding(q, cos, sin);
+    k = apply_rotary_embedding(k, cos, sin);
+  }
+  if (KV != H) {
+    // [B, KV, T, D] -> [B, KV, H/KV, T, D] (stride-0 view) -> [B, H, T, D]: head h = kv head h / (H/KV).
+    const auto repeat = [&](const Tensor& t) {
+      return t.unsqueeze(2).expand({batch, KV, H / KV, time, D}).reshape({batch, H, time, D});
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
+  const Tensor attended = causal_attention(q, k, v);                                // [B, H, T, D]
+  const Tensor merged = attended.permute({0, 2, 1, 3}).reshape({batch, time, dim_});  // [B, T, C]
+  return dropout_.apply(projection_->forward(merged), is_training());
+}
+
+WEFT_REGISTER_LAYER("causal_self_attention",
+                    [](const LayerContext& context) { return std::make_shared<CausalSelfAttention>(context); });
+
+}  // namespace weft

@@ -1,0 +1,55 @@
+// CausalSelfAttention: multi-head causal self-attention with optional grouped-query heads and RoPE.
+//
+//   x [B, T, C] -> qkv = x Wqkv^T (+ b)               [B, T, (H + 2 KV) D], Wqkv [(H + 2 KV) D, C]
+//   q [B, H, T, D], k, v [B, KV, T, D]                 (heads split off the fused projection)
+//   positions == "rope": q, k rotated (layers/rope.h) with tables [seq_len, D] kept as buffers
+//   k, v repeated to H heads: query head h reads kv head h / (H / KV) (repeat_interleave, as
+//   Hugging Face's repeat_kv), by expand + reshape so the gradient sums over the group
+//   causal_attention, heads merged [B, T, C], out = y Wproj^T (+ b), Wproj [C, C], then dropout.
+//
+// D = C / H; KV = config.kv_heads (0 means H) must divide H. The output projection is drawn with
+// std init_std / sqrt(2 * layers) (GPT-2's scaling for the two residual writes per block).
+// Dropout (config.dropout) is applied to the output in training only; the attention weights
+// themselves are not dropped, since weft::causal_attention is fused and has no dropout.
+// Registered as "causal_self_attention".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "layers/dropout_stream.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+#include "layers/registry.h"
+
+namespace weft {
+
+class CausalSelfAttention : public Module {
+ public:
+  // Reads dim, heads, kv_heads, positions, rope_theta, seq_len, bias, init_std, layers, dropout.
+  explicit CausalSelfAttention(const LayerContext& context);
+
+  std::string type_name() const override { return "CausalSelfAttention"; }
+  std::string settings() const override;
+  // x [B, T, C] -> [B, T, C], T <= seq_len
+  Tensor forward(const Tensor& x) override;
+
+  int64_t heads() const { return heads_; }
+  int64_t kv_heads() const { return kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  bool uses_rope() const { return rope_; }
+
+ private:
+  int64_t dim_;       // C
+  int64_t heads_;     // H
+  int64_t kv_heads_;  // KV
+  int64_t head_dim_;  // D
+  int64_t seq_len_;   // the longest T the rope tables cover
+  bool rope_;
+  std::shared_ptr<Linear> qkv_;         // [(H + 2 KV) D, C]
+  std::shared_ptr<Linear> projection_;  // [C, C]
+  DropoutStream dropout_;
+};
+
+}  // namespace weft

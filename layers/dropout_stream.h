@@ -1,0 +1,32 @@
+// DropoutStream: one layer's dropout, with a new mask on every call and the same masks on every run.
+//
+// weft::dropout draws its mask from Philox(seed, offset + i). A layer keeps one stream: its key is
+// mixed from the model seed and a stream id unique to the layer (its first weight offset), and the
+// offset advances by the input's size after each training call, so no two calls, and no two layers,
+// share a mask. Evaluation calls (training false) and p == 0 consume nothing.
+//
+// The call counter is state a bit-exact resume needs: offset() / set_offset() expose it.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+namespace weft {
+
+class DropoutStream {
+ public:
+  DropoutStream(double probability, uint64_t seed, uint64_t stream);
+  // x unchanged unless training and probability > 0.
+  Tensor apply(const Tensor& x, bool training);
+  double probability() const { return probability_; }
+  uint64_t offset() const { return offset_; }
+  void set_offset(uint64_t offset) { offset_ = offset; }
+
+ private:
+  double probability_;
+  uint64_t key_;        // Philox key for this layer's masks
+  uint64_t offset_ = 0; // counter of the next mask's first element
+};
+
+}  // namespace weft

@@ -1,0 +1,47 @@
+// GptModel: a GPT-2 style decoder-only language model, registered as "gpt".
+//
+//   ids [B, T] -> token_embedding [V, C] (+ position_embedding [T_max, C] rows 0..T-1 when
+//   positions == learned) -> dropout -> blocks (layers x TransformerBlock) -> final_norm
+//   -> logits [B, T, V] = x token_embedding^T when tie_embeddings, else x head^T (head [V, C], no bias)
+//
+// Norms and MLPs come from config.norm / config.mlp through the registry, so the same skeleton
+// builds a Llama (layers/llama.h) or a model with a user's own layers. Parameter names:
+// token_embedding.weight, position_embedding.weight, blocks.N.{norm1,attention,norm2,mlp}...,
+// final_norm.weight, head.weight. Draw order is construction order: token embedding, position
+// embedding, blocks in order, final norm, head.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "layers/dropout_stream.h"
+#include "layers/embedding.h"
+#include "layers/language_model.h"
+#include "layers/linear.h"
+#include "layers/module_list.h"
+#include "layers/registry.h"
+
+namespace weft {
+
+class GptModel : public LanguageModel {
+ public:
+  explicit GptModel(const LayerContext& context);
+
+  std::string type_name() const override { return "GPT"; }
+  std::string settings() const override;
+  // ids [B, T] -> [B, T, V]
+  Tensor logits(const Tensor& ids) override;
+
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  ModelConfig config_;                              // as built (a Llama's forced settings included)
+  std::shared_ptr<Embedding> token_embedding_;      // [V, C]
+  std::shared_ptr<Embedding> position_embedding_;   // [seq_len, C]; null with rope
+  std::shared_ptr<ModuleList> blocks_;              // layers x TransformerBlock
+  std::shared_ptr<Module> final_norm_;              // config.norm over C
+  std::shared_ptr<Linear> head_;                    // [V, C]; null when tied
+  DropoutStream dropout_;                           // on the embeddings
+};
+
+}  // namespace weft

@@ -1,0 +1,55 @@
+// GeluMlp and SwigluMlp (mlp.h).
+#include "layers/mlp.h"
+
+#include "runtime/error.h"
+#include "runtime/ops/elementwise.h"
+
+namespace weft {
+int64_t swiglu_hidden_dim(int64_t dim, int64_t hidden_dim) {
+  if (hidden_dim > 0) return hidden_dim;
+  constexpr int64_t kMultiple = 64;
+  const int64_t two_thirds_of_4c = 8 * dim / 3;
+  return (two_thirds_of_4c + kMultiple - 1) / kMultiple * kMultiple;
+}
+
+GeluMlp::GeluMlp(const LayerContext& context)
+    : dim_(context.config.dim),
+      hidden_dim_(context.config.hidden_dim > 0 ? context.config.hidden_dim : 4 * context.config.dim),
+      dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
+  register_random_stream("dropout", &dropout_);
+  const ModelConfig& config = context.config;
+  fc_ = register_module("fc", std::make_shared<Linear>(dim_, hidden_dim_, config.bias, context));
+  projection_ = register_module(
+      "proj", std::make_shared<Linear>(hidden_dim_, dim_, config.bias, context, residual_init_std(config)));
+}
+
+std::string GeluMlp::settings() const { return str(dim_, " -> ", hidden_dim_, " -> ", dim_); }
+
+Tensor GeluMlp::forward(const Tensor& x) {
+  const Tensor hidden = gelu(fc_->forward(x));  // [..., hidden]
+  return dropout_.apply(projection_->forward(hidden), is_training());
+}
+
+SwigluMlp::SwigluMlp(const LayerContext& context)
+    : dim_(context.config.dim),
+      hidden_dim_(swiglu_hidden_dim(context.config.dim, context.config.hidden_dim)),
+      dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
+  register_random_stream("dropout", &dropout_);
+  const ModelConfig& config = context.config;
+  gate_ = register_module("gate", std::make_shared<Linear>(dim_, hidden_dim_, config.bias, context));
+  up_ = register_module("up", std::make_shared<Linear>(dim_, hidden_dim_, config.bias, context));
+  down_ = register_module(
+      "down", std::make_shared<Linear>(hidden_dim_, dim_, config.bias, context, residual_init_std(config)));
+}
+
+std::string SwigluMlp::settings() const { return str(dim_, " -> 2 x ", hidden_dim_, " -> ", dim_); }
+
+Tensor SwigluMlp::forward(const Tensor& x) {
+  const Tensor hidden = mul(silu(gate_->forward(x)), up_->forward(x));  // [..., hidden]
+  return dropout_.apply(down_->forward(hidden), is_training());
+}
+
+WEFT_REGISTER_LAYER("gelu_mlp", [](const LayerContext& context) { return std::make_shared<GeluMlp>(context); });
+WEFT_REGISTER_LAYER("swiglu_mlp", [](const LayerContext& context) { return std::make_shared<SwigluMlp>(context); });
+
+}  // namespace weft

@@ -1,0 +1,63 @@
+// The transformer's feed-forward layers, created by name from config.mlp.
+//
+// GeluMlp ("gelu_mlp", GPT-2):  x [B, T, C] -> fc [hidden, C] -> gelu (tanh form) -> proj [C, hidden]
+//   hidden = config.hidden_dim, or 4C when 0.
+// SwigluMlp ("swiglu_mlp", Llama): silu(x Wgate^T) * (x Wup^T) -> down [C, hidden]
+//   gate, up [hidden, C]; hidden = config.hidden_dim, or 8C/3 rounded up to a multiple of 64 when 0
+//   (Llama's rule, which keeps the parameter count near the 4C GELU MLP's and the matmuls aligned).
+// Both: biases per config.bias; the output projection is drawn with init_std / sqrt(2 * layers)
+// (GPT-2's residual scaling); dropout (config.dropout) on the output in training only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "layers/dropout_stream.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+#include "layers/registry.h"
+
+namespace weft {
+
+// round_up(8C/3, 64) unless hidden_dim > 0.
+int64_t swiglu_hidden_dim(int64_t dim, int64_t hidden_dim);
+
+class GeluMlp : public Module {
+ public:
+  explicit GeluMlp(const LayerContext& context);
+
+  std::string type_name() const override { return "GeluMlp"; }
+  std::string settings() const override;
+  // x [..., C] -> [..., C]
+  Tensor forward(const Tensor& x) override;
+  int64_t hidden_dim() const { return hidden_dim_; }
+
+ private:
+  int64_t dim_;
+  int64_t hidden_dim_;
+  std::shared_ptr<Linear> fc_;          // [hidden, C]
+  std::shared_ptr<Linear> projection_;  // [C, hidden]
+  DropoutStream dropout_;
+};
+
+class SwigluMlp : public Module {
+ public:
+  explicit SwigluMlp(const LayerContext& context);
+
+  std::string type_name() const override { return "SwigluMlp"; }
+  std::string settings() const override;
+  // x [..., C] -> [..., C]
+  Tensor forward(const Tensor& x) override;
+  int64_t hidden_dim() const { return hidden_dim_; }
+
+ private:
+  int64_t dim_;
+  int64_t hidden_dim_;
+  std::shared_ptr<Linear> gate_;  // [hidden, C]
+  std::shared_ptr<Linear> up_;    // [hidden, C]
+  std::shared_ptr<Linear> down_;  // [C, hidden]
+  DropoutStream dropout_;
+};
+
+}  // namespace weft

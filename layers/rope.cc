@@ -1,0 +1,47 @@
+// Rotary position embeddings (rope.h).
+#include "layers/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/ops/concat.h"
+#include "runtime/ops/elementwise.h"
+
+namespace weft {
+
+std::pair<Tensor, Tensor> rotary_tables(int64_t seq_len, int64_t head_dim, double theta) {
+  WEFT_CHECK(head_dim >= 2 && head_dim % 2 == 0, "rotary embeddings need an even head dim, got ", head_dim);
+  WEFT_CHECK(seq_len >= 1 && theta > 0, "rotary_tables: seq_len ", seq_len, " and theta ", theta,
+             " must be positive");
+  const int64_t half = head_dim / 2;
+  std::vector<double> cos_values(static_cast<size_t>(seq_len * head_dim));
+  std::vector<double> sin_values(cos_values.size());
+  for (int64_t t = 0; t < seq_len; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      // Computed in double, as 1 / theta^(2i/D), so a f64 model and its PyTorch reference agree.
+      const double inverse_frequency = 1.0 / std::pow(theta, static_cast<double>(2 * i) / head_dim);
+      const double angle = static_cast<double>(t) * inverse_frequency;
+      for (const int64_t column : {i, i + half}) {
+        cos_values[static_cast<size_t>(t * head_dim + column)] = std::cos(angle);
+        sin_values[static_cast<size_t>(t * head_dim + column)] = std::sin(angle);
+      }
+    }
+  }
+  return {Tensor::from_vector(absl::Span<const double>(cos_values), {seq_len, head_dim}, kFloat64),
+          Tensor::from_vector(absl::Span<const double>(sin_values), {seq_len, head_dim}, kFloat64)};
+}
+
+Tensor apply_rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  WEFT_CHECK(x.dim() == 4, "apply_rotary_embedding: x must be [B, H, T, D], got ", x.describe());
+  const int64_t time = x.size(2), head_dim = x.size(3);
+  WEFT_CHECK(head_dim % 2 == 0, "apply_rotary_embedding: head dim must be even, got ", x.describe());
+  WEFT_CHECK(cos.dim() == 2 && cos.size(0) == time && cos.size(1) == head_dim && sin.shape() == cos.shape(),
+             "apply_rotary_embedding: cos ", cos.describe(), " and sin ", sin.describe(), " must be [T, D] = [",
+             time, ", ", head_dim, "] for x ", x.describe());
+  const std::vector<Tensor> halves = split(x, {head_dim / 2, head_dim / 2}, -1);  // 2 x [B, H, T, D/2]
+  const Tensor rotated = concat({neg(halves[1]), halves[0]}, -1);                  // [B, H, T, D]
+  return add(mul(x, cos), mul(rotated, sin));                                      // cos, sin broadcast
+}
+
+}  // namespace weft

@@ -1,0 +1,81 @@
+// Optimizers: update parameters from their accumulated gradients.
+//
+// An Optimizer holds parameter groups (weight decay applies to matrices, not to norms and biases),
+// its per-parameter state (momentum, Adam moments) and, when the model computes in bf16/f16, f32
+// master copies of the weights: step() updates the master weights and writes them back rounded.
+// Gradients are read from each parameter's .grad (any floating dtype) and are not cleared by step();
+// call zero_grad(). All state is f32 (f64 for f64 parameters) and is part of the checkpoint.
+//
+// As in PyTorch, a parameter whose .grad is undefined at step() is skipped: no decay, no state
+// change. State is allocated (zeros) when the optimizer is built, so state_dict() always has every
+// entry. The implementations are sgd.h and adamw.h; master_weights.h says how a master copy stays
+// in step with a parameter that is written outside the optimizer (for example by loading weights).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/module.h"
+#include "runtime/tensor.h"
+
+namespace weft {
+
+struct ParameterGroup {
+  std::vector<NamedParameter> parameters;
+  double weight_decay = 0.0;
+};
+
+// Splits parameters into a decayed group (2-D and higher: matrices and embeddings) and a group
+// without decay (1-D: biases and norm weights), as GPT-2 and Llama training do.
+std::vector<ParameterGroup> default_parameter_groups(const std::vector<NamedParameter>& parameters,
+                                                     double weight_decay);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update with learning rate `lr` (the schedule is applied by the caller).
+  virtual void step(double lr) = 0;
+  void zero_grad();
+  // Optimizer state for checkpoints: "<parameter name>.<state name>" -> tensor, plus "step".
+  virtual std::map<std::string, Tensor> state_dict() const = 0;
+  // Restores state_dict() output; missing or mismatched entries are errors naming them.
+  virtual void load_state_dict(const std::map<std::string, Tensor>& state) = 0;
+  int64_t steps_taken() const { return steps_; }
+  const std::vector<ParameterGroup>& parameter_groups() const { return groups_; }
+
+ protected:
+  // Checks that every parameter is a defined, contiguous floating tensor with a unique name.
+  explicit Optimizer(std::vector<ParameterGroup> groups);
+  // Registers a live state tensor under `key` ("<parameter name>.<state name>"); the subclass keeps
+  // its own handle to the same tensor and updates it in place, so restore_state() reaches it.
+  void register_state(const std::string& key, const Tensor& tensor);
+  // The shared halves of state_dict() / load_state_dict(): copies of every registered tensor plus
+  // "step" (i64 scalar). restore_state checks everything (missing, unexpected, shape, dtype) before
+  // it copies anything, so a failed load leaves the optimizer as it was.
+  std::map<std::string, Tensor> snapshot_state() const;
+  void restore_state(const std::map<std::string, Tensor>& state);
+
+  std::vector<ParameterGroup> groups_;
+  int64_t steps_ = 0;
+
+ private:
+  std::map<std::string, Tensor> state_;  // key -> live state tensor (aliases the subclass's handles)
+};
+
+struct SgdOptions {
+  double momentum = 0.0;
+  bool nesterov = false;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+std::unique_ptr<Optimizer> make_sgd(std::vector<ParameterGroup> groups, const SgdOptions& options);
+std::unique_ptr<Optimizer> make_adamw(std::vector<ParameterGroup> groups, const AdamWOptions& options);
+
+}  // namespace weft

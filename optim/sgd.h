@@ -1,0 +1,33 @@
+// SGD's per-parameter update, exactly as torch.optim.SGD (dampening 0) computes it:
+//
+//   d = g + weight_decay * p                 L2 regularization, PyTorch's SGD convention
+//   b = momentum * b + d                     (the buffer starts at zero, so the first b is d)
+//   d = nesterov ? d + momentum * b : b      (momentum 0: d is used as is)
+//   p = p - lr * d
+//
+// The Optimizer made by make_sgd (optimizer.h) owns the state and calls sgd_update once per
+// parameter with a gradient. State "<name>.momentum_buffer" (when momentum is not 0) and, for
+// bf16/f16 parameters, "<name>.master". The CPU version is a plain loop over contiguous data.
+#pragma once
+
+#include "runtime/tensor.h"
+
+namespace weft {
+
+struct SgdStep {
+  double lr = 0.0;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+};
+
+// parameter [..] (any floating dtype, contiguous), updated in place.
+// grad: parameter's shape, any floating dtype (converted to the state dtype).
+// momentum_buffer: parameter's shape, contiguous, f32 (f64 for f64 parameters), updated in place;
+// undefined when momentum is 0.
+// master: f32 contiguous copy for a bf16/f16 parameter (see master_weights.h), undefined otherwise.
+// Every tensor on the parameter's device; a device without an optimizer kernel is a weft::Error.
+void sgd_update(const Tensor& parameter, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& master,
+                const SgdStep& step);
+
+}  // namespace weft

@@ -1,0 +1,395 @@
+// Run configs: the option table's defaults and help, layering of YAML files and --set overrides,
+// every class of config error with what its message must carry (file, 1-based line, key, nearest
+// key, allowed values), the --dump-config round trip, and weft-train's command line.
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+#include "launcher/command_line.h"
+#include "launcher/config_loader.h"
+#include "launcher/config_options.h"
+#include "runtime/error.h"
+
+namespace weft {
+namespace {
+
+// A fresh folder per test, so the files can have the plain names ("run.yaml") that messages show.
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    folder_ = std::filesystem::path(::testing::TempDir()) /
+              ("weft_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(folder_);
+  }
+  void TearDown() override { std::filesystem::remove_all(folder_); }
+
+  std::string write(const std::string& name, const std::string& contents) {
+    const std::string path = (folder_ / name).string();
+    std::ofstream(path) << contents;
+    return path;
+  }
+
+  std::filesystem::path folder_;
+};
+
+// The message of the weft::Error that `action` throws; fails the test when it throws none.
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected a weft::Error";
+  return "";
+}
+
+void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
+  for (const std::string& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' missing from: " << message;
+  }
+}
+
+// Equal in every declared key (the dump prints every key with a text that parses back exactly).
+void expect_same_config(const RunConfig& a, const RunConfig& b) {
+  EXPECT_EQ(dump_config(a), dump_config(b));
+  EXPECT_EQ(a.model.options, b.model.options);
+}
+
+TEST_F(ConfigTest, NoFilesGiveTheStructDefaults) {
+  const RunConfig config = load_config({}, {});
+  expect_same_config(config, RunConfig{});
+  EXPECT_EQ(config.train.lr, 3e-3);
+  EXPECT_EQ(config.model.dim, 64);
+  EXPECT_EQ(config.data.train, "/usr/share/games/fortunes");
+  EXPECT_NO_THROW(validate_config(RunConfig{}));
+  // An empty file and empty sections change nothing.
+  expect_same_config(load_config({write("empty.yaml", ""), write("sections.yaml", "train:\nmodel:\n")}, {}),
+                     RunConfig{});
+}
+
+TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
+  std::set<std::string> keys;
+  for (const ConfigOption& option : config_options()) {
+    EXPECT_TRUE(keys.insert(option.key).second) << "declared twice: " << option.key;
+    EXPECT_FALSE(option.help.empty()) << option.key;
+    EXPECT_EQ(find_config_option(option.key), &option);
+    if (option.type == OptionType::string_map) continue;
+    RunConfig config;
+    EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
+  }
+  EXPECT_EQ(keys.size(), 55u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(find_config_option("train.lrr"), nullptr);
+  EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
+  EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);
+}
+
+TEST_F(ConfigTest, LaterFilesOverrideEarlierOnesKeyByKey) {
+  const std::string base = write("base.yaml",
+                                 "model:\n  dim: 128\n  heads: 8\n  options:\n    alpha: 1\n    beta: two\n"
+                                 "train:\n  lr: 0.01\n  steps: 500\n  device: cuda:1\n  seed: 18446744073709551615\n");
+  const std::string over = write("over.yaml",
+                                 "train:\n  lr: 1e-4\n  schedule: linear\nmodel:\n  options:\n    beta: 3\n"
+                                 "  bias: no\n");
+  const RunConfig config = load_config({base, over}, {});
+  EXPECT_EQ(config.model.dim, 128);
+  EXPECT_EQ(config.model.heads, 8);
+  EXPECT_EQ(config.model.bias, false);
+  EXPECT_EQ(config.train.lr, 1e-4);
+  EXPECT_EQ(config.train.steps, 500);
+  EXPECT_EQ(config.train.schedule, "linear");
+  EXPECT_EQ(config.train.device, "cuda:1");
+  EXPECT_EQ(config.train.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(config.model.options, (std::map<std::string, std::string>{{"alpha", "1"}, {"beta", "3"}}));
+  // The other order: base wins.
+  EXPECT_EQ(load_config({over, base}, {}).train.lr, 0.01);
+}
+
+TEST_F(ConfigTest, SetOverridesComeAfterTheFilesInOrder) {
+  const std::string file = write("run.yaml", "train:\n  lr: 0.01\n  steps: 500\n");
+  const RunConfig config = load_config(
+      {file}, {"train.lr=0.5", "train.lr = 0.25", "data.val=", "model.options.rank=16",
+               "log.metrics_file=out/metrics.jsonl", "model.tie_embeddings=false", "train.steps=+20"});
+  EXPECT_EQ(config.train.lr, 0.25);
+  EXPECT_EQ(config.train.steps, 20);
+  EXPECT_EQ(config.data.val, "");
+  EXPECT_EQ(config.model.options.at("rank"), "16");
+  EXPECT_EQ(config.log.metrics_file, "out/metrics.jsonl");
+  EXPECT_FALSE(config.model.tie_embeddings);
+}
+
+TEST_F(ConfigTest, UnknownKeyNamesFileLineAndNearestKey) {
+  const std::string file = write("run.yaml",
+                                 "# a run\n"
+                                 "model:\n"
+                                 "  dim: 64\n"
+                                 "train:\n"
+                                 "  steps: 10\n"
+                                 "\n"
+                                 "  lrr: 0.1\n");
+  EXPECT_EQ(error_of([&] { load_config({file}, {}); }),
+            file + ":7: unknown key 'train.lrr'; did you mean 'train.lr'?");
+  // The right name under the wrong section.
+  const std::string misplaced = write("misplaced.yaml", "train:\n  vocab: 50304\n");
+  expect_contains(error_of([&] { load_config({misplaced}, {}); }),
+                  {"misplaced.yaml:2", "unknown key 'train.vocab'", "did you mean 'model.vocab'?"});
+  // Nothing close: list the section's keys.
+  const std::string far = write("far.yaml", "comm:\n  overlap_everything: true\n");
+  expect_contains(error_of([&] { load_config({far}, {}); }),
+                  {"far.yaml:2", "unknown key 'comm.overlap_everything'", "the keys of 'comm' are: mode"});
+}
+
+TEST_F(ConfigTest, UnknownSectionNamesFileLineAndNearestSection) {
+  const std::string typo = write("run.yaml", "model:\n  dim: 64\ntrian:\n  lr: 0.1\n");
+  EXPECT_EQ(error_of([&] { load_config({typo}, {}); }),
+            typo + ":3: unknown section 'trian'; did you mean 'train'?");
+  const std::string flat = write("flat.yaml", "\nlr: 0.1\n");
+  expect_contains(error_of([&] { load_config({flat}, {}); }),
+                  {"flat.yaml:2", "unknown section 'lr'", "did you mean 'train.lr'?"});
+  const std::string dotted = write("dotted.yaml", "train.lr: 0.1\n");
+  expect_contains(error_of([&] { load_config({dotted}, {}); }),
+                  {"dotted.yaml:1", "unknown section 'train.lr'", "'train:' and under it 'lr: ...'"});
+  const std::string nothing_close = write("other.yaml", "optimizer_settings:\n  x: 1\n");
+  expect_contains(error_of([&] { load_config({nothing_close}, {}); }),
+                  {"other.yaml:1", "the sections are model, train, data, parallel, comm, checkpoint, log"});
+}
+
+TEST_F(ConfigTest, WrongTypeNamesKeyValueAndFileLine) {
+  const std::string file = write("run.yaml", "train:\n  lr: 0.1\n\n\n  steps: ten\n");
+  EXPECT_EQ(error_of([&] { load_config({file}, {}); }),
+            "train.steps: expected an integer, got 'ten' (" + file + ":5)");
+  expect_contains(error_of([&] { load_config({write("a.yaml", "train:\n  steps: 1.5\n")}, {}); }),
+                  {"train.steps: expected an integer, got '1.5'", "a.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("b.yaml", "train:\n  lr: fast\n")}, {}); }),
+                  {"train.lr: expected a number, got 'fast'", "b.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("c.yaml", "model:\n  bias: maybe\n")}, {}); }),
+                  {"model.bias: expected true or false, got 'maybe'", "c.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("d.yaml", "model:\n  dim: [1, 2]\n")}, {}); }),
+                  {"model.dim: expected an integer, got a list", "d.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("e.yaml", "model:\n  dim:\n")}, {}); }),
+                  {"model.dim: expected an integer, got nothing", "e.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("f.yaml", "train:\n  seed: -1\n")}, {}); }),
+                  {"train.seed: expected a non-negative integer, got '-1'", "f.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("g.yaml", "model:\n  options: [a]\n")}, {}); }),
+                  {"model.options: expected a map of NAME: VALUE, got a list", "g.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("h.yaml", "train: 3\n")}, {}); }),
+                  {"h.yaml:1", "section 'train' must be a map of keys", "got '3'"});
+  expect_contains(error_of([&] { load_config({write("i.yaml", "- train\n")}, {}); }),
+                  {"i.yaml:1", "expected a map of sections", "got a list"});
+}
+
+TEST_F(ConfigTest, ValuesOutOfRangeOrNotAllowedSayWhatIsAllowed) {
+  expect_contains(error_of([&] { load_config({write("run.yaml", "train:\n  lr: -0.1\n")}, {}); }),
+                  {"train.lr: must be > 0, got -0.1", "run.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("a.yaml", "train:\n  schedule: cosin\n")}, {}); }),
+                  {"train.schedule: must be one of cosine|linear|constant, got 'cosin'", "a.yaml:2"});
+  expect_contains(error_of([&] { load_config({write("b.yaml", "train:\n  device: gpu\n")}, {}); }),
+                  {"train.device: must be one of cpu|cuda|cuda:N, got 'gpu'", "b.yaml:2"});
+  expect_contains(error_of([] { load_config({}, {"train.device=cuda:x"}); }),
+                  {"train.device: must be one of cpu|cuda|cuda:N, got 'cuda:x'"});
+  expect_contains(error_of([] { load_config({}, {"train.dtype=fp16"}); }), {"one of f32|bf16"});
+  expect_contains(error_of([] { load_config({}, {"train.optimizer=adam"}); }), {"one of adamw|sgd"});
+  expect_contains(error_of([] { load_config({}, {"data.format=json"}); }), {"one of text|tokens"});
+  expect_contains(error_of([] { load_config({}, {"comm.mode=magic"}); }), {"one of manual|auto"});
+  expect_contains(error_of([] { load_config({}, {"log.progress=fancy"}); }), {"one of auto|bar|plain"});
+  expect_contains(error_of([] { load_config({}, {"train.on_nan=ignore"}); }), {"one of stop|skip"});
+  expect_contains(error_of([] { load_config({}, {"parallel.zero=3"}); }),
+                  {"parallel.zero: must be one of 0|1|2, got '3'"});
+  expect_contains(error_of([] { load_config({}, {"data.val_fraction=0.6"}); }),
+                  {"data.val_fraction: must be in [0, 0.5], got 0.6", "(--set data.val_fraction=0.6)"});
+  expect_contains(error_of([] { load_config({}, {"model.dropout=1"}); }), {"must be in [0, 1), got 1.0"});
+  expect_contains(error_of([] { load_config({}, {"model.layers=0"}); }), {"model.layers: must be >= 1, got 0"});
+  expect_contains(error_of([] { load_config({}, {"data.train="}); }), {"data.train: must not be empty"});
+  EXPECT_EQ(load_config({}, {"train.device=cuda:3"}).train.device, "cuda:3");
+  EXPECT_EQ(load_config({}, {"data.val_fraction=0.5"}).data.val_fraction, 0.5);
+}
+
+TEST_F(ConfigTest, YamlSyntaxErrorNamesFileAndLine) {
+  const std::string file = write("run.yaml", "train:\n  lr: 0.1\n  steps: [1, 2\n\n");
+  expect_contains(error_of([&] { load_config({file}, {}); }), {file + ":", "YAML syntax error"});
+  const std::string brace = write("brace.yaml", "model:\n  dim: 64\n  heads: {\n");
+  const std::string message = error_of([&] { load_config({brace}, {}); });
+  expect_contains(message, {"brace.yaml:", "YAML syntax error"});
+  EXPECT_EQ(message.find("brace.yaml:0"), std::string::npos) << "lines are 1-based: " << message;
+  const std::string tabs = write("tabs.yaml", "model:\n\tdim: 3\n");
+  expect_contains(error_of([&] { load_config({tabs}, {}); }),
+                  {tabs + ":2:", "YAML syntax error", "tab: YAML indents with spaces only"});
+}
+
+TEST_F(ConfigTest, MissingFileIsNamed) {
+  const std::string missing = (folder_ / "nope.yaml").string();
+  expect_contains(error_of([&] { load_config({missing}, {}); }),
+                  {"cannot read config file '" + missing + "'", "No such file"});
+}
+
+TEST_F(ConfigTest, DuplicateKeyNamesBothLines) {
+  const std::string file = write("run.yaml", "train:\n  lr: 0.1\n  steps: 3\n  lr: 0.2\n");
+  expect_contains(error_of([&] { load_config({file}, {}); }),
+                  {file + ":4: duplicate key 'train.lr'", "first set at " + file + ":2"});
+}
+
+TEST_F(ConfigTest, SetErrorsNameTheOverride) {
+  expect_contains(error_of([] { load_config({}, {"train.lr"}); }), {"--set 'train.lr': expected key=value"});
+  expect_contains(error_of([] { load_config({}, {"=3"}); }), {"expected key=value"});
+  EXPECT_EQ(error_of([] { load_config({}, {"train.lrr=0.1"}); }),
+            "--set train.lrr=0.1: unknown key 'train.lrr'; did you mean 'train.lr'?");
+  expect_contains(error_of([] { load_config({}, {"trian.lr=0.1"}); }),
+                  {"unknown key 'trian.lr'", "did you mean 'train.lr'?"});
+  expect_contains(error_of([] { load_config({}, {"modle.dim=3"}); }),
+                  {"unknown key 'modle.dim'", "did you mean 'model.dim'?"});
+  EXPECT_EQ(error_of([] { load_config({}, {"lr=0.1"}); }),
+            "--set lr=0.1: unknown key 'lr'; did you mean 'train.lr'?");
+  expect_contains(error_of([] { load_config({}, {"optimizer_settings.x=1"}); }),
+                  {"unknown key 'optimizer_settings.x'", "the sections are model, train"});
+  EXPECT_EQ(error_of([] { load_config({}, {"trian.foo=1"}); }),
+            "--set trian.foo=1: unknown key 'trian.foo'; did you mean section 'train'?");
+  EXPECT_EQ(error_of([] { load_config({}, {"train.steps=ten"}); }),
+            "train.steps: expected an integer, got 'ten' (--set train.steps=ten)");
+  expect_contains(error_of([] { load_config({}, {"model.options=x"}); }),
+                  {"model.options is a map", "--set model.options.NAME=VALUE"});
+}
+
+TEST_F(ConfigTest, CrossFieldErrorsNameBothKeysValuesAndOrigins) {
+  const std::string file = write("run.yaml", "model:\n  dim: 65\n");
+  expect_contains(error_of([&] { load_config({file}, {}); }),
+                  {"model.dim = 65 (" + file + ":2)", "model.heads = 4 (default)", "not a multiple"});
+  expect_contains(error_of([] { load_config({}, {"model.kv_heads=3"}); }),
+                  {"model.heads = 4 (default)", "model.kv_heads = 3 (--set model.kv_heads=3)"});
+  EXPECT_NO_THROW(load_config({}, {"model.kv_heads=2"}));
+  expect_contains(error_of([] { load_config({}, {"train.micro_batches=3"}); }),
+                  {"train.batch_size = 8 (default)", "train.micro_batches = 3"});
+  expect_contains(error_of([] { load_config({}, {"parallel.dp=2", "parallel.tp=2"}); }),
+                  {"parallel.dp * parallel.tp * parallel.pp = 2 * 2 * 1 = 4", "one process only",
+                   "distributed runtime", "Set parallel.dp = 2 (--set parallel.dp=2), parallel.tp = 2"});
+  expect_contains(error_of([] { load_config({}, {"train.warmup_steps=300"}); }),
+                  {"train.warmup_steps = 300", "train.steps = 200 (default)"});
+  expect_contains(error_of([] { load_config({}, {"checkpoint.resume=latest"}); }),
+                  {"checkpoint.resume = latest", "needs checkpoint.dir"});
+  // The origin is where the key was set last.
+  const std::string heads = write("heads.yaml", "model:\n  heads: 5\n");
+  expect_contains(error_of([&] { load_config({heads}, {"model.dim=96"}); }),
+                  {"model.dim = 96 (--set model.dim=96)", "model.heads = 5 (" + heads + ":2)"});
+}
+
+TEST_F(ConfigTest, ValidateConfigChecksConfigsBuiltInCode) {
+  RunConfig config;
+  config.train.schedule = "step";
+  expect_contains(error_of([&] { validate_config(config); }), {"train.schedule: must be one of"});
+  config = RunConfig{};
+  config.model.dim = 66;
+  expect_contains(error_of([&] { validate_config(config); }), {"model.dim = 66 is not a multiple of model.heads = 4"});
+}
+
+TEST_F(ConfigTest, DumpConfigRoundTrips) {
+  RunConfig config;
+  config.model.type = "llama";
+  config.model.layers = 12;
+  config.model.dim = 768;
+  config.model.heads = 12;
+  config.model.kv_heads = 4;
+  config.model.positions = "rope";
+  config.model.rope_theta = 500000.0;
+  config.model.norm_eps = 1e-6;
+  config.model.bias = false;
+  config.model.dropout = 0.1 + 0.2;  // not a short decimal: must still come back bit for bit
+  config.model.seed = std::numeric_limits<uint64_t>::max();
+  config.model.options = {{"rank", "16"}, {"note", "a: b # not a comment"}, {"empty", ""}, {"tilde", "~"}};
+  config.train.device = "cuda:0";
+  config.train.dtype = "bf16";
+  config.train.batch_size = 12;
+  config.train.micro_batches = 3;
+  config.train.lr = 6e-4;
+  config.train.eps = 1e-12;
+  config.train.schedule = "constant";
+  config.train.on_nan = "skip";
+  config.data.train = "data/shard_*.bin";
+  config.data.val = "null";
+  config.data.format = "tokens";
+  config.data.val_fraction = 0.0;
+  config.parallel.zero = 2;
+  config.comm.mode = "auto";
+  config.checkpoint.dir = " runs/with spaces ";
+  config.checkpoint.resume = "latest";
+  config.log.metrics_file = "metrics.jsonl";
+  config.log.progress = "plain";
+  ASSERT_NO_THROW(validate_config(config));
+
+  const std::string dumped = dump_config(config);
+  for (const ConfigOption& option : config_options()) {
+    EXPECT_NE(dumped.find(std::string(option.name()) + ":"), std::string::npos) << option.key;
+  }
+  const RunConfig loaded = load_config({write("dumped.yaml", dumped)}, {});
+  expect_same_config(loaded, config);
+  EXPECT_EQ(loaded.model.dropout, config.model.dropout);
+  EXPECT_EQ(loaded.data.val, "null");
+  EXPECT_EQ(loaded.checkpoint.dir, " runs/with spaces ");
+  EXPECT_EQ(loaded.model.options.at("tilde"), "~");
+  // The defaults round-trip too, empty strings and the empty map included.
+  expect_same_config(load_config({write("defaults.yaml", dump_config(RunConfig{}))}, {}), RunConfig{});
+}
+
+TEST_F(ConfigTest, DumpConfigPrintsSectionsInFixedOrder) {
+  const std::string dumped = dump_config(RunConfig{});
+  size_t previous = 0;
+  for (const std::string& section : config_sections()) {
+    const size_t at = dumped.find("\n" + section + ":");
+    ASSERT_NE(at, std::string::npos) << section;
+    EXPECT_GT(at, previous) << section;
+    previous = at;
+  }
+  expect_contains(dumped, {"  lr: 0.003\n", "  device: cpu\n", "  val: \"\"\n", "  options: {}\n"});
+}
+
+TEST_F(ConfigTest, HelpListsEveryKeyWithTypeDefaultLimitsAndHelp) {
+  const std::string help = config_help();
+  for (const ConfigOption& option : config_options()) {
+    EXPECT_NE(help.find("  " + option.key + " "), std::string::npos) << option.key;
+    EXPECT_NE(help.find(option.help), std::string::npos) << option.key;
+  }
+  for (const std::string& section : config_sections()) {
+    EXPECT_NE(help.find(section + ":\n"), std::string::npos) << section;
+  }
+  expect_contains(help, {"(float, default 0.003; > 0)  peak learning rate",
+                         "(string, default cosine; one of cosine|linear|constant)",
+                         "(int, default 0; one of 0|1|2)", "(string, default \"\")", "(map, default {})",
+                         "(bool, default true)", "(float, default 0.05; in [0, 0.5])"});
+}
+
+TEST(CommandLineTest, SortsFilesOverridesAndFlags) {
+  const char* argv[] = {"weft-train", "base.yaml", "--set", "train.lr=0.1", "more.yaml",
+                        "--set=train.steps=5", "--dump-config", "--", "--odd-name.yaml"};
+  const CommandLine command_line = parse_command_line(std::size(argv), argv);
+  EXPECT_EQ(command_line.files, (std::vector<std::string>{"base.yaml", "more.yaml", "--odd-name.yaml"}));
+  EXPECT_EQ(command_line.overrides, (std::vector<std::string>{"train.lr=0.1", "train.steps=5"}));
+  EXPECT_TRUE(command_line.dump_config);
+  EXPECT_FALSE(command_line.help);
+
+  const char* help[] = {"weft-train", "-h"};
+  EXPECT_TRUE(parse_command_line(2, help).help);
+  const char* dump[] = {"weft-train", "--dump-config"};
+  EXPECT_TRUE(parse_command_line(2, dump).files.empty());
+}
+
+TEST(CommandLineTest, ErrorsNameTheFlagAndShowUsage) {
+  const char* unknown[] = {"weft-train", "run.yaml", "--sett", "train.lr=1"};
+  expect_contains(error_of([&] { parse_command_line(4, unknown); }), {"unknown flag '--sett'", "usage: weft-train"});
+  const char* dangling[] = {"weft-train", "run.yaml", "--set"};
+  expect_contains(error_of([&] { parse_command_line(3, dangling); }), {"--set needs a key=value", "usage:"});
+  const char* nothing[] = {"weft-train"};
+  expect_contains(error_of([&] { parse_command_line(1, nothing); }), {"no config file given", "usage:"});
+  EXPECT_NE(command_line_usage().find("--set"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,592 @@
+// Optimizers, learning-rate schedules, gradient clipping and accumulation (optim/).
+//
+// Single steps are checked against values computed by hand from the formulas in optim/sgd.h and
+// optim/adamw.h, in f64 so that only rounding separates them. Agreement with PyTorch itself over
+// several steps is the golden test's job (tests/golden/optimizer_golden.*).
+#include <cmath>
+#include <limits>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "optim/adamw.h"
+#include "optim/gradient_accumulation.h"
+#include "optim/gradient_clipping.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "runtime/weft.h"
+
+namespace weft {
+namespace {
+
+NamedParameter make_parameter(const std::string& name, std::vector<double> values, std::vector<int64_t> shape,
+                              DType dtype = kFloat64) {
+  Tensor tensor = Tensor::from_vector(values, shape, dtype);
+  tensor.set_requires_grad(true);
+  return NamedParameter{.name = name, .tensor = tensor, .layout = Layout::replicate()};
+}
+
+void set_gradient(const NamedParameter& parameter, std::vector<double> values, DType dtype = kFloat64) {
+  Tensor tensor = parameter.tensor;
+  tensor.set_grad(Tensor::from_vector(values, parameter.tensor.shape(), dtype));
+}
+
+std::vector<ParameterGroup> one_group(std::vector<NamedParameter> parameters, double weight_decay = 0.0) {
+  return {ParameterGroup{.parameters = std::move(parameters), .weight_decay = weight_decay}};
+}
+
+// Gradient of step `step` for parameter number `index`: fixed pseudo-random values.
+Tensor synthetic_gradient(const Tensor& parameter, int step, int index) {
+  return Tensor::normal(parameter.shape(), /*seed=*/77, /*offset=*/static_cast<uint64_t>(1000 * step + 100 * index),
+                        0.0, 1.0, kFloat32);
+}
+
+template <class Function>
+std::string error_message(Function&& function) {
+  try {
+    function();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+template <class Function>
+void expect_error(Function&& function, const std::string& fragment) {
+  const std::string message = error_message(function);
+  EXPECT_NE(message.find(fragment), std::string::npos)
+      << "expected an error containing \"" << fragment << "\", got: " << message;
+}
+
+// --- Groups and zero_grad -------------------------------------------------------------------
+
+TEST(ParameterGroups, MatricesAreDecayedVectorsAreNot) {
+  std::vector<NamedParameter> parameters = {
+      make_parameter("linear.weight", {1, 2, 3, 4}, {2, 2}), make_parameter("linear.bias", {1, 2}, {2}),
+      make_parameter("embedding.weight", {1, 2, 3, 4, 5, 6}, {3, 2}), make_parameter("norm.weight", {1}, {1})};
+  std::vector<ParameterGroup> groups = default_parameter_groups(parameters, 0.1);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].weight_decay, 0.1);
+  ASSERT_EQ(groups[0].parameters.size(), 2u);
+  EXPECT_EQ(groups[0].parameters[0].name, "linear.weight");
+  EXPECT_EQ(groups[0].parameters[1].name, "embedding.weight");
+  EXPECT_EQ(groups[1].weight_decay, 0.0);
+  ASSERT_EQ(groups[1].parameters.size(), 2u);
+  EXPECT_EQ(groups[1].parameters[0].name, "linear.bias");
+  EXPECT_EQ(groups[1].parameters[1].name, "norm.weight");
+  // The groups hold the live parameters, not copies.
+  EXPECT_TRUE(groups[0].parameters[0].tensor.is_same(parameters[0].tensor));
+}
+
+TEST(Optimizer, ZeroGradClearsEveryGradient) {
+  NamedParameter weight = make_parameter("w", {1, 2}, {2});
+  NamedParameter bias = make_parameter("b", {3}, {1});
+  set_gradient(weight, {1, 1});
+  set_gradient(bias, {1});
+  auto optimizer = make_sgd(one_group({weight, bias}), {});
+  optimizer->zero_grad();
+  EXPECT_FALSE(weight.tensor.grad().defined());
+  EXPECT_FALSE(bias.tensor.grad().defined());
+}
+
+TEST(Optimizer, RejectsBadParameters) {
+  expect_error([] { make_sgd(one_group({make_parameter("w", {1}, {1}), make_parameter("w", {2}, {1})}), {}); },
+               "two parameters are named 'w'");
+  NamedParameter shared = make_parameter("a", {1}, {1});
+  NamedParameter alias = shared;
+  alias.name = "b";
+  expect_error([&] { make_adamw(one_group({shared, alias}), {}); }, "appears twice");
+  NamedParameter ids{.name = "ids", .tensor = Tensor::zeros({2}, kInt64), .layout = Layout::replicate()};
+  expect_error([&] { make_adamw(one_group({ids}), {}); }, "only floating");
+  expect_error([] { make_sgd(one_group({make_parameter("w", {1}, {1})}), {.momentum = 0, .nesterov = true}); },
+               "nesterov");
+}
+
+// --- SGD -------------------------------------------------------------------------------------
+
+TEST(Sgd, PlainStepIsLrTimesGradient) {
+  NamedParameter weight = make_parameter("w", {1.0, -2.0}, {2});
+  auto optimizer = make_sgd(one_group({weight}), {});
+  set_gradient(weight, {0.5, 0.25});
+  optimizer->step(0.1);
+  EXPECT_EQ(weight.tensor.to_vector(), (std::vector<double>{1.0 - 0.1 * 0.5, -2.0 - 0.1 * 0.25}));
+  EXPECT_EQ(optimizer->steps_taken(), 1);
+  EXPECT_EQ(optimizer->state_dict().size(), 1u);  // only "step": no momentum buffer without momentum
+}
+
+TEST(Sgd, MomentumAccumulatesTheBuffer) {
+  NamedParameter weight = make_parameter("w", {1.0}, {1});
+  auto optimizer = make_sgd(one_group({weight}), {.momentum = 0.9});
+  set_gradient(weight, {0.5});
+  optimizer->step(0.1);
+  double buffer = 0.5;  // the first buffer is the gradient itself
+  double expected = 1.0 - 0.1 * buffer;
+  EXPECT_DOUBLE_EQ(weight.tensor.item(), expected);
+  set_gradient(weight, {-0.25});
+  optimizer->step(0.1);
+  buffer = 0.9 * buffer + -0.25;
+  expected = expected - 0.1 * buffer;
+  EXPECT_DOUBLE_EQ(weight.tensor.item(), expected);
+  EXPECT_DOUBLE_EQ(optimizer->state_dict().at("w.momentum_buffer").item(), buffer);
+}
+
+TEST(Sgd, NesterovLooksAhead) {
+  NamedParameter weight = make_parameter("w", {1.0}, {1});
+  auto optimizer = make_sgd(one_group({weight}), {.momentum = 0.9, .nesterov = true});
+  set_gradient(weight, {0.5});
+  optimizer->step(0.1);
+  double buffer = 0.5;
+  double expected = 1.0 - 0.1 * (0.5 + 0.9 * buffer);  // 0.905
+  EXPECT_DOUBLE_EQ(weight.tensor.item(), expected);
+  set_gradient(weight, {-0.25});
+  optimizer->step(0.1);
+  buffer = 0.9 * buffer - 0.25;
+  expected = expected - 0.1 * (-0.25 + 0.9 * buffer);  // 0.912
+  EXPECT_DOUBLE_EQ(weight.tensor.item(), expected);
+  EXPECT_NEAR(expected, 0.912, 1e-12);
+}
+
+TEST(Sgd, WeightDecayIsAddedToTheGradient) {
+  // PyTorch's SGD convention (L2): d = g + wd * p, then momentum, then p -= lr * d.
+  NamedParameter weight = make_parameter("w", {2.0}, {1});
+  NamedParameter bias = make_parameter("b", {2.0}, {1});
+  std::vector<ParameterGroup> groups = {ParameterGroup{.parameters = {weight}, .weight_decay = 0.1},
+                                        ParameterGroup{.parameters = {bias}, .weight_decay = 0.0}};
+  auto optimizer = make_sgd(groups, {.momentum = 0.9});
+  set_gradient(weight, {0.5});
+  set_gradient(bias, {0.5});
+  optimizer->step(0.1);
+  EXPECT_DOUBLE_EQ(weight.tensor.item(), 2.0 - 0.1 * (0.5 + 0.1 * 2.0));  // 1.93
+  EXPECT_DOUBLE_EQ(bias.tensor.item(), 2.0 - 0.1 * 0.5);
+}
+
+TEST(Sgd, ParametersWithoutGradientAreSkipped) {
+  NamedParameter weight = make_parameter("w", {2.0}, {1});
+  auto optimizer = make_sgd(one_group({weight}, 0.5), {.momentum = 0.9});
+  optimizer->step(0.1);  // no gradient: not even the weight decay applies
+  EXPECT_EQ(weight.tensor.item(), 2.0);
+  EXPECT_EQ(optimizer->state_dict().at("w.momentum_buffer").item(), 0.0);
+}
+
+// --- AdamW -----------------------------------------------------------------------------------
+
+// The update of adamw.h written out with bias corrections, for one element.
+struct AdamReference {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double m = 0, v = 0;
+  int step = 0;
+  double update(double p, double g, double lr, double weight_decay) {
+    step += 1;
+    p *= 1.0 - lr * weight_decay;
+    m = beta1 * m + (1 - beta1) * g;
+    v = beta2 * v + (1 - beta2) * g * g;
+    const double m_hat = m / (1 - std::pow(beta1, step));
+    const double v_hat = v / (1 - std::pow(beta2, step));
+    return p - lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+};
+
+TEST(AdamW, BiasCorrectionAtStepsOneAndTwo) {
+  NamedParameter weight = make_parameter("w", {1.0, -3.0}, {2});
+  auto optimizer = make_adamw(one_group({weight}), {});
+  // Step 1: m_hat = g and v_hat = g^2, so the step is lr * g / (|g| + eps): about lr, whatever |g|.
+  set_gradient(weight, {0.5, -4.0});
+  optimizer->step(0.1);
+  std::vector<double> values = weight.tensor.to_vector();
+  EXPECT_NEAR(values[0], 1.0 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
+  EXPECT_NEAR(values[1], -3.0 + 0.1 * 4.0 / (4.0 + 1e-8), 1e-15);
+  EXPECT_NEAR(values[0], 0.9, 1e-8);
+
+  AdamReference first, second;
+  double expected0 = first.update(1.0, 0.5, 0.1, 0.0);
+  double expected1 = second.update(-3.0, -4.0, 0.1, 0.0);
+  set_gradient(weight, {-0.25, 1.0});
+  optimizer->step(0.05);
+  expected0 = first.update(expected0, -0.25, 0.05, 0.0);
+  expected1 = second.update(expected1, 1.0, 0.05, 0.0);
+  values = weight.tensor.to_vector();
+  EXPECT_NEAR(values[0], expected0, 1e-15);
+  EXPECT_NEAR(values[1], expected1, 1e-15);
+  std::map<std::string, Tensor> state = optimizer->state_dict();
+  EXPECT_NEAR(state.at("w.exp_avg").to_vector()[0], first.m, 1e-17);
+  EXPECT_NEAR(state.at("w.exp_avg_sq").to_vector()[0], first.v, 1e-18);
+  EXPECT_EQ(state.at("w.exp_avg").dtype(), kFloat64);  // f64 parameters keep f64 state
+  EXPECT_EQ(state.at("w.step").item(), 2.0);
+  EXPECT_EQ(state.at("step").item(), 2.0);
+  EXPECT_EQ(state.count("w.master"), 0u);
+}
+
+TEST(AdamW, DecoupledDecayOnMatricesOnly) {
+  NamedParameter matrix = make_parameter("linear.weight", {1, 2, 3, 4}, {2, 2});
+  NamedParameter bias = make_parameter("linear.bias", {1, 2}, {2});
+  auto optimizer = make_adamw(default_parameter_groups({matrix, bias}, 0.5), {});
+  // Zero gradients: the Adam step is 0 / (0 + eps) = 0, so only the decay moves anything.
+  set_gradient(matrix, {0, 0, 0, 0});
+  set_gradient(bias, {0, 0});
+  optimizer->step(0.1);
+  const double factor = 1.0 - 0.1 * 0.5;
+  EXPECT_EQ(matrix.tensor.to_vector(), (std::vector<double>{1 * factor, 2 * factor, 3 * factor, 4 * factor}));
+  EXPECT_EQ(bias.tensor.to_vector(), (std::vector<double>{1, 2}));
+
+  // With gradients: the decay multiplies p before the Adam step (it is not added to g). Both
+  // parameters are at their second step with zero moments so far.
+  AdamReference matrix_reference, bias_reference;
+  matrix_reference.step = bias_reference.step = 1;
+  set_gradient(matrix, {0.3, 0, 0, 0});
+  set_gradient(bias, {0.3, 0});
+  optimizer->step(0.1);
+  EXPECT_NEAR(matrix.tensor.to_vector()[0], matrix_reference.update(1 * factor, 0.3, 0.1, 0.5), 1e-15);
+  EXPECT_NEAR(bias.tensor.to_vector()[0], bias_reference.update(1.0, 0.3, 0.1, 0.0), 1e-15);
+  EXPECT_EQ(bias.tensor.to_vector()[1], 2.0);
+}
+
+TEST(AdamW, EachParameterCountsItsOwnSteps) {
+  // As in PyTorch: a parameter first updated at the optimizer's second step gets the bias
+  // correction of its own first update.
+  NamedParameter early = make_parameter("early", {1.0}, {1});
+  NamedParameter late = make_parameter("late", {1.0}, {1});
+  auto optimizer = make_adamw(one_group({early, late}), {});
+  set_gradient(early, {0.5});
+  optimizer->step(0.1);
+  EXPECT_EQ(late.tensor.item(), 1.0);
+  set_gradient(late, {0.5});
+  optimizer->step(0.1);
+  EXPECT_NEAR(late.tensor.item(), 1.0 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
+  EXPECT_EQ(optimizer->state_dict().at("late.step").item(), 1.0);
+  EXPECT_EQ(optimizer->state_dict().at("early.step").item(), 2.0);
+}
+
+TEST(AdamW, F32ParametersKeepF32StateAndAcceptBf16Gradients) {
+  NamedParameter weight = make_parameter("w", {1.0, 2.0}, {2}, kFloat32);
+  auto optimizer = make_adamw(one_group({weight}), {});
+  set_gradient(weight, {0.5, -0.5}, kBFloat16);
+  optimizer->step(0.01);
+  EXPECT_EQ(optimizer->state_dict().at("w.exp_avg").dtype(), kFloat32);
+  EXPECT_NEAR(weight.tensor.to_vector()[0], 0.99, 1e-6);
+  EXPECT_NEAR(weight.tensor.to_vector()[1], 2.01, 1e-6);
+}
+
+TEST(AdamW, UpdateChecksItsState) {
+  // (A tensor on another device cannot be made in a CPU-only build, so the "CUDA optimizer kernel
+  // is not built yet" error of adamw_update / sgd_update is not reachable from this test.)
+  NamedParameter weight = make_parameter("w", {1.0}, {1});
+  set_gradient(weight, {1.0});
+  Tensor exp_avg = Tensor::zeros({1}, kFloat64);
+  Tensor wrong_state = Tensor::zeros({1}, kFloat32);  // f64 parameters need f64 state
+  expect_error([&] { adamw_update(weight.tensor, weight.tensor.grad(), exp_avg, wrong_state, Tensor(), {}); },
+               "does not fit");
+  Tensor bf16 = Tensor::ones({1}, kBFloat16);
+  expect_error([&] { adamw_update(bf16, Tensor::ones({1}), Tensor::zeros({1}), Tensor::zeros({1}), Tensor(), {}); },
+               "needs an f32 master");
+}
+
+// --- Master weights --------------------------------------------------------------------------
+
+TEST(MasterWeights, TinyUpdatesAccumulateUntilTheBf16ValueMoves) {
+  // bf16 values just below 1.0 are 2^-8 apart, so a step of 1e-3 rounds back to 1.0 every time:
+  // without a master copy the parameter would never move.
+  ASSERT_EQ(static_cast<float>(BFloat16(1.0f - 1e-3f)), 1.0f);
+  NamedParameter weight = make_parameter("w", {1.0, 1.0, 1.0}, {3}, kBFloat16);
+  auto optimizer = make_adamw(one_group({weight}), {});
+  // A constant gradient makes every Adam step lr * g / (|g| + eps), i.e. about lr.
+  set_gradient(weight, {1.0, 1.0, 1.0}, kBFloat16);
+  optimizer->step(1e-3);
+  EXPECT_EQ(weight.tensor.to_vector(), (std::vector<double>{1.0, 1.0, 1.0}));
+  Tensor master = optimizer->state_dict().at("w.master");
+  EXPECT_EQ(master.dtype(), kFloat32);
+  EXPECT_NEAR(master.to_vector()[0], 0.999, 1e-6);
+  for (int step = 1; step < 10; ++step) optimizer->step(1e-3);
+  master = optimizer->state_dict().at("w.master");
+  EXPECT_NEAR(master.to_vector()[0], 0.99, 1e-5);
+  EXPECT_LT(weight.tensor.to_vector()[0], 1.0);
+  // The parameter is the master rounded once.
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(weight.tensor.to_vector()[i], static_cast<double>(static_cast<float>(
+                                                BFloat16(static_cast<float>(master.to_vector()[i])))));
+  }
+  EXPECT_EQ(optimizer->state_dict().at("w.exp_avg").dtype(), kFloat32);
+}
+
+TEST(MasterWeights, SgdAndF16UseMastersToo) {
+  NamedParameter bf16 = make_parameter("a", {1.0}, {1}, kBFloat16);
+  NamedParameter f16 = make_parameter("b", {1000.0}, {1}, kFloat16);  // f16 spacing at 1000 is 0.5
+  auto optimizer = make_sgd(one_group({bf16, f16}), {.momentum = 0.0});
+  for (int step = 0; step < 20; ++step) {
+    set_gradient(bf16, {1.0});
+    set_gradient(f16, {1.0});
+    optimizer->step(1e-3 * (step < 10 ? 1 : 100));  // 10 steps of 1e-3, then 10 of 0.1
+  }
+  std::map<std::string, Tensor> state = optimizer->state_dict();
+  EXPECT_NEAR(state.at("a.master").item(), 1.0 - 10 * 1e-3 - 10 * 0.1, 1e-5);
+  EXPECT_NEAR(state.at("b.master").item(), 1000.0 - 10 * 1e-3 - 10 * 0.1, 1e-3);
+  EXPECT_EQ(f16.tensor.item(), 999.0);  // 998.99 rounded to the f16 grid
+}
+
+TEST(MasterWeights, AnOutsideWriteToTheParameterWins) {
+  // Loading weights after the optimizer was built must not be undone by a stale master.
+  NamedParameter weight = make_parameter("w", {1.0, 1.0}, {2}, kBFloat16);
+  auto optimizer = make_sgd(one_group({weight}), {});
+  set_gradient(weight, {1.0, 1.0});
+  optimizer->step(1e-3);
+  Tensor loaded = weight.tensor;
+  loaded.set({0}, 2.0);  // element 0 changes, element 1 keeps its rounding
+  optimizer->step(1e-3);
+  const std::vector<double> master = optimizer->state_dict().at("w.master").to_vector();
+  EXPECT_NEAR(master[0], 2.0 - 1e-3, 1e-6);
+  EXPECT_NEAR(master[1], 1.0 - 2e-3, 1e-6);
+  // 1.999 rounds to 2.0; 0.998 is just under the midpoint of 0.99609375 and 1.0.
+  EXPECT_EQ(weight.tensor.to_vector(), (std::vector<double>{2.0, 0.99609375}));
+}
+
+// --- Checkpoints -----------------------------------------------------------------------------
+
+// Builds fresh parameters with `values`, an optimizer over them, and runs `steps` steps starting at
+// step index `first_step` with synthetic gradients.
+struct TrainingRun {
+  std::vector<NamedParameter> parameters;
+  std::unique_ptr<Optimizer> optimizer;
+  void steps(int first_step, int count) {
+    for (int step = first_step; step < first_step + count; ++step) {
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        Tensor tensor = parameters[i].tensor;
+        tensor.set_grad(synthetic_gradient(tensor, step, static_cast<int>(i)));
+      }
+      optimizer->step(0.01 * (1.0 + step));
+    }
+  }
+};
+
+std::vector<NamedParameter> checkpoint_parameters() {
+  NamedParameter matrix{.name = "matrix", .tensor = Tensor::normal({3, 2}, 5, 0), .layout = Layout::replicate()};
+  NamedParameter bias{.name = "bias", .tensor = Tensor::normal({3}, 5, 100, 0, 1, kBFloat16),
+                      .layout = Layout::replicate()};
+  matrix.tensor.set_requires_grad(true);
+  bias.tensor.set_requires_grad(true);
+  return {matrix, bias};
+}
+
+std::vector<NamedParameter> copies_of(const std::vector<NamedParameter>& parameters) {
+  std::vector<NamedParameter> copies;
+  for (const NamedParameter& parameter : parameters) {
+    NamedParameter copy = parameter;
+    copy.tensor = parameter.tensor.detach().clone();
+    copy.tensor.set_requires_grad(true);
+    copies.push_back(copy);
+  }
+  return copies;
+}
+
+void expect_resume_is_bit_exact(
+    const std::function<std::unique_ptr<Optimizer>(const std::vector<NamedParameter>&)>& make) {
+  TrainingRun straight;
+  straight.parameters = checkpoint_parameters();
+  straight.optimizer = make(straight.parameters);
+  straight.steps(0, 3);
+  const std::map<std::string, Tensor> state = straight.optimizer->state_dict();
+  TrainingRun resumed;
+  resumed.parameters = copies_of(straight.parameters);
+  straight.steps(3, 3);  // changes the live state; `state` is a snapshot and must not follow
+  resumed.optimizer = make(resumed.parameters);
+  resumed.optimizer->load_state_dict(state);
+  EXPECT_EQ(resumed.optimizer->steps_taken(), 3);
+  resumed.steps(3, 3);
+  for (size_t i = 0; i < straight.parameters.size(); ++i) {
+    EXPECT_EQ(straight.parameters[i].tensor.to_vector(), resumed.parameters[i].tensor.to_vector())
+        << straight.parameters[i].name;
+  }
+  const std::map<std::string, Tensor> final_straight = straight.optimizer->state_dict();
+  const std::map<std::string, Tensor> final_resumed = resumed.optimizer->state_dict();
+  ASSERT_EQ(final_straight.size(), final_resumed.size());
+  for (const auto& [key, tensor] : final_straight) {
+    EXPECT_EQ(tensor.to_vector(), final_resumed.at(key).to_vector()) << key;
+  }
+}
+
+TEST(OptimizerState, AdamWResumeIsBitExact) {
+  expect_resume_is_bit_exact([](const std::vector<NamedParameter>& parameters) {
+    return make_adamw(default_parameter_groups(parameters, 0.1), {});
+  });
+}
+
+TEST(OptimizerState, SgdResumeIsBitExact) {
+  expect_resume_is_bit_exact([](const std::vector<NamedParameter>& parameters) {
+    return make_sgd(default_parameter_groups(parameters, 0.01), {.momentum = 0.9, .nesterov = true});
+  });
+}
+
+TEST(OptimizerState, StateDictNamesEveryEntry) {
+  auto optimizer = make_adamw(default_parameter_groups(checkpoint_parameters(), 0.1), {});
+  std::vector<std::string> keys;
+  for (const auto& [key, tensor] : optimizer->state_dict()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"bias.exp_avg", "bias.exp_avg_sq", "bias.master", "bias.step",
+                                            "matrix.exp_avg", "matrix.exp_avg_sq", "matrix.step", "step"}));
+}
+
+TEST(OptimizerState, MismatchedStateIsAnErrorAndLoadsNothing) {
+  TrainingRun run;
+  run.parameters = checkpoint_parameters();
+  run.optimizer = make_adamw(default_parameter_groups(run.parameters, 0.1), {});
+  run.steps(0, 2);
+  const std::map<std::string, Tensor> good = run.optimizer->state_dict();
+
+  auto expect_load_error = [&](const std::map<std::string, Tensor>& state, const std::string& fragment) {
+    expect_error([&] { run.optimizer->load_state_dict(state); }, fragment);
+  };
+  std::map<std::string, Tensor> missing = good;
+  missing.erase("matrix.exp_avg_sq");
+  expect_load_error(missing, "missing 'matrix.exp_avg_sq'");
+
+  std::map<std::string, Tensor> wrong_shape = good;
+  wrong_shape["matrix.exp_avg"] = Tensor::zeros({2, 3});
+  expect_load_error(wrong_shape, "'matrix.exp_avg' is f32[2, 3]");
+
+  std::map<std::string, Tensor> wrong_dtype = good;
+  wrong_dtype["bias.master"] = Tensor::zeros({3}, kFloat64);
+  expect_load_error(wrong_dtype, "'bias.master'");
+
+  std::map<std::string, Tensor> unexpected = good;
+  unexpected["decoder.weight.exp_avg"] = Tensor::zeros({1});
+  expect_load_error(unexpected, "unexpected 'decoder.weight.exp_avg'");
+
+  std::map<std::string, Tensor> no_step = good;
+  no_step.erase("step");
+  expect_load_error(no_step, "missing 'step'");
+
+  // A failed load changed nothing, even where its own entries were fine.
+  std::map<std::string, Tensor> partly_good = wrong_shape;
+  partly_good["matrix.exp_avg_sq"] = Tensor::full({3, 2}, 123.0);
+  partly_good["step"] = Tensor::scalar(40, kInt64);
+  expect_load_error(partly_good, "nothing was loaded");
+  const std::map<std::string, Tensor> after = run.optimizer->state_dict();
+  for (const auto& [key, tensor] : good) EXPECT_EQ(tensor.to_vector(), after.at(key).to_vector()) << key;
+  EXPECT_EQ(run.optimizer->steps_taken(), 2);
+
+  // State from SGD is not AdamW's.
+  auto sgd = make_sgd(default_parameter_groups(copies_of(run.parameters), 0.1), {.momentum = 0.9});
+  expect_error([&] { sgd->load_state_dict(good); }, "unexpected 'matrix.exp_avg'");
+}
+
+// --- Learning-rate schedules -----------------------------------------------------------------
+
+TEST(LearningRateSchedule, WarmupIsLinearFromTheFirstStep) {
+  LearningRateSchedule schedule(1.0, 10, 110, ScheduleKind::kCosine, 0.1);
+  EXPECT_DOUBLE_EQ(schedule.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(schedule.at(4), 0.5);
+  EXPECT_DOUBLE_EQ(schedule.at(9), 1.0);
+  EXPECT_DOUBLE_EQ(schedule.at(10), 1.0);  // decay starts from the peak
+}
+
+TEST(LearningRateSchedule, CosineDecaysToTheMinimumRatio) {
+  LearningRateSchedule schedule(6e-4, 10, 110, "cosine", 0.1);
+  EXPECT_DOUBLE_EQ(schedule.at(60), 6e-5 + (6e-4 - 6e-5) * 0.5);  // midpoint: halfway between
+  EXPECT_DOUBLE_EQ(schedule.at(35), 6e-5 + (6e-4 - 6e-5) * 0.5 * (1 + std::cos(std::numbers::pi / 4)));
+  EXPECT_DOUBLE_EQ(schedule.at(110), 6e-5);
+  EXPECT_DOUBLE_EQ(schedule.at(5000), 6e-5);
+  EXPECT_DOUBLE_EQ(schedule.min_lr(), 6e-5);
+  for (int64_t step = 11; step <= 110; ++step) EXPECT_LT(schedule.at(step), schedule.at(step - 1));
+}
+
+TEST(LearningRateSchedule, LinearAndConstant) {
+  LearningRateSchedule linear(1.0, 10, 110, "linear", 0.1);
+  EXPECT_DOUBLE_EQ(linear.at(60), 0.55);
+  EXPECT_DOUBLE_EQ(linear.at(35), 1.0 - 0.9 * 0.25);
+  EXPECT_DOUBLE_EQ(linear.at(110), 0.1);
+  EXPECT_DOUBLE_EQ(linear.at(200), 0.1);
+  LearningRateSchedule constant(3e-4, 5, 0, "constant");
+  EXPECT_DOUBLE_EQ(constant.at(0), 3e-4 / 5);
+  EXPECT_DOUBLE_EQ(constant.at(5), 3e-4);
+  EXPECT_DOUBLE_EQ(constant.at(1000000), 3e-4);
+  LearningRateSchedule no_warmup(1.0, 0, 100, "cosine", 0.0);
+  EXPECT_DOUBLE_EQ(no_warmup.at(0), 1.0);
+  EXPECT_DOUBLE_EQ(no_warmup.at(100), 0.0);
+  LearningRateSchedule no_decay_room(1.0, 10, 10, "linear", 0.5);
+  EXPECT_DOUBLE_EQ(no_decay_room.at(9), 1.0);
+  EXPECT_DOUBLE_EQ(no_decay_room.at(10), 0.5);
+}
+
+TEST(LearningRateSchedule, BadSettingsAreErrors) {
+  expect_error([] { LearningRateSchedule(1.0, 10, 100, "cosin"); }, "valid kinds: cosine, linear, constant");
+  expect_error([] { LearningRateSchedule(1.0, 100, 10, "cosine"); }, "total_steps (10)");
+  expect_error([] { LearningRateSchedule(1.0, 10, 100, "cosine", 1.5); }, "min_lr_ratio");
+  expect_error([] { LearningRateSchedule(-1.0, 10, 100, "cosine"); }, "lr must be");
+  expect_error([] { LearningRateSchedule(1.0, 10, 100, "cosine").at(-1); }, "step must be");
+}
+
+// --- Gradient clipping -----------------------------------------------------------------------
+
+struct ClipFixture {
+  NamedParameter a = make_parameter("a", {0, 0}, {2});
+  NamedParameter b = make_parameter("b", {0}, {1});
+  NamedParameter no_grad = make_parameter("c", {0}, {1});
+  ClipFixture() {
+    set_gradient(a, {3, 4});
+    set_gradient(b, {12});
+  }
+  std::vector<Tensor> parameters() const { return {a.tensor, b.tensor, no_grad.tensor}; }
+};
+
+TEST(GradientClipping, ScalesToTheMaximumNorm) {
+  ClipFixture fixture;
+  EXPECT_DOUBLE_EQ(clip_grad_norm(fixture.parameters(), 6.5), 13.0);  // sqrt(9 + 16 + 144)
+  const double factor = 6.5 / (13.0 + 1e-6);
+  EXPECT_DOUBLE_EQ(fixture.a.tensor.grad().to_vector()[0], 3 * factor);
+  EXPECT_DOUBLE_EQ(fixture.a.tensor.grad().to_vector()[1], 4 * factor);
+  EXPECT_DOUBLE_EQ(fixture.b.tensor.grad().item(), 12 * factor);
+  EXPECT_NEAR(clip_grad_norm(fixture.parameters(), 0.0), 6.5, 1e-6);  // 0: measure only
+}
+
+TEST(GradientClipping, UnderTheMaximumNothingChanges) {
+  ClipFixture fixture;
+  EXPECT_DOUBLE_EQ(clip_grad_norm(fixture.parameters(), 13.5), 13.0);
+  EXPECT_EQ(fixture.a.tensor.grad().to_vector(), (std::vector<double>{3, 4}));
+  EXPECT_DOUBLE_EQ(clip_grad_norm(fixture.parameters(), -1.0), 13.0);
+  EXPECT_EQ(fixture.b.tensor.grad().item(), 12.0);
+}
+
+TEST(GradientClipping, NonFiniteNormIsReturnedUnscaled) {
+  ClipFixture fixture;
+  set_gradient(fixture.b, {std::numeric_limits<double>::infinity()});
+  EXPECT_EQ(clip_grad_norm(fixture.parameters(), 1.0), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(fixture.a.tensor.grad().to_vector(), (std::vector<double>{3, 4}));
+  set_gradient(fixture.b, {std::nan("")});
+  EXPECT_TRUE(std::isnan(clip_grad_norm(fixture.parameters(), 1.0)));
+  EXPECT_EQ(fixture.a.tensor.grad().to_vector(), (std::vector<double>{3, 4}));
+}
+
+TEST(GradientClipping, LowPrecisionGradientsAreSummedInDouble) {
+  // 4096 bf16 gradients of 1: the norm is exactly 64. (A bf16 running sum of the squares would
+  // stop growing at 256, where adding 1 no longer changes a bf16 value.)
+  NamedParameter weight = make_parameter("w", std::vector<double>(4096, 0.0), {64, 64}, kBFloat16);
+  set_gradient(weight, std::vector<double>(4096, 1.0), kBFloat16);
+  EXPECT_EQ(clip_grad_norm({weight.tensor}, 0.0), 64.0);
+}
+
+// --- Gradient accumulation -------------------------------------------------------------------
+
+TEST(GradientAccumulation, TwoHalfBatchesScaledByHalfEqualTheFullBatch) {
+  const Tensor inputs = Tensor::normal({4, 3}, 9, 0, 0, 1, kFloat64);
+  const Tensor targets = Tensor::normal({4, 1}, 9, 100, 0, 1, kFloat64);
+  auto loss_of = [](const Tensor& weight, const Tensor& x, const Tensor& y) {
+    return mean(square(matmul(x, weight) - y));  // mean over the batch: each micro-batch its own mean
+  };
+  Tensor full = Tensor::normal({3, 1}, 9, 200, 0, 1, kFloat64);
+  full.set_requires_grad(true);
+  loss_of(full, inputs, targets).backward();
+
+  Tensor accumulated = full.detach().clone();
+  accumulated.set_requires_grad(true);
+  loss_of(accumulated, inputs.narrow(0, 0, 2), targets.narrow(0, 0, 2)).backward();
+  loss_of(accumulated, inputs.narrow(0, 2, 2), targets.narrow(0, 2, 2)).backward();  // .grad += this
+  scale_gradients({accumulated}, 0.5);
+  const std::vector<double> expected = full.grad().to_vector();
+  const std::vector<double> actual = accumulated.grad().to_vector();
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-14) << i;
+}
+
+}  // namespace
+}  // namespace weft
