@@ -1,0 +1,421 @@
+// load_config, validate_config and dump_config (see config_loader.h). A ConfigBuilder applies the
+// sources one by one and remembers where each key was last set, so that a cross-field error can
+// say which file line (or --set, or the default) each of its values came from.
+#include "launcher/config_loader.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "launcher/config_options.h"
+#include "runtime/error.h"
+#include "yaml-cpp/yaml.h"
+
+namespace weft {
+namespace {
+
+// Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of two
+// neighbouring characters ("trian" -> "train") each cost 1.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The candidate nearest to `word`, or "" when even the nearest is too far to be a typo of it.
+std::string nearest(std::string_view word, const std::vector<std::string>& candidates,
+                    size_t max_distance) {
+  std::string best;
+  size_t best_distance = max_distance + 1;
+  for (const std::string& candidate : candidates) {
+    const size_t distance = edit_distance(word, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+// How far a misspelling may be from the word meant: 2 edits, more for long words.
+size_t typo_distance(std::string_view word) { return std::max<size_t>(2, word.size() / 3); }
+
+std::string join(const std::vector<std::string>& words, std::string_view separator) {
+  std::string joined;
+  for (const std::string& word : words) {
+    if (!joined.empty()) joined += separator;
+    joined += word;
+  }
+  return joined;
+}
+
+std::vector<std::string> all_keys() {
+  std::vector<std::string> keys;
+  for (const ConfigOption& option : config_options()) keys.push_back(option.key);
+  return keys;
+}
+
+std::vector<std::string> section_names(std::string_view section) {
+  std::vector<std::string> names;
+  for (const ConfigOption& option : config_options()) {
+    if (option.section() == section) names.emplace_back(option.name());
+  }
+  return names;
+}
+
+// What to say after "unknown key 'KEY'" for "section.name" (from --set, also a bare "name" or an
+// unknown section).
+std::string unknown_key_advice(const std::string& key) {
+  const std::string_view section = std::string_view(key).substr(0, key.find('.'));
+  const std::string_view name = std::string_view(key).substr(key.find('.') + 1);
+  // The right name under the wrong section ("train.vocab") is closer in meaning than any typo.
+  for (const ConfigOption& option : config_options()) {
+    if (option.name() == name) return str("; did you mean '", option.key, "'?");
+  }
+  const std::string suggestion = nearest(key, all_keys(), typo_distance(key));
+  if (!suggestion.empty()) return str("; did you mean '", suggestion, "'?");
+  const std::vector<std::string> names = section_names(section);
+  if (names.empty()) {  // only from --set: a file's unknown section fails before its keys
+    const std::string near_section = nearest(section, config_sections(), typo_distance(section));
+    if (!near_section.empty()) return str("; did you mean section '", near_section, "'?");
+    return str("; the sections are ", join(config_sections(), ", "));
+  }
+  return str("; the keys of '", section, "' are: ", join(names, ", "),
+             " (weft-train --help describes them)");
+}
+
+// What to say after "unknown section 'NAME'".
+std::string unknown_section_advice(const std::string& name) {
+  if (const ConfigOption* option = find_config_option(name)) {
+    return str("; write the key nested: '", option->section(), ":' and under it '", option->name(),
+               ": ...'");
+  }
+  for (const ConfigOption& option : config_options()) {
+    if (option.name() == name) {
+      return str("; did you mean '", option.key, "'? Keys go under their section ('",
+                 option.section(), ":' and under it '", name, ": ...')");
+    }
+  }
+  const std::string suggestion = nearest(name, config_sections(), typo_distance(name));
+  if (!suggestion.empty()) return str("; did you mean '", suggestion, "'?");
+  return str("; the sections are ", join(config_sections(), ", "));
+}
+
+std::string node_kind(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null: return "nothing";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Scalar: return str("'", node.Scalar(), "'");
+    default: return "an undefined value";
+  }
+}
+
+std::string expected_value(OptionType type) {
+  switch (type) {
+    case OptionType::integer: return "an integer";
+    case OptionType::floating: return "a number";
+    case OptionType::string: return "a string";
+    case OptionType::boolean: return "true or false";
+    case OptionType::string_map: return "a map of NAME: VALUE";
+  }
+  return "a value";
+}
+
+class ConfigBuilder {
+ public:
+  void apply_file(const std::string& path);
+  void apply_override(const std::string& assignment);
+  void check_cross_fields() const;
+  RunConfig take() { return std::move(config_); }
+
+ private:
+  // "path:line" for a node of the file being read.
+  std::string where(const std::string& path, const YAML::Node& node) const {
+    const YAML::Mark mark = node.Mark();
+    if (mark.is_null()) return path;
+    return str(path, ":", mark.line + 1);
+  }
+  // Every key of a YAML map once: a repeated key is almost always an edit gone wrong, and YAML
+  // says the second one would silently win.
+  void check_unique_keys(const std::string& path, const YAML::Node& map, const std::string& prefix) const;
+  void apply_scalar(const ConfigOption& option, const YAML::Node& value, const std::string& origin);
+  void apply_map(const ConfigOption& option, const YAML::Node& value, const std::string& path);
+
+  RunConfig config_;
+  std::map<std::string, std::string> origin_;  // key -> "run.yaml:5" or "--set key=value"
+};
+
+void ConfigBuilder::check_unique_keys(const std::string& path, const YAML::Node& map,
+                                      const std::string& prefix) const {
+  std::map<std::string, std::string> first_seen;
+  for (const auto& entry : map) {
+    if (!entry.first.IsScalar()) {
+      WEFT_FAIL(where(path, entry.first), ": a key must be a plain name, got ", node_kind(entry.first));
+    }
+    const std::string& name = entry.first.Scalar();
+    const auto [it, inserted] = first_seen.emplace(name, where(path, entry.first));
+    if (!inserted) {
+      WEFT_FAIL(where(path, entry.first), ": duplicate key '", prefix, name, "' (first set at ",
+                it->second, "); keep one of them");
+    }
+  }
+}
+
+void ConfigBuilder::apply_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    WEFT_FAIL("cannot read config file '", path, "': ", std::strerror(errno),
+              "; check the path (files are read relative to the current directory)");
+  }
+  std::stringstream contents;
+  contents << file.rdbuf();
+
+  YAML::Node root;
+  try {
+    root = YAML::Load(contents.str());
+  } catch (const YAML::ParserException& error) {
+    // Tabs are the most common cause, and YAML's own message does not mention them.
+    std::string line_text;
+    std::istringstream lines(contents.str());
+    for (int line = 0; line <= error.mark.line && std::getline(lines, line_text); ++line) {
+    }
+    const bool tab = line_text.find('\t') != std::string::npos;
+    WEFT_FAIL(path, ":", error.mark.line + 1, ":", error.mark.column + 1, ": YAML syntax error: ",
+              error.msg, "; fix the file at that line",
+              tab ? " (it holds a tab: YAML indents with spaces only)" : "");
+  }
+  if (root.IsNull()) return;  // an empty file changes nothing
+  if (!root.IsMap()) {
+    WEFT_FAIL(where(path, root), ": expected a map of sections (", join(config_sections(), ", "),
+              ") at the top level, got ", node_kind(root));
+  }
+  check_unique_keys(path, root, "");
+  for (const auto& section_entry : root) {
+    const std::string& section = section_entry.first.Scalar();
+    const YAML::Node& keys = section_entry.second;
+    if (std::find(config_sections().begin(), config_sections().end(), section) == config_sections().end()) {
+      WEFT_FAIL(where(path, section_entry.first), ": unknown section '", section, "'",
+                unknown_section_advice(section));
+    }
+    if (keys.IsNull()) continue;
+    if (!keys.IsMap()) {
+      WEFT_FAIL(where(path, section_entry.first), ": section '", section,
+                "' must be a map of keys (one 'name: value' per line, indented), got ", node_kind(keys));
+    }
+    check_unique_keys(path, keys, section + ".");
+    for (const auto& key_entry : keys) {
+      const std::string key = str(section, ".", key_entry.first.Scalar());
+      const ConfigOption* option = find_config_option(key);
+      if (option == nullptr) {
+        WEFT_FAIL(where(path, key_entry.first), ": unknown key '", key, "'", unknown_key_advice(key));
+      }
+      if (option->type == OptionType::string_map) {
+        apply_map(*option, key_entry.second, path);
+      } else {
+        apply_scalar(*option, key_entry.second, where(path, key_entry.first));
+      }
+    }
+  }
+}
+
+void ConfigBuilder::apply_scalar(const ConfigOption& option, const YAML::Node& value,
+                                 const std::string& origin) {
+  std::string text;
+  if (value.IsScalar()) {
+    text = value.Scalar();
+  } else if (!(value.IsNull() && option.type == OptionType::string)) {  // "key:" alone is "" for strings
+    WEFT_FAIL(option.key, ": expected ", expected_value(option.type), ", got ", node_kind(value), " (",
+              origin, ")");
+  }
+  const std::string problem = option.assign(config_, text);
+  if (!problem.empty()) WEFT_FAIL(option.key, ": ", problem, " (", origin, ")");
+  origin_[option.key] = origin;
+}
+
+void ConfigBuilder::apply_map(const ConfigOption& option, const YAML::Node& value,
+                              const std::string& path) {
+  if (value.IsNull()) return;
+  if (!value.IsMap()) {
+    WEFT_FAIL(option.key, ": expected ", expected_value(option.type), ", got ", node_kind(value), " (",
+              where(path, value), ")");
+  }
+  check_unique_keys(path, value, option.key + ".");
+  std::map<std::string, std::string>& entries = option.entries(config_);
+  for (const auto& entry : value) {
+    const std::string name = entry.first.Scalar();
+    if (!entry.second.IsScalar() && !entry.second.IsNull()) {
+      WEFT_FAIL(option.key, ".", name, ": expected a single value, got ", node_kind(entry.second), " (",
+                where(path, entry.first), ")");
+    }
+    entries[name] = entry.second.IsScalar() ? entry.second.Scalar() : "";
+    origin_[str(option.key, ".", name)] = where(path, entry.first);
+  }
+}
+
+std::string trim(std::string_view text) {
+  const size_t begin = text.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return "";
+  const size_t end = text.find_last_not_of(" \t");
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+void ConfigBuilder::apply_override(const std::string& assignment) {
+  const std::string origin = str("--set ", assignment);
+  const size_t equals = assignment.find('=');
+  const std::string key = trim(std::string_view(assignment).substr(0, equals));
+  if (equals == std::string::npos || key.empty()) {
+    WEFT_FAIL("--set '", assignment, "': expected key=value, for example --set train.lr=0.001");
+  }
+  const std::string value = trim(std::string_view(assignment).substr(equals + 1));
+
+  const ConfigOption* options_map = find_config_option("model.options");
+  const std::string map_prefix = options_map->key + ".";
+  if (key.compare(0, map_prefix.size(), map_prefix) == 0 && key.size() > map_prefix.size()) {
+    options_map->entries(config_)[key.substr(map_prefix.size())] = value;
+    origin_[key] = origin;
+    return;
+  }
+  const ConfigOption* option = find_config_option(key);
+  if (option == nullptr) {
+    WEFT_FAIL(origin, ": unknown key '", key, "'", unknown_key_advice(key));
+  }
+  if (option->type == OptionType::string_map) {
+    WEFT_FAIL(origin, ": ", option->key, " is a map; set one entry with --set ", option->key,
+              ".NAME=VALUE");
+  }
+  const std::string problem = option->assign(config_, value);
+  if (!problem.empty()) WEFT_FAIL(option->key, ": ", problem, " (", origin, ")");
+  origin_[option->key] = origin;
+}
+
+// The cross-field checks, given a way to say where a key's value came from ("" when unknown).
+void check_related_fields(const RunConfig& config,
+                        const std::function<std::string(const std::string& key)>& origin_of) {
+  auto show = [&](const std::string& key) {
+    const std::string value = find_config_option(key)->format(config);
+    const std::string origin = origin_of(key);
+    return origin.empty() ? str(key, " = ", value) : str(key, " = ", value, " (", origin, ")");
+  };
+  const ModelConfig& model = config.model;
+  WEFT_CHECK(model.dim % model.heads == 0, show("model.dim"), " is not a multiple of ",
+             show("model.heads"), ": each head takes dim / heads channels; change one of them");
+  WEFT_CHECK(model.kv_heads == 0 || model.heads % model.kv_heads == 0, show("model.heads"),
+             " is not a multiple of ", show("model.kv_heads"),
+             ": each key/value head serves heads / kv_heads query heads; set kv_heads to a divisor "
+             "of heads, or 0 for one per head");
+  const TrainConfig& train = config.train;
+  WEFT_CHECK(train.batch_size % train.micro_batches == 0, show("train.batch_size"),
+             " is not a multiple of ", show("train.micro_batches"),
+             ": every micro-batch holds batch_size / micro_batches sequences");
+  WEFT_CHECK(train.warmup_steps <= train.steps, show("train.warmup_steps"), " is more than ",
+             show("train.steps"), ": warmup must end within the run");
+  const ParallelConfig& parallel = config.parallel;
+  const int64_t ranks = parallel.dp * parallel.tp * parallel.pp;
+  if (ranks != 1) {
+    std::string to_change;
+    for (const char* key : {"parallel.dp", "parallel.tp", "parallel.pp"}) {
+      if (find_config_option(key)->format(config) != "1") to_change += str(to_change.empty() ? "" : ", ", show(key));
+    }
+    WEFT_FAIL("parallel.dp * parallel.tp * parallel.pp = ", parallel.dp, " * ", parallel.tp, " * ",
+              parallel.pp, " = ", ranks, ", but this build trains in one process only; multi-rank "
+              "training comes with the distributed runtime. Set ", to_change, " to 1");
+  }
+  WEFT_CHECK(config.checkpoint.resume != "latest" || !config.checkpoint.dir.empty(),
+             show("checkpoint.resume"), " needs checkpoint.dir, the folder to look in; set "
+             "checkpoint.dir or give resume a checkpoint path");
+}
+
+void ConfigBuilder::check_cross_fields() const {
+  check_related_fields(config_, [this](const std::string& key) -> std::string {
+    const auto it = origin_.find(key);
+    return it == origin_.end() ? "default" : it->second;
+  });
+}
+
+// Strings YAML would read back as something else than this exact text are written quoted.
+bool needs_quotes(const std::string& text) {
+  static const char* const null_words[] = {"", "~", "null", "Null", "NULL"};
+  return std::find(std::begin(null_words), std::end(null_words), text) != std::end(null_words) ||
+         text.front() == ' ' || text.back() == ' ';
+}
+
+void emit_text(YAML::Emitter& out, const std::string& text) {
+  if (needs_quotes(text)) {
+    out << YAML::DoubleQuoted << text;
+  } else {
+    out << text;
+  }
+}
+
+}  // namespace
+
+RunConfig load_config(const std::vector<std::string>& yaml_files,
+                      const std::vector<std::string>& set_overrides) {
+  ConfigBuilder builder;
+  for (const std::string& path : yaml_files) builder.apply_file(path);
+  for (const std::string& assignment : set_overrides) builder.apply_override(assignment);
+  builder.check_cross_fields();
+  return builder.take();
+}
+
+void validate_config(const RunConfig& config) {
+  for (const ConfigOption& option : config_options()) {
+    if (option.type == OptionType::string_map) continue;
+    RunConfig scratch = config;
+    const std::string text = option.format(config);
+    const std::string problem = option.assign(scratch, text);
+    if (!problem.empty()) WEFT_FAIL(option.key, ": ", problem);
+  }
+  check_related_fields(config, [](const std::string&) { return std::string(); });
+}
+
+std::string dump_config(const RunConfig& config) {
+  RunConfig copy = config;  // entries() hands out a mutable map; read it from a copy
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::string_view open_section;
+  for (const ConfigOption& option : config_options()) {
+    if (option.section() != open_section) {
+      if (!open_section.empty()) out << YAML::EndMap;
+      open_section = option.section();
+      out << YAML::Key << std::string(open_section) << YAML::Value << YAML::BeginMap;
+    }
+    out << YAML::Key << std::string(option.name()) << YAML::Value;
+    if (option.type == OptionType::string_map) {
+      const std::map<std::string, std::string>& entries = option.entries(copy);
+      if (entries.empty()) out << YAML::Flow;
+      out << YAML::BeginMap;
+      for (const auto& [name, value] : entries) {
+        out << YAML::Key;
+        emit_text(out, name);
+        out << YAML::Value;
+        emit_text(out, value);
+      }
+      out << YAML::EndMap;
+    } else {
+      emit_text(out, option.format(config));
+    }
+  }
+  if (!open_section.empty()) out << YAML::EndMap;
+  out << YAML::EndMap;
+  WEFT_CHECK(out.good(), "dump_config: YAML emitter error: ", out.GetLastError());
+  return str("# weft run config: every key, merged from the defaults, files and --set\n", out.c_str(),
+             "\n");
+}
+
+}  // namespace weft

@@ -1,0 +1,387 @@
+// The option table (see config_options.h). Each entry is built by a typed helper from a pointer
+// to its RunConfig section and a pointer to its field, so reading and writing cannot name the
+// wrong field, and the parsing and limit checks are written once per type.
+#include "launcher/config_options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <system_error>
+#include <type_traits>
+
+#include "runtime/error.h"
+
+namespace weft {
+
+std::string_view option_type_name(OptionType type) {
+  switch (type) {
+    case OptionType::integer: return "int";
+    case OptionType::floating: return "float";
+    case OptionType::string: return "string";
+    case OptionType::boolean: return "bool";
+    case OptionType::string_map: return "map";
+  }
+  return "?";
+}
+
+std::string_view ConfigOption::section() const {
+  return std::string_view(key).substr(0, key.find('.'));
+}
+
+std::string_view ConfigOption::name() const {
+  return std::string_view(key).substr(key.find('.') + 1);
+}
+
+namespace {
+
+// Shortest text that parses back to exactly `value`, always with a '.' or an exponent so that it
+// reads as a float ("10000.0", "0.003", "1e-08").
+std::string format_float(double value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  std::string text(buffer, result.ptr);
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+  return text;
+}
+
+// A limit bound as written in help: integers without a fraction.
+std::string format_bound(double value) {
+  if (value == std::floor(value) && std::fabs(value) < 1e15) {
+    return std::to_string(static_cast<int64_t>(value));
+  }
+  return format_float(value);
+}
+
+bool matches_allowed(const std::string& text, const std::string& allowed) {
+  if (allowed.size() >= 2 && allowed.compare(allowed.size() - 2, 2, ":N") == 0) {
+    const std::string prefix = allowed.substr(0, allowed.size() - 1);  // "cuda:"
+    if (text.size() <= prefix.size() || text.compare(0, prefix.size(), prefix) != 0) return false;
+    return std::all_of(text.begin() + prefix.size(), text.end(),
+                       [](char c) { return c >= '0' && c <= '9'; });
+  }
+  return text == allowed;
+}
+
+std::string join_allowed(const std::vector<std::string>& allowed) {
+  std::string joined;
+  for (const std::string& value : allowed) {
+    if (!joined.empty()) joined += "|";
+    joined += value;
+  }
+  return joined;
+}
+
+// The problem with a parsed value under `limits`, or "". `number` is the value for range checks
+// (unused for strings), `text` its canonical text.
+std::string check_limits(const OptionLimits& limits, const ConfigOption& option, double number,
+                         const std::string& text) {
+  const bool numeric = option.type == OptionType::integer || option.type == OptionType::floating;
+  if (numeric) {
+    const bool below = limits.minimum && (limits.minimum_exclusive ? !(number > *limits.minimum)
+                                                                   : !(number >= *limits.minimum));
+    const bool above = limits.maximum && (limits.maximum_exclusive ? !(number < *limits.maximum)
+                                                                   : !(number <= *limits.maximum));
+    if (below || above) return str("must be ", option.describe_limits(), ", got ", text);
+  }
+  if (!limits.allowed.empty() &&
+      std::none_of(limits.allowed.begin(), limits.allowed.end(),
+                   [&](const std::string& allowed) { return matches_allowed(text, allowed); })) {
+    return str("must be one of ", join_allowed(limits.allowed), ", got '", text, "'");
+  }
+  if (limits.non_empty && text.empty()) return "must not be empty";
+  return "";
+}
+
+template <class Integer>
+std::optional<Integer> parse_integer(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  Integer value{};
+  const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || result.ec != std::errc() || result.ptr != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<double> parse_float(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  double value = 0;
+  const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || result.ec != std::errc() || result.ptr != text.data() + text.size() ||
+      !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<bool> parse_bool(const std::string& text) {
+  for (const char* yes : {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"}) {
+    if (text == yes) return true;
+  }
+  for (const char* no : {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"}) {
+    if (text == no) return false;
+  }
+  return std::nullopt;
+}
+
+// Builds the table entry for the field `config.*section.*field`. assign and format capture only
+// the two member pointers and copies of what they need, so the table can be copied freely.
+template <class Section, class Field>
+ConfigOption make_option(std::string key, Section RunConfig::*section, Field Section::*field,
+                         std::string help, OptionLimits limits = {}) {
+  ConfigOption option;
+  option.key = std::move(key);
+  option.help = std::move(help);
+  option.limits = std::move(limits);
+  if constexpr (std::is_same_v<Field, bool>) {
+    option.type = OptionType::boolean;
+  } else if constexpr (std::is_integral_v<Field>) {
+    option.type = OptionType::integer;
+  } else if constexpr (std::is_floating_point_v<Field>) {
+    option.type = OptionType::floating;
+  } else if constexpr (std::is_same_v<Field, std::string>) {
+    option.type = OptionType::string;
+  } else {
+    static_assert(std::is_same_v<Field, std::map<std::string, std::string>>, "unsupported field type");
+    option.type = OptionType::string_map;
+  }
+
+  if constexpr (std::is_same_v<Field, std::map<std::string, std::string>>) {
+    option.entries = [section, field](RunConfig& config) -> std::map<std::string, std::string>& {
+      return config.*section.*field;
+    };
+    return option;
+  } else {
+    option.format = [section, field](const RunConfig& config) -> std::string {
+      const Field& value = config.*section.*field;
+      if constexpr (std::is_same_v<Field, bool>) {
+        return value ? "true" : "false";
+      } else if constexpr (std::is_integral_v<Field>) {
+        return std::to_string(value);
+      } else if constexpr (std::is_floating_point_v<Field>) {
+        return format_float(value);
+      } else {
+        return value;
+      }
+    };
+    // The option's identity for limit messages; a copy, so the lambda owns what it reads.
+    ConfigOption identity;
+    identity.key = option.key;
+    identity.type = option.type;
+    identity.limits = option.limits;
+    option.assign = [section, field, identity](RunConfig& config, const std::string& text) -> std::string {
+      Field value{};
+      double number = 0;
+      std::string canonical = text;
+      if constexpr (std::is_same_v<Field, bool>) {
+        const std::optional<bool> parsed = parse_bool(text);
+        if (!parsed) return str("expected true or false, got '", text, "'");
+        value = *parsed;
+        canonical = value ? "true" : "false";
+      } else if constexpr (std::is_integral_v<Field>) {
+        const std::optional<Field> parsed = parse_integer<Field>(text);
+        if (!parsed) {
+          if (std::is_unsigned_v<Field> && !text.empty() && text.front() == '-') {
+            return str("expected a non-negative integer, got '", text, "'");
+          }
+          return str("expected an integer, got '", text, "'");
+        }
+        value = *parsed;
+        number = static_cast<double>(value);
+        canonical = std::to_string(value);
+      } else if constexpr (std::is_floating_point_v<Field>) {
+        const std::optional<double> parsed = parse_float(text);
+        if (!parsed) return str("expected a number, got '", text, "'");
+        value = *parsed;
+        number = value;
+        canonical = format_float(value);
+      } else {
+        value = text;
+      }
+      const std::string problem = check_limits(identity.limits, identity, number, canonical);
+      if (!problem.empty()) return problem;
+      config.*section.*field = std::move(value);
+      return "";
+    };
+    return option;
+  }
+}
+
+OptionLimits at_least(double minimum) {
+  OptionLimits limits;
+  limits.minimum = minimum;
+  return limits;
+}
+OptionLimits above(double minimum) {
+  OptionLimits limits = at_least(minimum);
+  limits.minimum_exclusive = true;
+  return limits;
+}
+OptionLimits between(double minimum, double maximum, bool maximum_exclusive = false) {
+  OptionLimits limits = at_least(minimum);
+  limits.maximum = maximum;
+  limits.maximum_exclusive = maximum_exclusive;
+  return limits;
+}
+OptionLimits one_of(std::vector<std::string> allowed) {
+  OptionLimits limits;
+  limits.allowed = std::move(allowed);
+  return limits;
+}
+OptionLimits non_empty() {
+  OptionLimits limits;
+  limits.non_empty = true;
+  return limits;
+}
+
+std::vector<ConfigOption> build_options() {
+  using R = RunConfig;
+  std::vector<ConfigOption> options;
+  auto add = [&](ConfigOption option) { options.push_back(std::move(option)); };
+
+  // model
+  add(make_option("model.type", &R::model, &ModelConfig::type, "registered model type: gpt, llama, or a custom one", non_empty()));
+  add(make_option("model.layers", &R::model, &ModelConfig::layers, "transformer blocks", at_least(1)));
+  add(make_option("model.dim", &R::model, &ModelConfig::dim, "model width C (a multiple of model.heads)", at_least(1)));
+  add(make_option("model.heads", &R::model, &ModelConfig::heads, "attention heads H", at_least(1)));
+  add(make_option("model.kv_heads", &R::model, &ModelConfig::kv_heads, "key/value heads for grouped-query attention (0: same as heads)", at_least(0)));
+  add(make_option("model.vocab", &R::model, &ModelConfig::vocab, "vocabulary size V", at_least(1)));
+  add(make_option("model.seq_len", &R::model, &ModelConfig::seq_len, "maximum sequence length T", at_least(1)));
+  add(make_option("model.hidden_dim", &R::model, &ModelConfig::hidden_dim, "MLP hidden width (0: 4C for gelu, 8C/3 rounded to 64 for swiglu)", at_least(0)));
+  add(make_option("model.mlp", &R::model, &ModelConfig::mlp, "registered MLP layer type: gelu_mlp, swiglu_mlp, or a custom one", non_empty()));
+  add(make_option("model.norm", &R::model, &ModelConfig::norm, "registered norm layer type: layer_norm, rms_norm, or a custom one", non_empty()));
+  add(make_option("model.positions", &R::model, &ModelConfig::positions, "position encoding", one_of({"learned", "rope"})));
+  add(make_option("model.rope_theta", &R::model, &ModelConfig::rope_theta, "RoPE base frequency", above(0)));
+  add(make_option("model.norm_eps", &R::model, &ModelConfig::norm_eps, "epsilon of the norm layers", above(0)));
+  add(make_option("model.bias", &R::model, &ModelConfig::bias, "biases in linear layers"));
+  add(make_option("model.tie_embeddings", &R::model, &ModelConfig::tie_embeddings, "output projection shares the token embedding"));
+  add(make_option("model.dropout", &R::model, &ModelConfig::dropout, "dropout probability", between(0, 1, /*maximum_exclusive=*/true)));
+  add(make_option("model.init_std", &R::model, &ModelConfig::init_std, "standard deviation of the initial weights", at_least(0)));
+  add(make_option("model.seed", &R::model, &ModelConfig::seed, "weights are drawn from Philox(seed)"));
+  add(make_option("model.options", &R::model, &ModelConfig::options, "extra name: value keys for custom layers (--set model.options.NAME=VALUE)"));
+
+  // train
+  add(make_option("train.device", &R::train, &TrainConfig::device, "device to train on", one_of({"cpu", "cuda", "cuda:N"})));
+  add(make_option("train.dtype", &R::train, &TrainConfig::dtype, "compute dtype (master weights stay f32)", one_of({"f32", "bf16"})));
+  add(make_option("train.batch_size", &R::train, &TrainConfig::batch_size, "sequences per optimizer step (global batch)", at_least(1)));
+  add(make_option("train.micro_batches", &R::train, &TrainConfig::micro_batches, "gradient accumulation steps per optimizer step (divides batch_size)", at_least(1)));
+  add(make_option("train.steps", &R::train, &TrainConfig::steps, "optimizer steps", at_least(1)));
+  add(make_option("train.optimizer", &R::train, &TrainConfig::optimizer, "optimizer", one_of({"adamw", "sgd"})));
+  add(make_option("train.lr", &R::train, &TrainConfig::lr, "peak learning rate", above(0)));
+  add(make_option("train.min_lr_ratio", &R::train, &TrainConfig::min_lr_ratio, "final lr as a fraction of lr (cosine, linear)", between(0, 1)));
+  add(make_option("train.schedule", &R::train, &TrainConfig::schedule, "learning-rate schedule after warmup", one_of({"cosine", "linear", "constant"})));
+  add(make_option("train.warmup_steps", &R::train, &TrainConfig::warmup_steps, "steps of linear warmup (at most train.steps)", at_least(0)));
+  add(make_option("train.weight_decay", &R::train, &TrainConfig::weight_decay, "decoupled weight decay (adamw)", at_least(0)));
+  add(make_option("train.beta1", &R::train, &TrainConfig::beta1, "adamw first-moment decay", between(0, 1, /*maximum_exclusive=*/true)));
+  add(make_option("train.beta2", &R::train, &TrainConfig::beta2, "adamw second-moment decay", between(0, 1, /*maximum_exclusive=*/true)));
+  add(make_option("train.eps", &R::train, &TrainConfig::eps, "adamw epsilon", above(0)));
+  add(make_option("train.momentum", &R::train, &TrainConfig::momentum, "sgd momentum", between(0, 1, /*maximum_exclusive=*/true)));
+  add(make_option("train.grad_clip", &R::train, &TrainConfig::grad_clip, "global gradient-norm clip (0: off)", at_least(0)));
+  add(make_option("train.seed", &R::train, &TrainConfig::seed, "seed of the data order and dropout"));
+  add(make_option("train.on_nan", &R::train, &TrainConfig::on_nan, "on a NaN or infinite loss: stop the run, or skip the step", one_of({"stop", "skip"})));
+
+  // data
+  add(make_option("data.train", &R::data, &DataConfig::train, "training data: a file or a folder (tokens: a glob is allowed)", non_empty()));
+  add(make_option("data.val", &R::data, &DataConfig::val, "validation data (empty: hold out the tail of data.train)"));
+  add(make_option("data.format", &R::data, &DataConfig::format, "text (bytes as tokens) or tokens (llm.c .bin shards)", one_of({"text", "tokens"})));
+  add(make_option("data.val_fraction", &R::data, &DataConfig::val_fraction, "fraction of text held out for validation when data.val is empty", between(0, 0.5)));
+  add(make_option("data.val_every", &R::data, &DataConfig::val_every, "steps between validation losses (0: never)", at_least(0)));
+  add(make_option("data.val_batches", &R::data, &DataConfig::val_batches, "batches per validation loss", at_least(1)));
+
+  // parallel
+  add(make_option("parallel.dp", &R::parallel, &ParallelConfig::dp, "data-parallel ranks", at_least(1)));
+  add(make_option("parallel.tp", &R::parallel, &ParallelConfig::tp, "tensor-parallel ranks", at_least(1)));
+  add(make_option("parallel.pp", &R::parallel, &ParallelConfig::pp, "pipeline-parallel stages", at_least(1)));
+  add(make_option("parallel.zero", &R::parallel, &ParallelConfig::zero, "ZeRO stage of data parallelism", one_of({"0", "1", "2"})));
+
+  // comm
+  add(make_option("comm.mode", &R::comm, &CommConfig::mode, "manual: layers place collectives; auto: the runtime derives them", one_of({"manual", "auto"})));
+
+  // checkpoint
+  add(make_option("checkpoint.dir", &R::checkpoint, &CheckpointConfig::dir, "folder for checkpoints (empty: none)"));
+  add(make_option("checkpoint.every", &R::checkpoint, &CheckpointConfig::every, "steps between checkpoints (0: only at the end when dir is set)", at_least(0)));
+  add(make_option("checkpoint.resume", &R::checkpoint, &CheckpointConfig::resume, "resume from: empty (start fresh), latest (in checkpoint.dir), or a checkpoint path"));
+
+  // log
+  add(make_option("log.every", &R::log, &LogConfig::every, "steps between printed lines", at_least(1)));
+  add(make_option("log.metrics_file", &R::log, &LogConfig::metrics_file, "JSON-lines file, one object per step (empty: none)"));
+  add(make_option("log.trace_file", &R::log, &LogConfig::trace_file, "timeline trace file (empty: none)"));
+  add(make_option("log.progress", &R::log, &LogConfig::progress, "progress display: auto (a bar on a terminal), bar, or plain lines", one_of({"auto", "bar", "plain"})));
+
+  // The table must follow config_sections() order: --help and --dump-config print it as is.
+  const std::vector<std::string>& sections = config_sections();
+  auto rank = [&](const ConfigOption& option) {
+    return std::find(sections.begin(), sections.end(), option.section()) - sections.begin();
+  };
+  for (size_t i = 0; i < options.size(); ++i) {
+    WEFT_CHECK(rank(options[i]) < static_cast<ptrdiff_t>(sections.size()) &&
+                   (i == 0 || rank(options[i - 1]) <= rank(options[i])),
+               "config option table: '", options[i].key, "' is out of section order");
+  }
+  return options;
+}
+
+}  // namespace
+
+std::string ConfigOption::describe_limits() const {
+  if (!limits.allowed.empty()) return str("one of ", join_allowed(limits.allowed));
+  if (limits.minimum && limits.maximum) {
+    return str("in ", limits.minimum_exclusive ? "(" : "[", format_bound(*limits.minimum), ", ",
+               format_bound(*limits.maximum), limits.maximum_exclusive ? ")" : "]");
+  }
+  if (limits.minimum) return str(limits.minimum_exclusive ? "> " : ">= ", format_bound(*limits.minimum));
+  if (limits.maximum) return str(limits.maximum_exclusive ? "< " : "<= ", format_bound(*limits.maximum));
+  if (limits.non_empty) return "not empty";
+  return "";
+}
+
+const std::vector<std::string>& config_sections() {
+  static const std::vector<std::string> sections = {"model", "train", "data", "parallel",
+                                                    "comm", "checkpoint", "log"};
+  return sections;
+}
+
+const std::vector<ConfigOption>& config_options() {
+  static const std::vector<ConfigOption> options = build_options();
+  return options;
+}
+
+const ConfigOption* find_config_option(std::string_view key) {
+  for (const ConfigOption& option : config_options()) {
+    if (option.key == key) return &option;
+  }
+  return nullptr;
+}
+
+std::string config_help() {
+  const RunConfig defaults;
+  size_t key_width = 0;
+  for (const ConfigOption& option : config_options()) key_width = std::max(key_width, option.key.size());
+
+  std::ostringstream help;
+  std::string_view current_section;
+  for (const ConfigOption& option : config_options()) {
+    if (option.section() != current_section) {
+      current_section = option.section();
+      help << (help.tellp() > 0 ? "\n" : "") << current_section << ":\n";
+    }
+    std::string default_text;
+    if (option.type == OptionType::string_map) {
+      default_text = "{}";
+    } else {
+      default_text = option.format(defaults);
+      if (option.type == OptionType::string && default_text.empty()) default_text = "\"\"";
+    }
+    std::string details = str(option_type_name(option.type), ", default ", default_text);
+    const std::string limits = option.describe_limits();
+    if (!limits.empty()) details += str("; ", limits);
+    help << "  " << option.key << std::string(key_width - option.key.size(), ' ') << "  (" << details
+         << ")  " << option.help << "\n";
+  }
+  return help.str();
+}
+
+}  // namespace weft

@@ -1,0 +1,105 @@
+#include "launcher/metrics_logger.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "runtime/error.h"
+
+namespace weft {
+namespace {
+
+std::string format_duration(double seconds) {
+  const int64_t total = static_cast<int64_t>(seconds + 0.5);
+  if (total >= 3600) return absl::StrFormat("%dh%02dm", total / 3600, (total / 60) % 60);
+  return absl::StrFormat("%dm%02ds", total / 60, total % 60);
+}
+
+// JSON has no NaN or infinity: such values are written as null.
+nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
+
+}  // namespace
+
+MetricsLogger::MetricsLogger(int64_t total_steps, int64_t print_every, const std::string& metrics_file,
+                             const std::string& progress)
+    : total_steps_(total_steps), print_every_(std::max<int64_t>(print_every, 1)),
+      start_(std::chrono::steady_clock::now()) {
+  bar_ = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO));
+  if (!metrics_file.empty()) {
+    metrics_.open(metrics_file, std::ios::app);
+    WEFT_CHECK(metrics_.good(), "log.metrics_file: cannot open '", metrics_file, "' for writing");
+  }
+}
+
+MetricsLogger::~MetricsLogger() { end_bar_line(); }
+
+void MetricsLogger::end_bar_line() {
+  if (bar_line_open_) {
+    std::printf("\n");
+    std::fflush(stdout);
+    bar_line_open_ = false;
+  }
+}
+
+void MetricsLogger::log_step(const StepMetrics& m) {
+  if (metrics_.is_open()) {
+    nlohmann::json line = {{"step", m.step},
+                           {"loss", number(m.loss)},
+                           {"lr", m.lr},
+                           {"grad_norm", number(m.grad_norm)},
+                           {"tokens_per_s", m.tokens_per_s},
+                           {"step_ms", m.step_ms},
+                           {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json()},
+                           {"memory_mb", m.memory_mb},
+                           {"comm_ms", m.comm_ms},
+                           {"exposed_comm_ms", m.exposed_comm_ms},
+                           {"skipped", m.skipped}};
+    metrics_ << line.dump() << "\n";
+    metrics_.flush();
+  }
+  if (first_step_ < 0) {
+    first_step_ = m.step;
+    start_ = std::chrono::steady_clock::now();
+  }
+  if (m.step % print_every_ != 0 && m.step != total_steps_) return;
+  const std::string mfu = m.mfu ? absl::StrFormat("  mfu %.1f%%", 100 * *m.mfu) : "";
+  const std::string numbers =
+      absl::StrFormat("loss %.4f  lr %.3g  grad %.3f  %.0f tok/s  %.0f ms%s  mem %.0f MB%s", m.loss, m.lr, m.grad_norm,
+                      m.tokens_per_s, m.step_ms, mfu, m.memory_mb, m.skipped ? "  (update skipped: non-finite loss)" : "");
+  if (!bar_) {
+    std::printf("step %6lld/%lld  %s\n", static_cast<long long>(m.step), static_cast<long long>(total_steps_),
+                numbers.c_str());
+    std::fflush(stdout);
+    return;
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double done = static_cast<double>(m.step - first_step_ + 1);
+  const double eta = elapsed / done * static_cast<double>(total_steps_ - m.step);
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(kWidth * static_cast<double>(m.step) / static_cast<double>(total_steps_));
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(kWidth, '.');
+  std::printf("\r[%s] %lld/%lld  %s  eta %s   ", bar.c_str(), static_cast<long long>(m.step),
+              static_cast<long long>(total_steps_), numbers.c_str(), format_duration(eta).c_str());
+  std::fflush(stdout);
+  bar_line_open_ = true;
+}
+
+void MetricsLogger::log_validation(int64_t step, double loss) {
+  if (metrics_.is_open()) {
+    metrics_ << nlohmann::json{{"step", step}, {"val_loss", number(loss)}}.dump() << "\n";
+    metrics_.flush();
+  }
+  log_event(absl::StrFormat("step %lld  validation loss %.4f", static_cast<long long>(step), loss));
+}
+
+void MetricsLogger::log_event(const std::string& text) {
+  end_bar_line();
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace weft

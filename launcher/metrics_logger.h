@@ -1,0 +1,55 @@
+// MetricsLogger: what a training run reports each step, on the terminal and in a JSON-lines file.
+//
+// Every step appends one JSON object to log.metrics_file (when set) with at least step, loss, lr,
+// grad_norm, tokens_per_s, step_ms, mfu (null without a GPU peak to divide by), memory_mb,
+// comm_ms and exposed_comm_ms (0 in one process). Every log.every steps a line is printed: on a
+// terminal (or progress: bar) a progress bar with ETA redrawn in place, otherwise plain lines that
+// read well in CI logs and files. Validation losses and events print on their own lines.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace weft {
+
+struct StepMetrics {
+  int64_t step = 0;         // 1-based optimizer step
+  double loss = 0;          // mean training loss over the step's micro-batches
+  double lr = 0;
+  double grad_norm = 0;     // before clipping
+  double tokens_per_s = 0;
+  double step_ms = 0;
+  std::optional<double> mfu;  // model FLOPs utilization in [0, 1]; empty on the CPU
+  double memory_mb = 0;     // resident host memory (CPU) or peak device memory (GPU)
+  double comm_ms = 0;
+  double exposed_comm_ms = 0;
+  bool skipped = false;     // the update was skipped (non-finite loss with on_nan: skip)
+};
+
+class MetricsLogger {
+ public:
+  // progress: "auto" (bar on a terminal), "bar" or "plain".
+  MetricsLogger(int64_t total_steps, int64_t print_every, const std::string& metrics_file,
+                const std::string& progress);
+  ~MetricsLogger();
+  void log_step(const StepMetrics& metrics);
+  void log_validation(int64_t step, double loss);
+  // A line of text (checkpoint saved, resumed, ...), printed without disturbing the bar.
+  void log_event(const std::string& text);
+
+ private:
+  void end_bar_line();
+
+  int64_t total_steps_;
+  int64_t print_every_;
+  bool bar_;
+  bool bar_line_open_ = false;
+  std::ofstream metrics_;
+  std::chrono::steady_clock::time_point start_;
+  int64_t first_step_ = -1;
+};
+
+}  // namespace weft

@@ -1,0 +1,79 @@
+// RunConfig: everything one training run is told, section by section, as in the YAML file.
+//
+// The section and key names are part of weft's interface (configs, docs and users' files use
+// them); keep them. launcher/config_options.cc declares every key once — type, default, help line,
+// validation — and fills this struct from layered YAML files plus --set overrides.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "layers/model_config.h"
+
+namespace weft {
+
+struct TrainConfig {
+  std::string device = "cpu";         // cpu | cuda | cuda:N
+  std::string dtype = "f32";          // f32 | bf16: compute dtype (master weights stay f32)
+  int64_t batch_size = 8;             // sequences per optimizer step (global batch)
+  int64_t micro_batches = 1;          // gradient accumulation steps per optimizer step
+  int64_t steps = 200;                // optimizer steps
+  std::string optimizer = "adamw";    // adamw | sgd
+  double lr = 3e-3;                   // peak learning rate
+  double min_lr_ratio = 0.1;          // final lr as a fraction of lr (cosine/linear)
+  std::string schedule = "cosine";    // cosine | linear | constant
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double momentum = 0.9;              // sgd
+  double grad_clip = 1.0;             // global grad-norm clip (0: off)
+  uint64_t seed = 1;
+  std::string on_nan = "stop";        // stop | skip
+};
+
+struct DataConfig {
+  std::string train = "/usr/share/games/fortunes";  // file or folder
+  std::string val;                    // empty: hold out the tail of train
+  std::string format = "text";        // text (bytes) | tokens (llm.c .bin shards; a glob is allowed)
+  double val_fraction = 0.05;         // for text without a val path
+  int64_t val_every = 50;             // steps between validation losses (0: never)
+  int64_t val_batches = 4;
+};
+
+struct ParallelConfig {
+  int64_t dp = 1;
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t zero = 0;                   // 0 | 1 | 2 (data parallel)
+};
+
+struct CommConfig {
+  std::string mode = "manual";        // manual | auto
+};
+
+struct CheckpointConfig {
+  std::string dir;                    // empty: no checkpoints
+  int64_t every = 0;                  // steps between checkpoints (0: only at the end when dir is set)
+  std::string resume;                 // "", "latest", or a checkpoint path
+};
+
+struct LogConfig {
+  int64_t every = 10;                 // steps between printed lines
+  std::string metrics_file;           // JSON lines, one object per step
+  std::string trace_file;             // timeline trace (later issues)
+  std::string progress = "auto";      // auto | bar | plain
+};
+
+struct RunConfig {
+  ModelConfig model;
+  TrainConfig train;
+  DataConfig data;
+  ParallelConfig parallel;
+  CommConfig comm;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+};
+
+}  // namespace weft

@@ -1,0 +1,47 @@
+// Trainer: one training run in one process, from a RunConfig — the loop behind weft-train.
+//
+// It builds the model (layers/), the optimizer and schedule (optim/), the datasets, then runs
+// train.steps optimizer steps of train.micro_batches micro-batches each: forward, loss, backward
+// (gradients accumulate), clip, update. It logs each step (launcher/metrics_logger.h), measures the
+// validation loss every data.val_every steps, and saves checkpoints (launcher/checkpoint.h) holding
+// the model, the optimizer state, the data position and every dropout stream, so that a resumed run
+// on the CPU continues bit-exactly where the saved one stopped.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/run_config.h"
+#include "layers/language_model.h"
+
+namespace weft {
+
+struct TrainResult {
+  int64_t first_step = 0;           // the first step this run executed (1 unless resumed)
+  int64_t last_step = 0;
+  std::vector<double> losses;       // training loss of each executed step
+  std::optional<double> last_validation_loss;
+};
+
+class Trainer {
+ public:
+  // Validates what only a run can check (device present, data vocabulary vs model.vocab).
+  explicit Trainer(RunConfig config);
+  ~Trainer();
+  TrainResult run();
+  LanguageModel& model() { return *model_; }
+
+ private:
+  struct State;
+  RunConfig config_;
+  std::shared_ptr<LanguageModel> model_;
+  std::unique_ptr<State> state_;
+};
+
+// The step a run would resume from for `config` ("" when checkpoint.resume is empty or finds none).
+std::string resolve_resume_path(const RunConfig& config);
+
+}  // namespace weft
