@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
@@ -58,6 +59,14 @@ std::map<std::string, Tensor> strip_prefix(const std::map<std::string, Tensor>& 
     if (name.rfind(prefix, 0) == 0) out[name.substr(prefix.size())] = tensor;
   }
   return out;
+}
+
+// Memory for the step log: resident host memory on the CPU; on a device the peak of device memory
+// handed out by its allocator since the previous step.
+double memory_megabytes(Device device) {
+  if (device.is_cpu()) return resident_megabytes();
+  const DeviceMemory memory = backend_for(device).memory(device, /*reset_peak=*/true);
+  return static_cast<double>(memory.peak_allocated_bytes) / (1024.0 * 1024.0);
 }
 
 }  // namespace
@@ -212,11 +221,12 @@ TrainResult Trainer::run() {
       s.optimizer->step(lr);
       s.optimizer->zero_grad();
     }
+    backend_for(s.device).synchronize(s.device);  // step times measure the work, not its launch
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     metrics.step_ms = 1000.0 * seconds;
     metrics.tokens_per_s = tokens_per_step / seconds;
     if (s.device.is_cuda()) metrics.mfu = step_flops / seconds / kGpuPeakFlops;
-    metrics.memory_mb = resident_megabytes();
+    metrics.memory_mb = memory_megabytes(s.device);
     logger.log_step(metrics);
     result.losses.push_back(metrics.loss);
     result.last_step = step;

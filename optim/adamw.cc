@@ -8,6 +8,9 @@
 #include "optim/master_weights.h"
 #include "optim/optimizer.h"
 #include "runtime/error.h"
+#if defined(WEFT_HAVE_CUDA)
+#include "runtime/cuda/optimizer_kernels.h"
+#endif
 
 namespace weft {
 namespace {
@@ -39,6 +42,23 @@ void adamw_update_cpu(Parameter* parameter, const State* grad, State* exp_avg, S
     store_parameter_value(parameter, master, i, value);
   }
 }
+
+#if defined(WEFT_HAVE_CUDA)
+// The scalars of one update, as the CPU loop derives them.
+cuda::AdamWTensorUpdate cuda_update(const Tensor& parameter, const Tensor& grad, const Tensor& exp_avg,
+                                    const Tensor& exp_avg_sq, const Tensor& master, const AdamWStep& step) {
+  const double bias_correction1 = 1.0 - std::pow(step.beta1, static_cast<double>(step.step));
+  const double bias_correction2 = 1.0 - std::pow(step.beta2, static_cast<double>(step.step));
+  return cuda::AdamWTensorUpdate{.parameter = parameter,
+                                 .grad = grad.contiguous(),
+                                 .exp_avg = exp_avg,
+                                 .exp_avg_sq = exp_avg_sq,
+                                 .master = master,
+                                 .step_size = step.lr / bias_correction1,
+                                 .bias_correction2_sqrt = std::sqrt(bias_correction2),
+                                 .decay = 1.0 - step.lr * step.weight_decay};
+}
+#endif
 
 template <class Parameter, class State>
 void adamw_update_cpu_typed(const Tensor& parameter, const Tensor& grad, const Tensor& exp_avg,
@@ -78,6 +98,9 @@ class AdamW final : public Optimizer {
 
   void step(double lr) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "adamw: lr must be finite and >= 0, got ", lr);
+#if defined(WEFT_HAVE_CUDA)
+    std::vector<cuda::AdamWTensorUpdate> device_updates;  // all CUDA parameters: one launch
+#endif
     size_t index = 0;
     for (const ParameterGroup& group : groups_) {
       for (const NamedParameter& parameter : group.parameters) {
@@ -85,16 +108,27 @@ class AdamW final : public Optimizer {
         const Tensor grad = parameter.tensor.grad();
         if (!grad.defined()) continue;
         int64_t& count = *state.step.data<int64_t>();
-        adamw_update(parameter.tensor, grad, state.exp_avg, state.exp_avg_sq, state.master,
-                     AdamWStep{.lr = lr,
-                               .beta1 = options_.beta1,
-                               .beta2 = options_.beta2,
-                               .eps = options_.eps,
-                               .weight_decay = group.weight_decay,
-                               .step = count + 1});
+        const AdamWStep scalars{.lr = lr,
+                                .beta1 = options_.beta1,
+                                .beta2 = options_.beta2,
+                                .eps = options_.eps,
+                                .weight_decay = group.weight_decay,
+                                .step = count + 1};
+#if defined(WEFT_HAVE_CUDA)
+        if (parameter.tensor.device().is_cuda()) {
+          device_updates.push_back(
+              cuda_update(parameter.tensor, grad, state.exp_avg, state.exp_avg_sq, state.master, scalars));
+          count += 1;
+          continue;
+        }
+#endif
+        adamw_update(parameter.tensor, grad, state.exp_avg, state.exp_avg_sq, state.master, scalars);
         count += 1;
       }
     }
+#if defined(WEFT_HAVE_CUDA)
+    cuda::adamw_multi_tensor(device_updates, options_.beta1, options_.beta2, options_.eps);
+#endif
     steps_ += 1;
   }
 
@@ -118,8 +152,14 @@ void adamw_update(const Tensor& parameter, const Tensor& grad, const Tensor& exp
                   const Tensor& master, const AdamWStep& step) {
   WEFT_CHECK(step.step >= 1, "adamw_update: step must be >= 1, got ", step.step);
   if (!parameter.device().is_cpu()) {
+#if defined(WEFT_HAVE_CUDA)
+    cuda::adamw_multi_tensor({cuda_update(parameter, grad, exp_avg, exp_avg_sq, master, step)}, step.beta1,
+                             step.beta2, step.eps);
+    return;
+#else
     WEFT_FAIL("adamw_update: parameter ", parameter.describe(), " is on ", parameter.device().to_string(),
-              ", but the CUDA optimizer kernel is not built yet; train on the CPU (train.device: cpu) for now");
+              ", but this build of weft has no CUDA backend");
+#endif
   }
   const Tensor gradient = gradient_in_state_dtype(parameter, grad, "adamw_update");
   const DType state_dtype = optimizer_state_dtype(parameter.dtype());

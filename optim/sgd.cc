@@ -98,7 +98,7 @@ void sgd_update(const Tensor& parameter, const Tensor& grad, const Tensor& momen
                 const SgdStep& step) {
   if (!parameter.device().is_cpu()) {
     WEFT_FAIL("sgd_update: parameter ", parameter.describe(), " is on ", parameter.device().to_string(),
-              ", but the CUDA optimizer kernel is not built yet; train on the CPU (train.device: cpu) for now");
+              ", but SGD has no CUDA kernel yet; use train.optimizer: adamw on GPUs");
   }
   const Tensor gradient = gradient_in_state_dtype(parameter, grad, "sgd_update");
   const DType state_dtype = optimizer_state_dtype(parameter.dtype());

@@ -30,10 +30,23 @@ enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax };
 enum class RandomDistribution : uint8_t { kUniform, kNormal };
 
+// Device memory as a backend's allocator sees it (all zero for the CPU, whose memory is the process's).
+struct DeviceMemory {
+  int64_t allocated_bytes = 0;       // handed out now
+  int64_t peak_allocated_bytes = 0;  // most handed out since the last reset
+  int64_t reserved_bytes = 0;        // held from the driver, allocated or cached
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual DeviceType device_type() const = 0;
+
+  // Waits until the work queued so far on `device` (its current stream) has finished. Kernels are
+  // asynchronous on devices; the CPU backend has nothing to wait for.
+  virtual void synchronize(Device device) {}
+  // The allocator's view of `device`; with reset_peak, a new peak window starts after reading.
+  virtual DeviceMemory memory(Device device, bool reset_peak) { return {}; }
 
   // --- Fill, copy, random -------------------------------------------------------------------
   // out (strided) = value.

@@ -19,9 +19,11 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
       T* row_out = data + r * columns;
       C maximum = -std::numeric_limits<C>::infinity();
       for (int64_t c = 0; c < columns; ++c) maximum = std::max(maximum, load_element(row[c]));
-      C total = 0;
-      for (int64_t c = 0; c < columns; ++c) total += std::exp(load_element(row[c]) - maximum);
-      const C log_total = std::log(total);
+      // The normaliser in double: a sequential f32 sum over a 50k-wide row drifts by ~1e-4.
+      double wide_total = 0;
+      for (int64_t c = 0; c < columns; ++c) wide_total += static_cast<double>(std::exp(load_element(row[c]) - maximum));
+      const C total = static_cast<C>(wide_total);
+      const C log_total = static_cast<C>(std::log(wide_total));
       for (int64_t c = 0; c < columns; ++c) {
         const C shifted = load_element(row[c]) - maximum;
         row_out[c] = store_element<T>(log ? shifted - log_total : std::exp(shifted) / total);

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#if defined(WEFT_HAVE_CUDA)
+#include "runtime/cuda/stream.h"
+#endif
 #include "runtime/weft.h"
 
 namespace weft {
@@ -209,14 +212,22 @@ TEST(OpError, DropoutProbabilityOutOfRange) {
 
 // --- Devices -------------------------------------------------------------------------------
 
-TEST(OpError, CudaTensorInCpuOnlyBuild) {
+// Without a usable CUDA device — a CPU-only build, or a CUDA build on a machine with no GPU (CI) —
+// asking for a CUDA tensor is an error that says so, never a crash.
+TEST(OpError, CudaTensorWithoutACudaDevice) {
+  expect_error([] { Device::parse("gpu:0"); }, {"gpu:0"});
+#if defined(WEFT_HAVE_CUDA)
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  expect_error([] { Tensor::zeros({2}, kFloat32, Device::cuda(0)); }, {"no CUDA device"});
+  expect_error([] { Tensor::ones({2}).to(Device::cuda(0)); }, {"no CUDA device"});
+#else
   expect_error([] { Tensor::zeros({2}, kFloat32, Device::cuda(0)); }, {"CUDA", "cuda:0"});
   expect_error([] { Tensor::empty({2, 3}, kFloat32, Device::cuda(1)); }, {"CUDA", "cuda:1"});
   expect_error([] { Tensor::normal({2}, 1, 0, 0.0, 1.0, kFloat32, Device::cuda(0)); }, {"CUDA"});
   expect_error([] { Tensor::from_vector(std::vector<double>{1.0, 2.0}, {2}, kFloat32, Device::cuda(0)); }, {"CUDA"});
   expect_error([] { Tensor::ones({2}).to(Device::cuda(0)); }, {"CUDA"});
   expect_error([] { backend_for(Device::cuda(0)); }, {"CUDA"});
-  expect_error([] { Device::parse("gpu:0"); }, {"gpu:0"});
+#endif
 }
 
 // --- Undefined operands (each in a child process, so a crash is a failure, not an abort) ----

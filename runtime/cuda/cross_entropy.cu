@@ -1,0 +1,202 @@
+// CUDA kernels: cross-entropy fused with the softmax over the vocabulary, forward and backward
+// (CudaBackend::cross_entropy, cross_entropy_backward; the CPU reference is
+// runtime/cpu/cross_entropy.cc).
+//
+// Forward: one block per row reads the logits once, in 16-byte packs, keeping each thread's running
+// (maximum, sum of exp) online; a block merge gives lse = max + log(sum), and
+// loss = lse - logit[target] (0 for ignore_index). Backward: one block per row reads the logits once
+// more and writes grad = (exp(logit - lse) - onehot(target)) * grad_losses[n] in the logits' dtype;
+// ignored rows are written as zeros without reading. Nothing of size [N, V] is stored but the
+// gradient itself: no f32 copy of the logits, no probabilities. Logits are read with evict-first
+// loads (each byte is used once per kernel and the tensor is far larger than L2). Math is f32.
+// Targets outside [0, V) that are not ignore_index follow index_check.cuh: a NaN loss forward, a
+// zero gradient row backward, and weft::Error from the record.
+#include <cmath>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/index_check.cuh"
+#include "runtime/cuda/row_kernels.cuh"
+#include "runtime/cuda/stream.h"
+
+namespace weft {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4;  // packs each thread loads before using the first: loads in flight
+constexpr float kLog2e = 1.4426950408889634f;
+
+// exp(value - maximum) through the hardware's exp2.
+__device__ __forceinline__ float exp_shifted(float value, float maximum) { return exp2f((value - maximum) * kLog2e); }
+
+template <class T, int kVec>
+__device__ __forceinline__ void accumulate(MaxSum& state, const Pack<T, kVec>& pack) {
+  float pack_maximum = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) pack_maximum = fmaxf(pack_maximum, pack.get(j));
+  if (pack_maximum == -INFINITY) return;  // adds nothing
+  if (pack_maximum > state.maximum) {
+    state.sum *= exp_shifted(state.maximum, pack_maximum);
+    state.maximum = pack_maximum;
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) state.sum += exp_shifted(pack.get(j), state.maximum);
+}
+
+template <class T, class I, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_kernel(const T* __restrict__ logits,   // [rows, vocabulary]
+                         const I* __restrict__ targets,  // [rows]
+                         float* __restrict__ losses,     // [rows]
+                         float* __restrict__ lse,        // [rows]
+                         int64_t rows, int vocabulary, int64_t ignore_index, IndexErrorRecord* record) {
+  __shared__ float scratch[64];
+  const int packs = vocabulary / kVec;
+  const int threads = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* row_in = logits + row * vocabulary;
+    MaxSum state{-INFINITY, 0.0f};
+    int p = static_cast<int>(threadIdx.x);
+    for (; p + (kUnroll - 1) * threads < packs; p += kUnroll * threads) {
+      Pack<T, kVec> loaded[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) accumulate(state, loaded[u]);
+    }
+    for (; p < packs; p += threads) accumulate(state, load_pack_streaming<T, kVec>(row_in + p * kVec));
+    state = block_merge(state, scratch);
+    if (threadIdx.x == 0) {
+      const float row_lse = state.maximum + logf(state.sum);
+      lse[row] = row_lse;
+      const int64_t target = static_cast<int64_t>(targets[row]);
+      float loss = 0.0f;
+      if (target != ignore_index) {
+        if (target >= 0 && target < vocabulary) [[likely]] {
+          loss = row_lse - to_float(row_in[target]);
+        } else {
+          record_bad_index(record, IndexedOp::kCrossEntropy, row, target, vocabulary, ignore_index);
+          loss = NAN;
+        }
+      }
+      losses[row] = loss;
+    }
+  }
+}
+
+template <class T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> gradient_pack(const Pack<T, kVec>& pack, int first_column, int64_t target,
+                                                       float row_lse, float grad_loss) {
+  Pack<T, kVec> result;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const float probability = exp_shifted(pack.get(j), row_lse);
+    result.set(j, (probability - (first_column + j == target ? 1.0f : 0.0f)) * grad_loss);
+  }
+  return result;
+}
+
+template <class T, class I, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_backward_kernel(const T* __restrict__ logits,         // [rows, vocabulary]
+                                  const I* __restrict__ targets,        // [rows]
+                                  const float* __restrict__ lse,        // [rows]
+                                  const float* __restrict__ grad_losses,  // [rows]
+                                  T* __restrict__ grad_logits,          // [rows, vocabulary]
+                                  int64_t rows, int vocabulary, int64_t ignore_index, IndexErrorRecord* record) {
+  const int packs = vocabulary / kVec;
+  const int threads = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* row_in = logits + row * vocabulary;
+    T* row_out = grad_logits + row * vocabulary;
+    const int64_t target = static_cast<int64_t>(targets[row]);
+    const bool valid = target >= 0 && target < vocabulary;
+    if (target == ignore_index || !valid) {
+      if (target != ignore_index && threadIdx.x == 0) {
+        record_bad_index(record, IndexedOp::kCrossEntropyBackward, row, target, vocabulary, ignore_index);
+      }
+      Pack<T, kVec> zeros;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) zeros.set(j, 0.0f);
+      for (int p = static_cast<int>(threadIdx.x); p < packs; p += threads) {
+        store_pack_streaming(row_out + p * kVec, zeros);
+      }
+      continue;
+    }
+    const float row_lse = lse[row], grad_loss = grad_losses[row];
+    int p = static_cast<int>(threadIdx.x);
+    for (; p + (kUnroll - 1) * threads < packs; p += kUnroll * threads) {
+      Pack<T, kVec> loaded[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int column = (p + u * threads) * kVec;
+        store_pack_streaming(row_out + column, gradient_pack(loaded[u], column, target, row_lse, grad_loss));
+      }
+    }
+    for (; p < packs; p += threads) {
+      const Pack<T, kVec> pack = load_pack_streaming<T, kVec>(row_in + p * kVec);
+      store_pack_streaming(row_out + p * kVec, gradient_pack(pack, p * kVec, target, row_lse, grad_loss));
+    }
+  }
+}
+
+// Threads per block: fewer for short rows, so that small vocabularies do not idle most of a block.
+int threads_for(int packs) { return packs >= kThreads * 2 ? kThreads : (packs >= 512 ? 256 : 128); }
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                const Tensor& losses, const Tensor& lse) {
+  cuda::raise_recorded_index_error();
+  const int64_t rows = logits.size(0);
+  const int vocabulary = static_cast<int>(logits.size(1));
+  if (rows == 0) return;
+  const int device = logits.device().index;
+  cuda::set_device(device);
+  const cudaStream_t stream = cuda::current_stream(device);
+  cuda::dispatch_cuda_index(targets.dtype(), "cross_entropy", [&]<class I>() {
+    cuda::dispatch_cuda_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
+      const T* data = logits.data<T>();
+      cuda::dispatch_pack<T>(cuda::can_use_packs<T>(vocabulary, data), [&]<int kVec>() {
+        cuda::cross_entropy_kernel<T, I, kVec>
+            <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec), 0, stream>>>(
+                data, targets.data<I>(), losses.data<float>(), lse.data<float>(), rows, vocabulary, ignore_index,
+                cuda::index_error_record());
+        WEFT_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+  cuda::finish_index_checked_launch(stream);
+}
+
+void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                         int64_t ignore_index, const Tensor& grad_losses, const Tensor& grad_logits) {
+  cuda::raise_recorded_index_error();
+  const int64_t rows = logits.size(0);
+  const int vocabulary = static_cast<int>(logits.size(1));
+  if (rows == 0 || vocabulary == 0) return;
+  const int device = logits.device().index;
+  cuda::set_device(device);
+  const cudaStream_t stream = cuda::current_stream(device);
+  cuda::dispatch_cuda_index(targets.dtype(), "cross_entropy_backward", [&]<class I>() {
+    cuda::dispatch_cuda_floating(logits.dtype(), "cross_entropy_backward", [&]<class T>() {
+      const T* data = logits.data<T>();
+      T* out = grad_logits.data<T>();
+      cuda::dispatch_pack<T>(cuda::can_use_packs<T>(vocabulary, data, out), [&]<int kVec>() {
+        cuda::cross_entropy_backward_kernel<T, I, kVec>
+            <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec), 0, stream>>>(
+                data, targets.data<I>(), lse.data<float>(), grad_losses.data<float>(), out, rows, vocabulary,
+                ignore_index, cuda::index_error_record());
+        WEFT_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+  cuda::finish_index_checked_launch(stream);
+}
+
+}  // namespace weft

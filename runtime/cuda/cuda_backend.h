@@ -1,0 +1,66 @@
+// The CUDA backend: every kernel of runtime/backend.h on NVIDIA GPUs (built for sm_90 first).
+//
+// Kernels run on the calling thread's current stream of the tensor's device (runtime/cuda/stream.h);
+// nothing here synchronizes the host except copies to host memory. Floating tensors are f32 or
+// bf16 (f16 where noted) with f32 accumulation; results must agree with the CPU backend within the
+// tolerances of tests/unit/cuda_*_test.cc. Files: elementwise.cu (fill, copy, random, unary,
+// binary, affine), reduction.cu, softmax.cu, normalization.cu, embedding.cu, cross_entropy.cu,
+// dropout.cu, matmul.cu (cuBLASLt), attention.cu (fused causal attention that never writes T x T
+// scores to device memory).
+#pragma once
+
+#include "runtime/backend.h"
+
+namespace weft {
+
+class CudaBackend final : public Backend {
+ public:
+  DeviceType device_type() const override { return DeviceType::kCuda; }
+  void synchronize(Device device) override;
+  DeviceMemory memory(Device device, bool reset_peak) override;
+
+  void fill(const Tensor& out, double value) override;
+  void copy(const Tensor& source, const Tensor& out) override;
+  void fill_random(const Tensor& out, RandomDistribution distribution, uint64_t seed, uint64_t offset, double a,
+                   double b) override;
+
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out) override;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad_out, const Tensor& grad_x) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void affine(const Tensor& x, double scale, double shift, const Tensor& out) override;
+
+  void reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t> dims, const Tensor& out,
+              const Tensor& indices) override;
+
+  void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
+
+  void softmax(const Tensor& x, const Tensor& out, bool log) override;
+  void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, bool log) override;
+
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                  const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
+                           const Tensor& grad_bias) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) override;
+  void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
+                         const Tensor& grad_x, const Tensor& grad_weight) override;
+
+  void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight) override;
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
+                 const Tensor& lse) override;
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                          const Tensor& grad_out, double scale, const Tensor& grad_q, const Tensor& grad_k,
+                          const Tensor& grad_v) override;
+
+  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
+                     const Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
+                              const Tensor& grad_losses, const Tensor& grad_logits) override;
+
+  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) override;
+};
+
+}  // namespace weft

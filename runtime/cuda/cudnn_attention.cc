@@ -1,0 +1,718 @@
+// Causal SDPA forward and backward through cuDNN 9's backend API (see cudnn_attention.h).
+//
+// The operation graphs follow what cudnn-frontend's composite sdpa / sdpa_backward nodes generate
+// (no dropout, no bias, top-left causal mask), written directly with CUDNN_BACKEND_* descriptors:
+//
+//   forward:  S = Q @ K^T; S *= scale; S = select(S, lowest, row >= col); M = max_row(S);
+//             E = exp(S - M); Z = sum_row(E); stats = M + log(Z); P = E / Z (io type); O = P @ V
+//   backward: sum = sum_row(dO * O) * 1 (a workspace tensor); S = Q @ K^T * scale - stats, masked;
+//             E = exp(S); dV = E^T (io type) @ dO; dP = dO @ V^T; dS = (dP * 1 - sum) * E * scale;
+//             dK = dS^T (io type) @ Q; dQacc = dS @ K (f32, workspace); dQ = identity(dQacc)
+//
+// K (and V in the backward) enter as K^T = [B, H, D, T] views of the [B, H, T, D] tensors, as the
+// backend's attention engines expect. Heuristics mode A (then the fallback mode) give engine
+// configs; the first one whose execution plan finalizes is kept. Everything is cached per device
+// (one cuDNN handle each, used under a lock) and per (direction, B, H, T, D, dtype).
+#include "runtime/cuda/cudnn_attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/error.h"
+
+#ifdef WEFT_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+namespace weft::cuda {
+
+// --- The implementation switch ------------------------------------------------------------------
+
+namespace {
+
+std::atomic<int> g_impl{-1};
+
+AttentionImpl impl_from_environment() {
+  const char* value = std::getenv("WEFT_ATTENTION");
+  if (value == nullptr || *value == '\0') return AttentionImpl::kAuto;
+  const std::string_view text(value);
+  if (text == "flash") return AttentionImpl::kFlash;
+  if (text == "cudnn") return AttentionImpl::kCudnn;
+  if (text != "auto") {
+    std::fprintf(stderr, "weft: WEFT_ATTENTION=%s is not one of flash, cudnn, auto; using auto\n", value);
+  }
+  return AttentionImpl::kAuto;
+}
+
+std::mutex g_error_mutex;
+std::string g_last_error;
+
+// Records why cuDNN did not run a call; the first reason of the process goes to stderr.
+void note_fallback(const std::string& reason) {
+  static std::once_flag logged;
+  {
+    std::lock_guard<std::mutex> lock(g_error_mutex);
+    g_last_error = reason;
+  }
+  std::call_once(logged, [&] {
+    std::fprintf(stderr, "weft: cuDNN attention unavailable, using the flash kernels: %s\n", reason.c_str());
+  });
+}
+
+}  // namespace
+
+AttentionImpl attention_impl() {
+  int value = g_impl.load(std::memory_order_relaxed);
+  if (value < 0) {
+    static const AttentionImpl from_environment = impl_from_environment();  // read once
+    int expected = -1;
+    g_impl.compare_exchange_strong(expected, static_cast<int>(from_environment));
+    value = g_impl.load(std::memory_order_relaxed);
+  }
+  return static_cast<AttentionImpl>(value);
+}
+
+void set_attention_impl(AttentionImpl impl) { g_impl.store(static_cast<int>(impl), std::memory_order_relaxed); }
+
+const char* attention_impl_name(AttentionImpl impl) {
+  switch (impl) {
+    case AttentionImpl::kFlash:
+      return "flash";
+    case AttentionImpl::kCudnn:
+      return "cudnn";
+    case AttentionImpl::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::string cudnn_attention_last_error() {
+  std::lock_guard<std::mutex> lock(g_error_mutex);
+  return g_last_error;
+}
+
+#ifndef WEFT_HAVE_CUDNN
+
+bool cudnn_attention_built() { return false; }
+int cudnn_version() { return 0; }
+
+bool cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&) {
+  note_fallback("weft was built without cuDNN");
+  return false;
+}
+
+bool cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) {
+  note_fallback("weft was built without cuDNN");
+  return false;
+}
+
+#else  // WEFT_HAVE_CUDNN
+
+// The handle attributes of operation graphs and execution plans are marked deprecated in recent
+// cuDNN 9 headers but are still what the library (older 9.x too) reads.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+bool cudnn_attention_built() { return true; }
+int cudnn_version() { return static_cast<int>(cudnnGetVersion()); }
+
+namespace {
+
+// A failure while building a graph or plan: becomes the fallback reason.
+struct CudnnFailure {
+  std::string message;
+};
+
+std::string status_text(cudnnStatus_t status) {
+  std::string text = cudnnGetErrorString(status);
+  char detail[1024] = {0};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  if (detail[0] != '\0') text += std::string(" [") + detail + "]";
+  return text;
+}
+
+#define WEFT_CUDNN_TRY(call, what)                                                                   \
+  do {                                                                                               \
+    const cudnnStatus_t weft_cudnn_status = (call);                                                  \
+    if (weft_cudnn_status != CUDNN_STATUS_SUCCESS) {                                                 \
+      throw CudnnFailure{std::string(what) + ": " + #call + " -> " + status_text(weft_cudnn_status)}; \
+    }                                                                                                \
+  } while (0)
+
+// One backend descriptor, destroyed with its owner.
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type, std::string name) : name_(std::move(name)) {
+    WEFT_CUDNN_TRY(cudnnBackendCreateDescriptor(type, &raw_), name_);
+  }
+  ~Desc() {
+    if (raw_ != nullptr) cudnnBackendDestroyDescriptor(raw_);
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return raw_; }
+  const std::string& name() const { return name_; }
+
+  template <class T>
+  Desc& set(cudnnBackendAttributeName_t attribute, cudnnBackendAttributeType_t type, const T* values,
+            int64_t count = 1) {
+    const cudnnStatus_t status = cudnnBackendSetAttribute(raw_, attribute, type, count, values);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      throw CudnnFailure{name_ + ": setting attribute " + std::to_string(static_cast<int>(attribute)) + " -> " +
+                         status_text(status)};
+    }
+    return *this;
+  }
+  Desc& set_desc(cudnnBackendAttributeName_t attribute, cudnnBackendDescriptor_t value) {
+    return set(attribute, CUDNN_TYPE_BACKEND_DESCRIPTOR, &value);
+  }
+  void finalize() { WEFT_CUDNN_TRY(cudnnBackendFinalize(raw_), name_ + ": finalize"); }
+
+ private:
+  cudnnBackendDescriptor_t raw_ = nullptr;
+  std::string name_;
+};
+
+using Dims = std::vector<int64_t>;
+
+// Tensor UIDs of the variant packs (virtual tensors get UIDs from kFirstVirtual up).
+enum Uid : int64_t {
+  kQ = 1,
+  kK = 2,  // K^T view
+  kV = 3,  // V (forward) or V^T view (backward)
+  kO = 4,
+  kStats = 5,
+  kScale = 6,
+  kMaskValue = 7,
+  kGradOut = 8,
+  kGradQ = 9,
+  kGradK = 10,
+  kGradV = 11,
+  kOne = 12,
+  kSoftmaxSum = 13,
+  kGradQAccum = 14,
+  kFirstVirtual = 100,
+};
+
+// A finalized execution plan and every descriptor it was built from (kept alive with it).
+struct Plan {
+  std::vector<std::unique_ptr<Desc>> descriptors;
+  Desc* plan = nullptr;
+  int64_t workspace_bytes = 0;
+  int64_t engine = -1;
+  std::string failure;  // non-empty: no plan could be built (the reason)
+};
+
+// Builds one operation graph from backend descriptors.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(cudnnHandle_t handle) : handle_(handle) {}
+
+  cudnnBackendDescriptor_t tensor(int64_t uid, cudnnDataType_t type, const Dims& dims, const Dims& strides,
+                                  bool is_virtual, bool by_value = false) {
+    Desc& desc = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor " + std::to_string(uid));
+    const int64_t alignment = 16;
+    desc.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid)
+        .set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type)
+        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims.data(), static_cast<int64_t>(dims.size()))
+        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(), static_cast<int64_t>(strides.size()))
+        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &alignment)
+        .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, &is_virtual);
+    if (by_value) desc.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, &by_value);
+    desc.finalize();
+    return desc.get();
+  }
+  cudnnBackendDescriptor_t virtual_tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides) {
+    return tensor(next_virtual_++, type, dims, strides, true);
+  }
+  // A f32 scalar passed by value in the variant pack (a host pointer at execution).
+  cudnnBackendDescriptor_t scalar(int64_t uid) {
+    return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  }
+
+  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c,
+              const char* name) {
+    Desc& descriptor = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR, std::string(name) + " (matmul descriptor)");
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    descriptor.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &compute).finalize();
+    Desc& op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, name);
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, descriptor.get())
+        .finalize();
+    ops_.push_back(op.get());
+  }
+
+  // y = mode(x[, b[, t]]); t is the condition of BINARY_SELECT (y = t ? x : b).
+  void pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t precision, cudnnBackendDescriptor_t x,
+                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                 const char* name, int64_t axis = -1) {
+    Desc& descriptor = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, std::string(name) + " (pointwise descriptor)");
+    descriptor.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode)
+        .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
+    if (axis >= 0) descriptor.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, &axis);
+    descriptor.finalize();
+    Desc& op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, name);
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, descriptor.get())
+        .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+    if (b != nullptr) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
+    if (t != nullptr) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y).finalize();
+    ops_.push_back(op.get());
+  }
+
+  void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y,
+                 const char* name) {
+    Desc& descriptor = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, std::string(name) + " (reduction descriptor)");
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    descriptor.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &mode)
+        .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &compute)
+        .finalize();
+    Desc& op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, name);
+    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
+        .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
+        .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, descriptor.get())
+        .finalize();
+    ops_.push_back(op.get());
+  }
+
+  // y: the same elements as x under other dims / strides (a transpose view) and maybe another type.
+  void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y, const char* name) {
+    Desc& op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, name);
+    op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x).set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y).finalize();
+    ops_.push_back(op.get());
+  }
+
+  // scores -> select(scores, lowest, row >= col): the top-left causal mask.
+  cudnnBackendDescriptor_t causal_mask(cudnnBackendDescriptor_t scores, cudnnBackendDescriptor_t mask_value,
+                                       const Dims& dims, const Dims& strides) {
+    cudnnBackendDescriptor_t row = virtual_tensor(CUDNN_DATA_INT32, dims, strides);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scores, nullptr, nullptr, row, "gen_row_index", 2);
+    cudnnBackendDescriptor_t col = virtual_tensor(CUDNN_DATA_INT32, dims, strides);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scores, nullptr, nullptr, col, "gen_col_index", 3);
+    cudnnBackendDescriptor_t keep = virtual_tensor(CUDNN_DATA_BOOLEAN, dims, strides);
+    pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, nullptr, keep, "row_ge_col");
+    cudnnBackendDescriptor_t masked = virtual_tensor(CUDNN_DATA_FLOAT, dims, strides);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, scores, mask_value, keep, masked, "causal_select");
+    return masked;
+  }
+
+  // Finalizes the operation graph, asks the heuristics for engine configs and keeps the first whose
+  // execution plan finalizes.
+  std::unique_ptr<Plan> finish(const char* what) {
+    auto result = std::make_unique<Plan>();
+    Desc& graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, std::string(what) + " operation graph");
+    graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle_)
+        .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops_.data(),
+             static_cast<int64_t>(ops_.size()))
+        .finalize();
+
+    std::string tried;
+    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      const char* mode_name = mode == CUDNN_HEUR_MODE_A ? "mode A" : "fallback mode";
+      std::vector<std::unique_ptr<Desc>> configs;
+      std::vector<cudnnBackendDescriptor_t> raw_configs;
+      try {
+        Desc heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, std::string(what) + " heuristics " + mode_name);
+        heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.get())
+            .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode)
+            .finalize();
+        int64_t count = 0;
+        WEFT_CUDNN_TRY(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+                       heuristics.name());
+        for (int64_t i = 0; i < count; ++i) {
+          configs.push_back(std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config"));
+          raw_configs.push_back(configs.back()->get());
+        }
+        int64_t returned = 0;
+        if (count > 0) {
+          WEFT_CUDNN_TRY(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
+                                                  raw_configs.data()),
+                         heuristics.name());
+        }
+        raw_configs.resize(static_cast<size_t>(std::min(returned, count)));
+        tried += std::string(tried.empty() ? "" : "; ") + mode_name + ": " + std::to_string(raw_configs.size()) +
+                 " engine configs";
+      } catch (const CudnnFailure& failure) {
+        tried += std::string(tried.empty() ? "" : "; ") + failure.message;
+        continue;
+      }
+      for (size_t i = 0; i < raw_configs.size(); ++i) {
+        try {
+          auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+                                             std::string(what) + " execution plan");
+          plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle_)
+              .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw_configs[i])
+              .finalize();
+          int64_t returned = 0;
+          WEFT_CUDNN_TRY(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                  CUDNN_TYPE_INT64, 1, &returned, &result->workspace_bytes),
+                         plan->name());
+          result->engine = engine_index(raw_configs[i]);
+          result->plan = plan.get();
+          descriptors_.push_back(std::move(plan));
+          for (auto& config : configs) descriptors_.push_back(std::move(config));
+          result->descriptors = std::move(descriptors_);
+          return result;
+        } catch (const CudnnFailure& failure) {
+          if (i == 0) tried += " (first: " + failure.message + ")";
+        }
+      }
+    }
+    result->failure = std::string(what) + ": no engine config gave an execution plan (" + tried + ")";
+    return result;
+  }
+
+ private:
+  Desc& make(cudnnBackendDescriptorType_t type, std::string name) {
+    descriptors_.push_back(std::make_unique<Desc>(type, std::move(name)));
+    return *descriptors_.back();
+  }
+
+  // The engine's global index (diagnostics only; -1 when it cannot be read).
+  static int64_t engine_index(cudnnBackendDescriptor_t config) {
+    try {
+      Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
+      cudnnBackendDescriptor_t raw = engine.get();
+      int64_t returned = 0, index = -1;
+      if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &returned,
+                                   &raw) != CUDNN_STATUS_SUCCESS ||
+          cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &returned, &index) !=
+              CUDNN_STATUS_SUCCESS) {
+        return -1;
+      }
+      return index;
+    } catch (const CudnnFailure&) {
+      return -1;
+    }
+  }
+
+  cudnnHandle_t handle_;
+  std::vector<std::unique_ptr<Desc>> descriptors_;
+  std::vector<cudnnBackendDescriptor_t> ops_;
+  int64_t next_virtual_ = kFirstVirtual;
+};
+
+struct Shape {
+  int64_t b, h, s, d;
+};
+
+Dims bhsd_strides(const Shape& x) { return {x.h * x.s * x.d, x.s * x.d, x.d, 1}; }
+Dims transposed_strides(const Shape& x) { return {x.h * x.s * x.d, x.s * x.d, 1, x.d}; }  // [B, H, D, T] view
+
+std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io) {
+  GraphBuilder g(handle);
+  const Dims bhsd = {x.b, x.h, x.s, x.d}, bhds = {x.b, x.h, x.d, x.s};
+  const Dims scores = {x.b, x.h, x.s, x.s}, score_strides = {x.h * x.s * x.s, x.s * x.s, x.s, 1};
+  const Dims rows = {x.b, x.h, x.s, 1}, row_strides = {x.h * x.s, x.s, 1, 1};
+  cudnnBackendDescriptor_t q = g.tensor(kQ, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t kt = g.tensor(kK, io, bhds, transposed_strides(x), false);
+  cudnnBackendDescriptor_t v = g.tensor(kV, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t o = g.tensor(kO, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rows, row_strides, false);
+  cudnnBackendDescriptor_t scale = g.scalar(kScale);
+  cudnnBackendDescriptor_t mask_value = g.scalar(kMaskValue);
+
+  cudnnBackendDescriptor_t s = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.matmul(q, kt, s, "bmm1 Q K^T");
+  cudnnBackendDescriptor_t scaled = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, nullptr, scaled, "attn_scale");
+  cudnnBackendDescriptor_t masked = g.causal_mask(scaled, mask_value, scores, score_strides);
+
+  // Softmax with stats (the frontend's softmax node with has_stats, no M / Zinv outputs).
+  cudnnBackendDescriptor_t max = g.virtual_tensor(CUDNN_DATA_FLOAT, rows, row_strides);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max, "softmax max");
+  cudnnBackendDescriptor_t shifted = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, masked, max, nullptr, shifted, "softmax sub");
+  cudnnBackendDescriptor_t exps = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, shifted, nullptr, nullptr, exps, "softmax exp");
+  cudnnBackendDescriptor_t sum = g.virtual_tensor(CUDNN_DATA_FLOAT, rows, row_strides);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, sum, "softmax sum");
+  cudnnBackendDescriptor_t log_sum = g.virtual_tensor(CUDNN_DATA_FLOAT, rows, row_strides);
+  g.pointwise(CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, nullptr, nullptr, log_sum, "softmax log");
+  g.pointwise(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, max, log_sum, nullptr, stats, "softmax stats");
+  cudnnBackendDescriptor_t probs = g.virtual_tensor(io, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exps, sum, nullptr, probs, "softmax div");
+
+  g.matmul(probs, v, o, "bmm2 P V");
+  return g.finish("sdpa forward");
+}
+
+std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io) {
+  GraphBuilder g(handle);
+  const Dims bhsd = {x.b, x.h, x.s, x.d}, bhds = {x.b, x.h, x.d, x.s};
+  const Dims scores = {x.b, x.h, x.s, x.s}, score_strides = {x.h * x.s * x.s, x.s * x.s, x.s, 1};
+  const Dims transposed_score_strides = {x.h * x.s * x.s, x.s * x.s, 1, x.s};
+  const Dims rows = {x.b, x.h, x.s, 1}, row_strides = {x.h * x.s, x.s, 1, 1};
+  cudnnBackendDescriptor_t q = g.tensor(kQ, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t kt = g.tensor(kK, io, bhds, transposed_strides(x), false);
+  cudnnBackendDescriptor_t vt = g.tensor(kV, io, bhds, transposed_strides(x), false);
+  cudnnBackendDescriptor_t o = g.tensor(kO, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rows, row_strides, false);
+  cudnnBackendDescriptor_t grad_out = g.tensor(kGradOut, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t grad_q = g.tensor(kGradQ, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t grad_k = g.tensor(kGradK, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t grad_v = g.tensor(kGradV, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t scale = g.scalar(kScale);
+  cudnnBackendDescriptor_t mask_value = g.scalar(kMaskValue);
+  cudnnBackendDescriptor_t one = g.scalar(kOne);
+  // Workspace tensors: the row sums of dO * O and the f32 dQ accumulator.
+  cudnnBackendDescriptor_t softmax_sum = g.tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, rows, row_strides, false);
+  cudnnBackendDescriptor_t grad_q_accum = g.tensor(kGradQAccum, CUDNN_DATA_FLOAT, bhsd, bhsd_strides(x), false);
+
+  // softmax_sum = rowsum(dO * O) * 1
+  cudnnBackendDescriptor_t product = g.virtual_tensor(CUDNN_DATA_FLOAT, bhsd, bhsd_strides(x));
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, grad_out, o, nullptr, product, "mul dO O");
+  cudnnBackendDescriptor_t row_sum = g.virtual_tensor(CUDNN_DATA_FLOAT, rows, row_strides);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, product, row_sum, "reduce dO O");
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, row_sum, one, nullptr, softmax_sum, "scale dropout inv");
+
+  // P = exp(mask(Q K^T * scale - stats))
+  cudnnBackendDescriptor_t s = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.matmul(q, kt, s, "matmul Q K^T");
+  cudnnBackendDescriptor_t scaled = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, nullptr, scaled, "mul s attn_scale");
+  cudnnBackendDescriptor_t shifted = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, scaled, stats, nullptr, shifted, "sub s stats");
+  cudnnBackendDescriptor_t masked = g.causal_mask(shifted, mask_value, scores, score_strides);
+  cudnnBackendDescriptor_t probs = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, masked, nullptr, nullptr, probs, "exp s");
+
+  // dV = P^T @ dO
+  cudnnBackendDescriptor_t probs_t = g.virtual_tensor(io, scores, transposed_score_strides);
+  g.reshape(probs, probs_t, "reshape P^T");
+  g.matmul(probs_t, grad_out, grad_v, "matmul P^T dO");
+
+  // dS = (dO @ V^T * 1 - softmax_sum) * P * scale
+  cudnnBackendDescriptor_t dp = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.matmul(grad_out, vt, dp, "matmul dO V^T");
+  cudnnBackendDescriptor_t dp_masked = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp, one, nullptr, dp_masked, "dP dropout mask");
+  cudnnBackendDescriptor_t dp_centered = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp_masked, softmax_sum, nullptr, dp_centered,
+              "sub dP softmax_sum");
+  cudnnBackendDescriptor_t ds_unscaled = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp_centered, probs, nullptr, ds_unscaled, "mul dP P");
+  cudnnBackendDescriptor_t ds = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, ds_unscaled, scale, nullptr, ds, "mul dS attn_scale");
+
+  // dK = dS^T @ Q
+  cudnnBackendDescriptor_t ds_t = g.virtual_tensor(io, scores, transposed_score_strides);
+  g.reshape(ds, ds_t, "reshape dS^T");
+  g.matmul(ds_t, q, grad_k, "matmul dS^T Q");
+
+  // dQ = identity(dS @ K), accumulated in f32
+  cudnnBackendDescriptor_t k = g.virtual_tensor(io, bhsd, bhsd_strides(x));
+  g.reshape(kt, k, "reshape K");
+  g.matmul(ds, k, grad_q_accum, "matmul dS K");
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, grad_q_accum, nullptr, nullptr, grad_q, "identity dQ");
+  return g.finish("sdpa backward");
+}
+
+// --- Per-device state -----------------------------------------------------------------------------
+
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int>;  // backward, B, H, T, D, dtype
+
+struct DeviceState {
+  std::mutex mutex;
+  cudnnHandle_t handle = nullptr;
+  std::string handle_failure;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+};
+
+// Never destroyed: handles and plans live for the process (no teardown after the CUDA context).
+DeviceState& device_state(int device) {
+  static std::mutex mutex;
+  static auto* states = new std::map<int, std::unique_ptr<DeviceState>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& state = (*states)[device];
+  if (!state) state = std::make_unique<DeviceState>();
+  return *state;
+}
+
+bool verbose() {
+  static const bool value = [] {
+    const char* text = std::getenv("WEFT_ATTENTION_VERBOSE");
+    return text != nullptr && *text != '\0' && std::string_view(text) != "0";
+  }();
+  return value;
+}
+
+// Checks what the cuDNN graphs assume; returns the reason it cannot run, or "".
+std::string unsupported_reason(std::initializer_list<const Tensor*> tensors, const Tensor& q) {
+  if (q.dtype() != kBFloat16 && q.dtype() != kFloat16) {
+    return std::string("dtype ") + std::string(dtype_name(q.dtype())) + " (cuDNN path runs bf16 and f16)";
+  }
+  if (q.dim() != 4 || (q.size(3) != 64 && q.size(3) != 128)) return "head dim must be 64 or 128";
+  for (const Tensor* tensor : tensors) {
+    if (!tensor->is_contiguous() || reinterpret_cast<uintptr_t>(tensor->raw_data()) % 16 != 0) {
+      return "tensors must be contiguous and 16-byte aligned";
+    }
+  }
+  return "";
+}
+
+// The plan for `key` on `state` (built at the first use); nullptr with the reason noted when none.
+Plan* get_plan(DeviceState& state, const PlanKey& key, const Shape& shape, cudnnDataType_t io) {
+  if (state.handle == nullptr && state.handle_failure.empty()) {
+    const cudnnStatus_t status = cudnnCreate(&state.handle);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      state.handle = nullptr;
+      state.handle_failure = "cudnnCreate -> " + status_text(status);
+    }
+  }
+  if (state.handle == nullptr) {
+    note_fallback(state.handle_failure);
+    return nullptr;
+  }
+  auto found = state.plans.find(key);
+  if (found == state.plans.end()) {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_ptr<Plan> plan;
+    try {
+      plan = std::get<0>(key) ? build_backward(state.handle, shape, io) : build_forward(state.handle, shape, io);
+    } catch (const CudnnFailure& failure) {
+      plan = std::make_unique<Plan>();
+      plan->failure = failure.message;
+    }
+    if (verbose()) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "weft: cuDNN %s B%lld H%lld T%lld D%lld: %s (%.0f ms)\n",
+                   std::get<0>(key) ? "sdpa backward" : "sdpa forward", static_cast<long long>(shape.b),
+                   static_cast<long long>(shape.h), static_cast<long long>(shape.s), static_cast<long long>(shape.d),
+                   plan->failure.empty() ? ("engine " + std::to_string(plan->engine) + ", workspace " +
+                                            std::to_string(plan->workspace_bytes) + " bytes")
+                                               .c_str()
+                                         : plan->failure.c_str(),
+                   ms);
+    }
+    found = state.plans.emplace(key, std::move(plan)).first;
+  }
+  if (!found->second->failure.empty()) {
+    note_fallback(found->second->failure + " (cuDNN " + std::to_string(cudnnGetVersion()) + ")");
+    return nullptr;
+  }
+  return found->second.get();
+}
+
+int64_t align_up(int64_t bytes, int64_t alignment = 256) { return (bytes + alignment - 1) / alignment * alignment; }
+
+// Runs `plan` with the given (uid, pointer) pairs and a workspace of plan + extra bytes from weft's
+// allocator; `extra` lists workspace tensors (uid, bytes) placed after the plan's own workspace.
+// Returns false (noting why) when execution is refused.
+bool execute(DeviceState& state, Plan& plan, const Device& device, std::vector<int64_t> uids,
+             std::vector<void*> pointers, const std::vector<std::pair<int64_t, int64_t>>& extra,
+             const std::vector<int64_t>& zeroed_uids, const char* what) {
+  int64_t total = align_up(plan.workspace_bytes);
+  std::vector<int64_t> offsets;
+  for (const auto& [uid, bytes] : extra) {
+    offsets.push_back(total);
+    total += align_up(bytes);
+  }
+  const cudaStream_t stream = current_stream(device.index);
+  Tensor workspace = Tensor::empty({std::max<int64_t>(1, (total + 3) / 4)}, kFloat32, device);
+  char* base = static_cast<char*>(workspace.raw_data());
+  for (size_t i = 0; i < extra.size(); ++i) {
+    uids.push_back(extra[i].first);
+    pointers.push_back(base + offsets[i]);
+    if (std::find(zeroed_uids.begin(), zeroed_uids.end(), extra[i].first) != zeroed_uids.end()) {
+      WEFT_CUDA_CHECK(cudaMemsetAsync(base + offsets[i], 0, static_cast<size_t>(extra[i].second), stream));
+    }
+  }
+  try {
+    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, std::string(what) + " variant pack");
+    void* workspace_pointer = base;
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), static_cast<int64_t>(uids.size()))
+        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(),
+             static_cast<int64_t>(pointers.size()))
+        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace_pointer)
+        .finalize();
+    WEFT_CUDNN_TRY(cudnnSetStream(state.handle, stream), what);
+    WEFT_CUDNN_TRY(cudnnBackendExecute(state.handle, plan.plan->get(), pack.get()), what);
+  } catch (const CudnnFailure& failure) {
+    plan.failure = failure.message;  // do not try this plan again
+    note_fallback(failure.message);
+    return false;
+  }
+  return true;
+}
+
+cudnnDataType_t io_type(const Tensor& q) { return q.dtype() == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
+
+}  // namespace
+
+bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
+                             const Tensor& lse) {
+  if (const std::string reason = unsupported_reason({&q, &k, &v, &out}, q); !reason.empty()) {
+    note_fallback(reason);
+    return false;
+  }
+  const Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
+  const Device device = q.device();
+  set_device(device.index);
+  DeviceState& state = device_state(device.index);
+  std::lock_guard<std::mutex> lock(state.mutex);
+  Plan* plan = get_plan(state, {false, shape.b, shape.h, shape.s, shape.d, static_cast<int>(q.dtype())}, shape,
+                        io_type(q));
+  if (plan == nullptr) return false;
+  float scale_value = static_cast<float>(scale);
+  float mask_value = std::numeric_limits<float>::lowest();
+  return execute(state, *plan, device, {kQ, kK, kV, kO, kStats, kScale, kMaskValue},
+                 {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), &scale_value, &mask_value},
+                 {}, {}, "sdpa forward");
+}
+
+bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
+                              const Tensor& grad_k, const Tensor& grad_v) {
+  if (const std::string reason =
+          unsupported_reason({&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q);
+      !reason.empty()) {
+    note_fallback(reason);
+    return false;
+  }
+  const Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
+  const Device device = q.device();
+  set_device(device.index);
+  DeviceState& state = device_state(device.index);
+  std::lock_guard<std::mutex> lock(state.mutex);
+  Plan* plan = get_plan(state, {true, shape.b, shape.h, shape.s, shape.d, static_cast<int>(q.dtype())}, shape,
+                        io_type(q));
+  if (plan == nullptr) return false;
+  float scale_value = static_cast<float>(scale);
+  float mask_value = std::numeric_limits<float>::lowest();
+  float one = 1.0f;
+  const int64_t rows = shape.b * shape.h * shape.s;
+  // Before cuDNN 9.6 the frontend zeroes the dQ accumulator itself; later the engine does.
+  std::vector<int64_t> zeroed;
+  if (cudnnGetVersion() < 90600) zeroed.push_back(kGradQAccum);
+  return execute(state, *plan, device,
+                 {kQ, kK, kV, kO, kStats, kGradOut, kGradQ, kGradK, kGradV, kScale, kMaskValue, kOne},
+                 {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), grad_out.raw_data(),
+                  grad_q.raw_data(), grad_k.raw_data(), grad_v.raw_data(), &scale_value, &mask_value, &one},
+                 {{kSoftmaxSum, rows * 4}, {kGradQAccum, rows * shape.d * 4}}, zeroed, "sdpa backward");
+}
+
+#endif  // WEFT_HAVE_CUDNN
+
+}  // namespace weft::cuda

@@ -1,0 +1,58 @@
+// Causal scaled-dot-product attention through cuDNN 9's backend (graph) API, and the switch that
+// chooses between it and weft's own flash-attention kernels (flash_attention.cuh).
+//
+// CudaBackend::attention / attention_backward (attention.cu) try cuDNN first for bf16 / f16 with
+// head dim 64 or 128 when weft was built with cuDNN (WEFT_HAVE_CUDNN) and the implementation is not
+// "flash"; on any failure to build a graph, find an engine or finalize a plan they fall back to the
+// flash kernels, and the first failure's reason is written once to stderr. f32 always runs flash.
+//
+// The graphs are the ones cudnn-frontend's composite sdpa / sdpa_backward nodes lower to (matmul,
+// pointwise, reduction and reshape operations, causal mask from gen-index + compare + select);
+// plans are built once per (device, B, H, T, D, dtype) and kept for the process (the scale is a
+// by-value scalar of the variant pack, so one plan serves every scale). The forward's "stats"
+// output is max + log(sum(exp(s - max))) of the scaled masked scores in natural log: exactly
+// weft's lse contract (runtime/backend.h).
+//
+// This header needs no cuDNN headers; in a build without cuDNN every entry point reports
+// "unavailable" and the flash kernels run.
+#pragma once
+
+#include <string>
+
+#include "runtime/tensor.h"
+
+namespace weft::cuda {
+
+enum class AttentionImpl {
+  kAuto,   // cuDNN where it can run the call, else flash (the default)
+  kFlash,  // always weft's flash kernels
+  kCudnn,  // cuDNN where it can run the call (same as auto; falls back to flash, logging why)
+};
+
+// The implementation in use: WEFT_ATTENTION=flash|cudnn|auto read once from the environment at the
+// first call (unset or anything else: auto), unless set_attention_impl overrode it.
+AttentionImpl attention_impl();
+void set_attention_impl(AttentionImpl impl);
+const char* attention_impl_name(AttentionImpl impl);
+
+// Whether weft was built with cuDNN (the runtime library may still fail to load or to find engines).
+bool cudnn_attention_built();
+
+// Run the cuDNN forward / backward for the (already checked) contract of runtime/backend.h with
+// bf16 / f16 contiguous [B, H, T, D] tensors, D 64 or 128, on the current stream. Return false
+// without touching the outputs when cuDNN cannot run the call (not built, unsupported dtype or head
+// dim, no engine, ...); the reason is then in cudnn_attention_last_error() and was logged once.
+// Errors while executing a finalized plan throw weft::Error.
+bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
+                             const Tensor& lse);
+bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
+                              const Tensor& grad_k, const Tensor& grad_v);
+
+// The reason of the most recent fallback ("" when none happened yet).
+std::string cudnn_attention_last_error();
+
+// The linked cuDNN library's version (cudnnGetVersion, e.g. 91300), 0 without cuDNN.
+int cudnn_version();
+
+}  // namespace weft::cuda

@@ -1,0 +1,373 @@
+// CUDA matmul through cuBLASLt: CudaBackend::matmul and the fused bias / GELU epilogues of matmul.h.
+//
+// Row-major to column-major: weft's out[M, N] = a[M, K] @ bm[K, N] (row-major) is, read as
+// column-major memory, out^T[N, M] = bm^T[N, K] @ a^T[K, M]. So cuBLASLt's "A" is bm and its "B" is
+// a, and each operand is described as it lies in memory: a row-major [r, c] view is a column-major
+// [c, r] matrix (op N), a transposed view (row stride 1) is a column-major [r, c] matrix (op T), each
+// with its own leading dimension. Other layouts (both strides non-unit) are copied to contiguous.
+//
+// Batches: strided batches with cuBLASLt's batch count and per-operand batch offsets (0 for a shared
+// operand). When bm is shared and a's batches are packed one after another, the batch folds into
+// the rows (one [B*M, K] @ [K, N] product), which is faster and is what linear layers look like.
+//
+// Precision: f32 uses CUBLAS_COMPUTE_32F (no TF32), so results match the CPU within 1e-5; bf16 and
+// f16 accumulate in f32 (compute 32F, scale type 32F). f64 and integers raise weft::Error.
+//
+// State per device: one cublasLt handle, created lazily; one 32 MiB workspace per (device, stream),
+// allocated through weft (a device Tensor, kept alive for the process) so that two streams never
+// share a workspace; heuristic results cached per problem key (shape, ops, leading dims, batch
+// strides, alignments, epilogue). All of it is intentionally leaked at exit (CUDA may already be
+// torn down when static destructors run).
+#include <cublasLt.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/matmul.h"
+#include "runtime/cuda/stream.h"
+
+namespace weft {
+namespace cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// --- Per-device state -------------------------------------------------------------------------
+
+struct LtState {
+  std::mutex mutex;
+  std::map<int, cublasLtHandle_t> handles;
+  std::map<std::pair<int, cudaStream_t>, Tensor> workspaces;
+  std::map<std::array<int64_t, 24>, cublasLtMatmulAlgo_t> algorithms;
+};
+
+LtState& lt_state() {
+  static LtState* state = new LtState;  // leaked on purpose (see the file comment)
+  return *state;
+}
+
+cublasLtHandle_t lt_handle(int device) {
+  LtState& state = lt_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  auto found = state.handles.find(device);
+  if (found != state.handles.end()) return found->second;
+  cublasLtHandle_t handle = nullptr;
+  WEFT_CUBLAS_CHECK(cublasLtCreate(&handle));
+  state.handles.emplace(device, handle);
+  return handle;
+}
+
+void* lt_workspace(int device, cudaStream_t stream) {
+  LtState& state = lt_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  auto key = std::make_pair(device, stream);
+  auto found = state.workspaces.find(key);
+  if (found == state.workspaces.end()) {
+    Tensor workspace = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes / sizeof(float))}, kFloat32,
+                                     Device::cuda(device));
+    found = state.workspaces.emplace(key, std::move(workspace)).first;
+  }
+  return found->second.raw_data();
+}
+
+// --- RAII owners of cuBLASLt descriptors ----------------------------------------------------------
+
+struct MatmulDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  MatmulDesc(cublasComputeType_t compute, cudaDataType_t scale) {
+    WEFT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, scale));
+  }
+  ~MatmulDesc() { cublasLtMatmulDescDestroy(desc); }
+  template <class V>
+  void set(cublasLtMatmulDescAttributes_t attribute, const V& value) {
+    WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+  }
+};
+
+struct LayoutDesc {
+  cublasLtMatrixLayout_t desc = nullptr;
+  LayoutDesc(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride) {
+    WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+    if (batch > 1) {
+      const int32_t count = static_cast<int32_t>(batch);
+      WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(desc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(desc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                         &batch_stride, sizeof(batch_stride)));
+    }
+  }
+  ~LayoutDesc() { cublasLtMatrixLayoutDestroy(desc); }
+};
+
+struct Preference {
+  cublasLtMatmulPreference_t pref = nullptr;
+  Preference() { WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref)); }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(pref); }
+  template <class V>
+  void set(cublasLtMatmulPreferenceAttributes_t attribute, const V& value) {
+    WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
+  }
+};
+
+// --- Operand layouts -------------------------------------------------------------------------------
+
+// A logical row-major [rows, cols] matrix with element strides (row_stride, col_stride), seen as
+// column-major memory: either its transpose [cols, rows] (row-major view: op N) or itself
+// [rows, cols] (transposed view: op T), with leading dimension ld.
+struct ColumnMajor {
+  bool usable = false;
+  bool itself = false;  // true: memory is the matrix itself (column-major); false: its transpose
+  int64_t ld = 0;
+};
+
+ColumnMajor column_major(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  if (cols == 1 || col_stride == 1) {
+    const int64_t ld = rows == 1 ? cols : row_stride;
+    if (ld >= std::max<int64_t>(cols, 1)) return {true, false, ld};
+  }
+  if (rows == 1 || row_stride == 1) {
+    const int64_t ld = cols == 1 ? rows : col_stride;
+    if (ld >= std::max<int64_t>(rows, 1)) return {true, true, ld};
+  }
+  return {};
+}
+
+// Largest power of two (<= 256) dividing every byte quantity given (0 entries are ignored).
+int64_t alignment_of(std::initializer_list<int64_t> byte_values) {
+  int64_t alignment = 256;
+  for (int64_t value : byte_values) {
+    if (value == 0) continue;
+    while (alignment > 1 && value % alignment != 0) alignment /= 2;
+  }
+  return alignment;
+}
+
+int64_t address_of(const void* pointer) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(pointer)); }
+
+cudaDataType_t cuda_type(DType dtype, std::string_view op) {
+  switch (dtype) {
+    case kFloat32: return CUDA_R_32F;
+    case kBFloat16: return CUDA_R_16BF;
+    case kFloat16: return CUDA_R_16F;
+    default:
+      WEFT_FAIL(op, ": dtype ", dtype_name(dtype), " is not supported on CUDA (expected f32, bf16 or f16)");
+  }
+}
+
+// One product as cuBLASLt sees it, after layouts are settled.
+struct Problem {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cudaDataType_t type = CUDA_R_32F;
+  int64_t batch = 1, m = 0, n = 0, k = 0;  // weft's out [batch, m, n] = a [batch, m, k] @ bm [batch, k, n]
+  const void* a = nullptr;
+  ColumnMajor a_layout;
+  int64_t a_batch_stride = 0;  // elements
+  const void* b = nullptr;
+  ColumnMajor b_layout;
+  int64_t b_batch_stride = 0;
+  void* out = nullptr;
+  float alpha = 1.f, beta = 0.f;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;  // pre-GELU output; ld = n
+};
+
+void run_problem(const Problem& p, std::string_view op) {
+  const int64_t element = p.type == CUDA_R_32F ? 4 : 2;
+  // cuBLASLt: D'[n, m] (col-major, ld n) = op(A')[n, k] @ op(B')[k, m]; A' from bm, B' from a.
+  // bm logical [k, n]: a row-major bm is memory [n, k] (op N); a transposed bm is memory [k, n] (op T).
+  const cublasOperation_t op_a = p.b_layout.itself ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int64_t a_rows = p.b_layout.itself ? p.k : p.n, a_cols = p.b_layout.itself ? p.n : p.k;
+  // a logical [m, k]: a row-major a is memory [k, m] (op N); a transposed a is memory [m, k] (op T).
+  const cublasOperation_t op_b = p.a_layout.itself ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int64_t b_rows = p.a_layout.itself ? p.m : p.k, b_cols = p.a_layout.itself ? p.k : p.m;
+  const int64_t out_batch_stride = p.m * p.n;
+  const int64_t a_batch_stride = p.batch > 1 ? p.b_batch_stride : 0;  // cuBLASLt's A' is weft's bm
+  const int64_t b_batch_stride = p.batch > 1 ? p.a_batch_stride : 0;
+
+  const int64_t align_a = alignment_of({address_of(p.b), p.b_layout.ld * element, a_batch_stride * element});
+  const int64_t align_b = alignment_of({address_of(p.a), p.a_layout.ld * element, b_batch_stride * element});
+  const int64_t align_cd = alignment_of({address_of(p.out), p.n * element, p.batch > 1 ? out_batch_stride * element : 0});
+  const int64_t align_extra =
+      alignment_of({address_of(p.bias), address_of(p.aux), p.aux != nullptr ? p.n * element : 0});
+
+  MatmulDesc desc(CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
+    if (p.bias != nullptr) desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    if (p.aux != nullptr) {
+      desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
+      desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.n);
+    }
+  }
+  LayoutDesc layout_a(p.type, a_rows, a_cols, p.b_layout.ld, p.batch, a_batch_stride);
+  LayoutDesc layout_b(p.type, b_rows, b_cols, p.a_layout.ld, p.batch, b_batch_stride);
+  LayoutDesc layout_cd(p.type, p.n, p.m, p.n, p.batch, out_batch_stride);
+
+  const cublasLtHandle_t handle = lt_handle(p.device);
+  void* workspace = lt_workspace(p.device, p.stream);
+
+  const std::array<int64_t, 24> key = {p.device, static_cast<int64_t>(p.type), static_cast<int64_t>(p.epilogue),
+                                       op_a, op_b, p.batch, p.m, p.n, p.k, p.b_layout.ld, p.a_layout.ld,
+                                       a_batch_stride, b_batch_stride, align_a, align_b, align_cd, align_extra,
+                                       p.beta != 0.f ? 1 : 0, p.bias != nullptr, p.aux != nullptr, 0, 0, 0, 0};
+  cublasLtMatmulAlgo_t algorithm;
+  bool cached = false;
+  {
+    LtState& state = lt_state();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    auto found = state.algorithms.find(key);
+    if (found != state.algorithms.end()) {
+      algorithm = found->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    Preference preference;
+    preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(align_a));
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(align_b));
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(align_cd));
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(align_cd));
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    WEFT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc,
+                                                     layout_cd.desc, preference.pref, 1, &result, &found));
+    WEFT_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, op, ": cuBLASLt found no algorithm for [", p.batch,
+               ", ", p.m, ", ", p.k, "] @ [", p.batch, ", ", p.k, ", ", p.n, "] (epilogue ", static_cast<int>(p.epilogue),
+               ", alignments ", align_a, "/", align_b, "/", align_cd, " bytes)");
+    algorithm = result.algo;
+    LtState& state = lt_state();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.algorithms.emplace(key, algorithm);
+  }
+  WEFT_CUBLAS_CHECK(cublasLtMatmul(handle, desc.desc, &p.alpha, p.b, layout_a.desc, p.a, layout_b.desc, &p.beta,
+                                   p.out, layout_cd.desc, p.out, layout_cd.desc, &algorithm, workspace,
+                                   kWorkspaceBytes, p.stream));
+}
+
+// Settles layouts (copying unusable operands to contiguous, folding a shared-bm batch into rows)
+// and fills a Problem. `keep` holds any copies alive until the product is enqueued.
+Problem make_problem(const Tensor& a_in, const Tensor& b_in, const Tensor& out, std::string_view op,
+                     std::vector<Tensor>& keep) {
+  WEFT_CHECK(a_in.dim() == 3 && b_in.dim() == 3 && out.dim() == 3, op, ": expected a [B, M, K], bm [B, K, N], out [B, M, N]; got ",
+             a_in.describe(), ", ", b_in.describe(), ", ", out.describe());
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
+  WEFT_CHECK(a_in.size(0) == batch && a_in.size(1) == m && b_in.size(0) == batch && b_in.size(1) == k &&
+                 b_in.size(2) == n,
+             op, ": shapes do not agree: a ", a_in.describe(), ", bm ", b_in.describe(), ", out ", out.describe());
+  WEFT_CHECK(out.is_contiguous(), op, ": out must be contiguous, got ", out.describe());
+  WEFT_CHECK(a_in.dtype() == out.dtype() && b_in.dtype() == out.dtype(), op, ": dtypes differ: ", a_in.describe(),
+             ", ", b_in.describe(), ", ", out.describe());
+  WEFT_CHECK(a_in.device().is_cuda() && a_in.device() == out.device() && b_in.device() == out.device(), op,
+             ": operands must be on one CUDA device: ", a_in.describe(), ", ", b_in.describe(), ", ", out.describe());
+  WEFT_CHECK(batch <= INT32_MAX, op, ": batch ", batch, " is too large for cuBLASLt");
+
+  Problem p;
+  p.device = out.device().index;
+  p.type = cuda_type(out.dtype(), op);
+  p.batch = batch;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.out = out.raw_data();
+  set_device(p.device);
+  p.stream = current_stream(p.device);
+  if (out.numel() == 0 || k == 0) return p;  // nothing for cuBLASLt to do (see the callers)
+
+  Tensor a = a_in, b = b_in;
+  // Fold a shared bm's batch into a's rows when a's batches are packed row-major.
+  if (batch > 1 && b.stride(0) == 0 && (a.stride(2) == 1 || k == 1) && a.stride(0) == m * a.stride(1) &&
+      a.stride(1) >= k) {
+    p.batch = 1;
+    p.m = batch * m;
+    p.a_layout = column_major(p.m, k, a.stride(1), a.stride(2));
+  } else {
+    p.a_layout = column_major(m, k, a.stride(1), a.stride(2));
+  }
+  if (!p.a_layout.usable) {
+    a = a_in.contiguous();
+    keep.push_back(a);
+    p.a_layout = column_major(m, k, a.stride(1), a.stride(2));
+  }
+  p.b_layout = column_major(k, n, b.stride(1), b.stride(2));
+  if (!p.b_layout.usable) {
+    b = b_in.contiguous();
+    keep.push_back(b);
+    p.b_layout = column_major(k, n, b.stride(1), b.stride(2));
+  }
+  WEFT_CHECK(p.a_layout.usable && p.b_layout.usable, op, ": internal error: no cuBLASLt layout for ", a.describe(),
+             " @ ", b.describe());
+  p.a = a.raw_data();
+  p.b = b.raw_data();
+  p.a_batch_stride = a.stride(0);
+  p.b_batch_stride = b.stride(0);
+  return p;
+}
+
+void run_epilogue(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, const Tensor& pre_gelu,
+                  cublasLtEpilogue_t epilogue, std::string_view op) {
+  std::vector<Tensor> keep;
+  Problem p = make_problem(a, bm, out, op, keep);
+  if (out.numel() == 0) return;
+  WEFT_CHECK(p.k > 0, op, ": K = 0 is not supported with an epilogue");
+  WEFT_CHECK(p.batch == 1, op, ": the batch must fold into rows (B == 1, or bm shared with batch stride 0 and a's ",
+             "batches packed); got a ", a.describe(), ", bm ", bm.describe());
+  WEFT_CHECK(bias.defined() && bias.dim() == 1 && bias.size(0) == p.n && bias.is_contiguous() &&
+                 bias.dtype() == out.dtype() && bias.device() == out.device(),
+             op, ": bias must be [", p.n, "] contiguous, ", dtype_name(out.dtype()), " on ", out.device().to_string(),
+             "; got ", bias.describe());
+  if (pre_gelu.defined()) {
+    WEFT_CHECK(pre_gelu.shape() == out.shape() && pre_gelu.is_contiguous() && pre_gelu.dtype() == out.dtype() &&
+                   pre_gelu.device() == out.device(),
+               op, ": pre_gelu must match out ", out.describe(), "; got ", pre_gelu.describe());
+    WEFT_CHECK(p.n % 8 == 0, op, ": pre_gelu needs N divisible by 8 (cuBLASLt's aux leading dimension); N = ", p.n);
+    p.aux = pre_gelu.raw_data();
+  }
+  p.bias = bias.raw_data();
+  p.epilogue = epilogue;
+  run_problem(p, op);
+}
+
+}  // namespace
+
+void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) {
+  run_epilogue(a, bm, bias, out, Tensor(), CUBLASLT_EPILOGUE_BIAS, "matmul_bias");
+}
+
+void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
+                      const Tensor& pre_gelu) {
+  run_epilogue(a, bm, bias, out, pre_gelu,
+               pre_gelu.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS,
+               "matmul_bias_gelu");
+}
+
+}  // namespace cuda
+
+void CudaBackend::matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) {
+  std::vector<Tensor> keep;
+  cuda::Problem p = cuda::make_problem(a, bm, out, "matmul", keep);
+  if (out.numel() == 0) return;
+  if (p.k == 0) {
+    // An empty inner dimension: the product is zero (cuBLASLt does not take k = 0 everywhere).
+    if (beta == 0.0) {
+      WEFT_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.numel() * out.element_size()), p.stream));
+    } else {
+      affine(out, beta, 0.0, out);
+    }
+    return;
+  }
+  p.alpha = static_cast<float>(alpha);
+  p.beta = static_cast<float>(beta);
+  cuda::run_problem(p, "matmul");
+}
+
+}  // namespace weft

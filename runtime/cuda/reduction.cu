@@ -1,0 +1,216 @@
+// CUDA kernels: sum, mean and max over any set of dims of a strided tensor.
+//
+// x's dims are split into kept dims (the output's rows, in order) and reduced dims; each side gets a
+// StridedIndexer over x's strides, so a row's base offset and an element's offset within the row are
+// found by index math, never by a permuted copy. Two kernels:
+// - rows: one block per output row, threads stride along the reduced elements, then warp shuffles
+//   and one shared-memory step. Used when the reduced elements are contiguous (softmax-like rows,
+//   the common case) or many.
+// - columns: a block covers 32 consecutive outputs and 8 slices of the reduced range, so a warp
+//   reads 32 neighbouring elements (reducing over the batch for a bias gradient, say).
+// Accumulation is f32 (the CPU reference uses double; sums agree within the f32 tolerance). Max
+// returns the first index of the maximum and propagates NaN (the first NaN wins), like the CPU.
+// out and indices are contiguous, with x's shape and the reduced dims set to 1.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/stream.h"
+#include "runtime/cuda/strided_indexer.cuh"
+
+namespace weft {
+namespace cuda {
+namespace {
+
+constexpr int64_t kNoIndex = INT64_MAX;  // "saw no element yet": loses every comparison
+
+// A candidate maximum: value and its position along the reduced elements.
+struct Best {
+  float value;
+  int64_t index;
+};
+
+// The better of two candidates: any NaN beats a number, the larger value wins, and ties (and two
+// NaNs) go to the smaller index. Associative and commutative, so any reduction order gives the
+// first maximum, as the CPU's sequential scan does.
+__device__ __forceinline__ Best better(const Best& a, const Best& b) {
+  if (b.index == kNoIndex) return a;
+  if (a.index == kNoIndex) return b;
+  const bool a_nan = isnan(a.value), b_nan = isnan(b.value);
+  if (a_nan || b_nan) {
+    if (a_nan && b_nan) return a.index <= b.index ? a : b;
+    return a_nan ? a : b;
+  }
+  if (a.value > b.value) return a;
+  if (b.value > a.value) return b;
+  return a.index <= b.index ? a : b;
+}
+
+__device__ __forceinline__ float warp_sum(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ Best warp_best(Best best) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    Best other;
+    other.value = __shfl_xor_sync(0xffffffffu, best.value, offset);
+    other.index = __shfl_xor_sync(0xffffffffu, best.index, offset);
+    best = better(best, other);
+  }
+  return best;
+}
+
+template <class T>
+__device__ __forceinline__ void write_result(ReduceOp op, T* out, int64_t* indices, int64_t row, float sum,
+                                             const Best& best, int64_t reduced_count) {
+  if (op == ReduceOp::kMax) {
+    const bool empty = best.index == kNoIndex;
+    out[row] = from_float<T>(empty ? -INFINITY : best.value);
+    if (indices != nullptr) indices[row] = empty ? 0 : best.index;
+  } else if (op == ReduceOp::kMean && reduced_count > 0) {
+    out[row] = from_float<T>(sum / static_cast<float>(reduced_count));
+  } else {
+    out[row] = from_float<T>(sum);
+  }
+}
+
+// One block per output row (grid-strided over rows); blockDim.x is a multiple of 32, at most 1024.
+template <class T>
+__global__ void reduce_rows_kernel(ReduceOp op, const T* x, T* out, int64_t* indices, StridedIndexer<1> kept,
+                                   StridedIndexer<1> reduced, int64_t rows, int64_t reduced_count) {
+  __shared__ float shared_sum[32];
+  __shared__ Best shared_best[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    int64_t base[1];
+    kept.offsets(row, base);
+    float sum = 0.0f;
+    Best best{-INFINITY, kNoIndex};
+    for (int64_t r = threadIdx.x; r < reduced_count; r += blockDim.x) {
+      int64_t offset[1];
+      reduced.offsets(r, offset);
+      const float value = to_float(x[base[0] + offset[0]]);
+      if (op == ReduceOp::kMax) {
+        best = better(best, Best{value, r});
+      } else {
+        sum += value;
+      }
+    }
+    if (op == ReduceOp::kMax) {
+      best = warp_best(best);
+      if (lane == 0) shared_best[warp] = best;
+    } else {
+      sum = warp_sum(sum);
+      if (lane == 0) shared_sum[warp] = sum;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      if (op == ReduceOp::kMax) {
+        best = lane < warps ? shared_best[lane] : Best{-INFINITY, kNoIndex};
+        best = warp_best(best);
+      } else {
+        sum = lane < warps ? shared_sum[lane] : 0.0f;
+        sum = warp_sum(sum);
+      }
+      if (lane == 0) write_result(op, out, indices, row, sum, best, reduced_count);
+    }
+    __syncthreads();  // the shared slots are reused by the next row
+  }
+}
+
+constexpr int kColumnOutputs = 32;  // outputs per block (threadIdx.x)
+constexpr int kColumnSlices = 8;    // slices of the reduced range per block (threadIdx.y)
+
+template <class T>
+__global__ void reduce_columns_kernel(ReduceOp op, const T* x, T* out, int64_t* indices, StridedIndexer<1> kept,
+                                      StridedIndexer<1> reduced, int64_t rows, int64_t reduced_count) {
+  __shared__ float shared_sum[kColumnSlices][kColumnOutputs + 1];
+  __shared__ Best shared_best[kColumnSlices][kColumnOutputs + 1];
+  for (int64_t first = blockIdx.x * int64_t{kColumnOutputs}; first < rows;
+       first += int64_t{gridDim.x} * kColumnOutputs) {
+    const int64_t row = first + threadIdx.x;
+    float sum = 0.0f;
+    Best best{-INFINITY, kNoIndex};
+    if (row < rows) {
+      int64_t base[1];
+      kept.offsets(row, base);
+      for (int64_t r = threadIdx.y; r < reduced_count; r += kColumnSlices) {
+        int64_t offset[1];
+        reduced.offsets(r, offset);
+        const float value = to_float(x[base[0] + offset[0]]);
+        if (op == ReduceOp::kMax) {
+          best = better(best, Best{value, r});
+        } else {
+          sum += value;
+        }
+      }
+    }
+    shared_sum[threadIdx.y][threadIdx.x] = sum;
+    shared_best[threadIdx.y][threadIdx.x] = best;
+    __syncthreads();
+    if (threadIdx.y == 0 && row < rows) {
+      for (int slice = 1; slice < kColumnSlices; ++slice) {
+        sum += shared_sum[slice][threadIdx.x];
+        best = better(best, shared_best[slice][threadIdx.x]);
+      }
+      write_result(op, out, indices, row, sum, best, reduced_count);
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t> dims, const Tensor& out,
+                         const Tensor& indices) {
+  const int64_t rows = out.numel();
+  if (rows == 0) return;
+  const int64_t reduced_count = x.numel() / rows;
+  const int device = out.device().index;
+  cuda::check_device(device);
+  cuda::set_device(device);
+  const cudaStream_t stream = cuda::current_stream(device);
+
+  // Split x's dims into kept (the output rows, row-major) and reduced (row-major positions).
+  std::vector<int64_t> kept_sizes, kept_strides, reduced_sizes, reduced_strides;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const bool is_reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+    (is_reduced ? reduced_sizes : kept_sizes).push_back(x.shape()[d]);
+    (is_reduced ? reduced_strides : kept_strides).push_back(x.strides()[d]);
+  }
+  const auto kept = cuda::make_strided_indexer<1>(kept_sizes, {absl::MakeConstSpan(kept_strides)}, "reduce");
+  const auto reduced = cuda::make_strided_indexer<1>(reduced_sizes, {absl::MakeConstSpan(reduced_strides)}, "reduce");
+  const bool outputs_adjacent = kept.strides[0][kept.rank - 1] == 1 && kept.sizes[kept.rank - 1] > 1;
+  const bool elements_adjacent = reduced.strides[0][reduced.rank - 1] == 1;
+  const bool by_columns = (outputs_adjacent && !elements_adjacent) || reduced_count <= 16;
+  int64_t* index_data = op == ReduceOp::kMax && indices.defined() ? indices.data<int64_t>() : nullptr;
+
+  cuda::dispatch_cuda_floating(x.dtype(), "reduce", [&]<class T>() {
+    const T* in = x.data<T>();
+    T* data = out.data<T>();
+    if (by_columns) {
+      const int64_t blocks = std::min<int64_t>((rows + cuda::kColumnOutputs - 1) / cuda::kColumnOutputs, 65535LL * 32);
+      const dim3 threads(cuda::kColumnOutputs, cuda::kColumnSlices);
+      cuda::reduce_columns_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+          op, in, data, index_data, kept, reduced, rows, reduced_count);
+    } else {
+      int threads = 32;
+      while (threads < 512 && threads < reduced_count) threads *= 2;
+      const int64_t blocks = std::min<int64_t>(rows, 65535LL * 32);
+      cuda::reduce_rows_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+          op, in, data, index_data, kept, reduced, rows, reduced_count);
+    }
+    WEFT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace weft

@@ -1,0 +1,205 @@
+// Building blocks of the CUDA row kernels (softmax, layer/RMS norm, embedding, cross-entropy, dropout).
+//
+// These kernels are memory-bound, so they move data in 16-byte packs (one LDG.128/STG.128 per thread:
+// 8 bf16/f16 or 4 f32 elements) and keep every intermediate in registers. A pack path needs every
+// base pointer 16-byte aligned and the row length a multiple of the pack size; otherwise the same
+// kernel template runs with packs of one element (odd sizes such as C = 37, or views at odd offsets).
+//
+// Row reductions: a row is handled by a warp (shuffles only, no barrier) or by several warps of one
+// block (shuffles, then a fixed-order sum over the warps through shared memory), so every result is
+// the same from run to run.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_math.cuh"
+
+namespace weft::cuda {
+
+// Elements of T in one 16-byte pack.
+template <class T>
+inline constexpr int kPackSize = static_cast<int>(16 / sizeof(T));
+
+// kCount consecutive elements loaded or stored together (16 bytes when kCount == kPackSize<T>).
+template <class T, int kCount>
+struct alignas(sizeof(T) * kCount) Pack {
+  T values[kCount];
+  __device__ __forceinline__ float get(int i) const { return to_float(values[i]); }
+  __device__ __forceinline__ void set(int i, float value) { values[i] = from_float<T>(value); }
+};
+
+// Plain load: the data may be read again soon (it stays in L1/L2).
+template <class T, int kCount>
+__device__ __forceinline__ Pack<T, kCount> load_pack(const T* address) {
+  Pack<T, kCount> pack;
+  if constexpr (sizeof(pack) == 16) {
+    const int4 bits = *reinterpret_cast<const int4*>(address);
+    memcpy(&pack, &bits, 16);
+  } else {
+    pack = *reinterpret_cast<const Pack<T, kCount>*>(address);
+  }
+  return pack;
+}
+
+// Streaming load (evict-first): data read exactly once, so it does not push reusable lines out of L2.
+template <class T, int kCount>
+__device__ __forceinline__ Pack<T, kCount> load_pack_streaming(const T* address) {
+  Pack<T, kCount> pack;
+  if constexpr (sizeof(pack) == 16) {
+    const int4 bits = __ldcs(reinterpret_cast<const int4*>(address));
+    memcpy(&pack, &bits, 16);
+  } else {
+    pack = *reinterpret_cast<const Pack<T, kCount>*>(address);
+  }
+  return pack;
+}
+
+template <class T, int kCount>
+__device__ __forceinline__ void store_pack(T* address, const Pack<T, kCount>& pack) {
+  if constexpr (sizeof(pack) == 16) {
+    int4 bits;
+    memcpy(&bits, &pack, 16);
+    *reinterpret_cast<int4*>(address) = bits;
+  } else {
+    *reinterpret_cast<Pack<T, kCount>*>(address) = pack;
+  }
+}
+
+// Streaming store: large outputs that the next kernel reads from memory anyway.
+template <class T, int kCount>
+__device__ __forceinline__ void store_pack_streaming(T* address, const Pack<T, kCount>& pack) {
+  if constexpr (sizeof(pack) == 16) {
+    int4 bits;
+    memcpy(&bits, &pack, 16);
+    __stcs(reinterpret_cast<int4*>(address), bits);
+  } else {
+    *reinterpret_cast<Pack<T, kCount>*>(address) = pack;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ float warp_max(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+// Sums kCount values over the threads of one row. A row is one warp (kMultiWarp false: shuffles only)
+// or `warps_per_row` consecutive warps of the block (kMultiWarp true: every thread of the block must
+// call, since it synchronizes the block). `scratch` holds kCount * blockDim.x / 32 floats of shared
+// memory. The warps' partial sums are added in warp order, so results do not vary between runs.
+template <bool kMultiWarp, int kCount>
+__device__ __forceinline__ void row_sum(float (&values)[kCount], float* scratch, int warps_per_row) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) values[i] = warp_sum(values[i]);
+  if constexpr (kMultiWarp) {
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const int warps = static_cast<int>(blockDim.x) / 32;
+    const int first_warp = warp / warps_per_row * warps_per_row;
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < kCount; ++i) scratch[i * warps + warp] = values[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      float total = 0.0f;
+      for (int w = 0; w < warps_per_row; ++w) total += scratch[i * warps + first_warp + w];
+      values[i] = total;
+    }
+    __syncthreads();  // scratch is reused by the next call
+  }
+}
+
+// A running (maximum, sum of exp(x - maximum)) over part of a row: the online softmax state.
+struct MaxSum {
+  float maximum;
+  float sum;
+};
+
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float maximum = fmaxf(a.maximum, b.maximum);
+  if (maximum == -INFINITY) return {maximum, 0.0f};  // both empty (or all -inf): avoid -inf - -inf
+  return {maximum, a.sum * expf(a.maximum - maximum) + b.sum * expf(b.maximum - maximum)};
+}
+
+__device__ __forceinline__ MaxSum warp_merge(MaxSum state) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, state.maximum, offset),
+                       __shfl_xor_sync(0xffffffffu, state.sum, offset)};
+    state = merge(state, other);
+  }
+  return state;
+}
+
+// Merges every thread's state over the whole block; all threads get the result. `scratch` holds
+// 2 * 32 floats of shared memory.
+__device__ __forceinline__ MaxSum block_merge(MaxSum state, float* scratch) {
+  state = warp_merge(state);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  __syncthreads();  // scratch may still be read by an earlier call
+  if (lane == 0) {
+    scratch[warp] = state.maximum;
+    scratch[32 + warp] = state.sum;
+  }
+  __syncthreads();
+  state = lane < warps ? MaxSum{scratch[lane], scratch[32 + lane]} : MaxSum{-INFINITY, 0.0f};
+  return warp_merge(state);
+}
+
+// Block-wide sum of one value; all threads get it. `scratch` holds 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float value, float* scratch) {
+  value = warp_sum(value);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  return warp_sum(lane < warps ? scratch[lane] : 0.0f);
+}
+
+// --- Host side ---------------------------------------------------------------------------------
+
+inline bool is_aligned_16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+// True when rows of `columns` elements of T can move in 16-byte packs: the row length is a multiple
+// of the pack size and every base pointer is 16-byte aligned.
+template <class T, class... Pointers>
+bool can_use_packs(int64_t columns, const Pointers*... pointers) {
+  return columns % kPackSize<T> == 0 && (is_aligned_16(pointers) && ...);
+}
+
+// Calls body.template operator()<kVec>() with kVec = kPackSize<T> when `packed`, else 1.
+template <class T, class Body>
+void dispatch_pack(bool packed, Body&& body) {
+  if (packed) {
+    body.template operator()<kPackSize<T>>();
+  } else {
+    body.template operator()<1>();
+  }
+}
+
+// Streaming multiprocessors of `device` (cached: the attribute query is a driver call).
+inline int multiprocessor_count(int device) {
+  static int counts[64] = {};
+  if (device < 0 || device >= 64) return 132;
+  if (counts[device] == 0) {
+    int count = 0;
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    counts[device] = count;
+  }
+  return counts[device];
+}
+
+}  // namespace weft::cuda

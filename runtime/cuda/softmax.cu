@@ -1,0 +1,286 @@
+// CUDA kernels: softmax and log-softmax over the last dim of a contiguous [N, C] tensor, forward and
+// backward (CudaBackend::softmax, softmax_backward; the CPU reference is runtime/cpu/softmax.cc).
+//
+// C <= 1024: one warp per row, the row held in registers, so each element is read once and written
+// once; the row maximum and sum are warp shuffles. C > 1024: one block per row; one pass keeps each
+// thread's running (maximum, sum of exp) online, a block merge combines them, and a second pass
+// re-reads the row (from L1/L2 at these sizes) and writes it. Math is f32; outputs are rounded once.
+//
+// Backward, from the forward output y: softmax: gx = y * (gy - sum(gy * y)); log-softmax:
+// gx = gy - exp(y) * sum(gy). Same split between the warp and the block kernel.
+#include <cmath>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/row_kernels.cuh"
+#include "runtime/cuda/stream.h"
+
+namespace weft {
+namespace cuda {
+namespace {
+
+constexpr int kWarpRowColumns = 1024;  // the largest C a warp keeps in registers
+constexpr int kWarpKernelThreads = 128;  // 4 rows per block
+constexpr int kBlockKernelThreads = 512;
+
+// One warp per row; each lane holds kPacks packs of kVec elements (columns (k * 32 + lane) * kVec ...).
+template <class T, int kVec, int kPacks>
+__global__ void __launch_bounds__(kWarpKernelThreads)
+    softmax_warp_kernel(const T* __restrict__ x,   // [rows, columns]
+                        T* __restrict__ out,       // [rows, columns]
+                        int64_t rows, int columns, bool log) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t warps_per_block = blockDim.x / 32;
+  for (int64_t row = blockIdx.x * warps_per_block + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * warps_per_block) {
+    const T* row_in = x + row * columns;
+    T* row_out = out + row * columns;
+    float values[kPacks][kVec];
+    float maximum = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * 32 + lane) * kVec;
+      if (column < columns) {
+        const Pack<T, kVec> pack = load_pack<T, kVec>(row_in + column);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          values[k][j] = pack.get(j);
+          maximum = fmaxf(maximum, values[k][j]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) values[k][j] = -INFINITY;
+      }
+    }
+    maximum = warp_max(maximum);
+    float total = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float e = expf(values[k][j] - maximum);  // 0 for the padding (-inf)
+        total += e;
+        if (!log) values[k][j] = e;
+      }
+    }
+    total = warp_sum(total);
+    const float log_total = logf(total), inverse_total = 1.0f / total;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * 32 + lane) * kVec;
+      if (column < columns) {
+        Pack<T, kVec> pack;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          pack.set(j, log ? (values[k][j] - maximum) - log_total : values[k][j] * inverse_total);
+        }
+        store_pack(row_out + column, pack);
+      }
+    }
+  }
+}
+
+// One block per row, for rows too long for a warp's registers.
+template <class T, int kVec>
+__global__ void __launch_bounds__(kBlockKernelThreads)
+    softmax_block_kernel(const T* __restrict__ x,  // [rows, columns]
+                         T* __restrict__ out,      // [rows, columns]
+                         int64_t rows, int columns, bool log) {
+  __shared__ float scratch[64];
+  const int packs = columns / kVec;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* row_in = x + row * columns;
+    T* row_out = out + row * columns;
+    MaxSum state{-INFINITY, 0.0f};
+    for (int p = static_cast<int>(threadIdx.x); p < packs; p += blockDim.x) {
+      const Pack<T, kVec> pack = load_pack<T, kVec>(row_in + p * kVec);
+      float pack_maximum = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) pack_maximum = fmaxf(pack_maximum, pack.get(j));
+      if (pack_maximum == -INFINITY) continue;  // contributes nothing
+      if (pack_maximum > state.maximum) {
+        state.sum *= expf(state.maximum - pack_maximum);
+        state.maximum = pack_maximum;
+      }
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) state.sum += expf(pack.get(j) - state.maximum);
+    }
+    state = block_merge(state, scratch);
+    const float maximum = state.maximum, log_total = logf(state.sum), inverse_total = 1.0f / state.sum;
+    for (int p = static_cast<int>(threadIdx.x); p < packs; p += blockDim.x) {
+      const Pack<T, kVec> pack = load_pack<T, kVec>(row_in + p * kVec);
+      Pack<T, kVec> result;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float shifted = pack.get(j) - maximum;
+        result.set(j, log ? shifted - log_total : expf(shifted) * inverse_total);
+      }
+      store_pack(row_out + p * kVec, result);
+    }
+  }
+}
+
+template <class T, int kVec, int kPacks>
+__global__ void __launch_bounds__(kWarpKernelThreads)
+    softmax_backward_warp_kernel(const T* __restrict__ y,       // [rows, columns] forward output
+                                 const T* __restrict__ grad_y,  // [rows, columns]
+                                 T* __restrict__ grad_x,        // [rows, columns]
+                                 int64_t rows, int columns, bool log) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t warps_per_block = blockDim.x / 32;
+  for (int64_t row = blockIdx.x * warps_per_block + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * warps_per_block) {
+    const int64_t base = row * columns;
+    Pack<T, kVec> outputs[kPacks], grads[kPacks];
+    float reduction = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * 32 + lane) * kVec;
+      if (column < columns) {
+        outputs[k] = load_pack<T, kVec>(y + base + column);
+        grads[k] = load_pack<T, kVec>(grad_y + base + column);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) reduction += log ? grads[k].get(j) : grads[k].get(j) * outputs[k].get(j);
+      }
+    }
+    reduction = warp_sum(reduction);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * 32 + lane) * kVec;
+      if (column < columns) {
+        Pack<T, kVec> result;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const float value = outputs[k].get(j), g = grads[k].get(j);
+          result.set(j, log ? g - expf(value) * reduction : value * (g - reduction));
+        }
+        store_pack(grad_x + base + column, result);
+      }
+    }
+  }
+}
+
+template <class T, int kVec>
+__global__ void __launch_bounds__(kBlockKernelThreads)
+    softmax_backward_block_kernel(const T* __restrict__ y,       // [rows, columns] forward output
+                                  const T* __restrict__ grad_y,  // [rows, columns]
+                                  T* __restrict__ grad_x,        // [rows, columns]
+                                  int64_t rows, int columns, bool log) {
+  __shared__ float scratch[32];
+  const int packs = columns / kVec;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t base = row * columns;
+    float reduction = 0.0f;
+    for (int p = static_cast<int>(threadIdx.x); p < packs; p += blockDim.x) {
+      const Pack<T, kVec> g = load_pack<T, kVec>(grad_y + base + p * kVec);
+      if (log) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) reduction += g.get(j);
+      } else {
+        const Pack<T, kVec> value = load_pack<T, kVec>(y + base + p * kVec);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) reduction += g.get(j) * value.get(j);
+      }
+    }
+    reduction = block_sum(reduction, scratch);
+    for (int p = static_cast<int>(threadIdx.x); p < packs; p += blockDim.x) {
+      const Pack<T, kVec> value = load_pack<T, kVec>(y + base + p * kVec);
+      const Pack<T, kVec> g = load_pack<T, kVec>(grad_y + base + p * kVec);
+      Pack<T, kVec> result;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        result.set(j, log ? g.get(j) - expf(value.get(j)) * reduction : value.get(j) * (g.get(j) - reduction));
+      }
+      store_pack(grad_x + base + p * kVec, result);
+    }
+  }
+}
+
+// Calls body.template operator()<kPacks>() with the smallest power of two kPacks >= packs_per_lane
+// (packs_per_lane <= kMaxPacks).
+template <int kPacks, int kMaxPacks, class Body>
+void dispatch_packs_per_lane(int packs_per_lane, Body&& body) {
+  if constexpr (kPacks >= kMaxPacks) {
+    body.template operator()<kMaxPacks>();
+  } else {
+    if (packs_per_lane <= kPacks) {
+      body.template operator()<kPacks>();
+    } else {
+      dispatch_packs_per_lane<kPacks * 2, kMaxPacks>(packs_per_lane, body);
+    }
+  }
+}
+
+// [rows, columns] of a tensor whose softmax dim is the last (a 0-d tensor is one row of one column).
+struct RowShape {
+  int64_t rows = 0;
+  int columns = 0;
+};
+
+RowShape row_shape(const Tensor& x) {
+  const int64_t columns = x.dim() == 0 ? 1 : x.size(-1);
+  return {columns == 0 ? 0 : x.numel() / columns, static_cast<int>(columns)};
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
+  const cuda::RowShape shape = cuda::row_shape(x);
+  if (shape.rows == 0) return;
+  const int device = x.device().index;
+  cuda::set_device(device);
+  const cudaStream_t stream = cuda::current_stream(device);
+  cuda::dispatch_cuda_floating(x.dtype(), "softmax", [&]<class T>() {
+    const T* in = x.data<T>();
+    T* data = out.data<T>();
+    cuda::dispatch_pack<T>(cuda::can_use_packs<T>(shape.columns, in, data), [&]<int kVec>() {
+      if (shape.columns <= cuda::kWarpRowColumns) {
+        constexpr int kMaxPacks = cuda::kWarpRowColumns / (32 * kVec);
+        const int packs_per_lane = (shape.columns / kVec + 31) / 32;
+        cuda::dispatch_packs_per_lane<1, kMaxPacks>(packs_per_lane, [&]<int kPacks>() {
+          cuda::softmax_warp_kernel<T, kVec, kPacks>
+              <<<cuda::grid_for(shape.rows, cuda::kWarpKernelThreads / 32), cuda::kWarpKernelThreads, 0, stream>>>(
+                  in, data, shape.rows, shape.columns, log);
+        });
+      } else {
+        cuda::softmax_block_kernel<T, kVec>
+            <<<cuda::grid_for(shape.rows, 1), cuda::kBlockKernelThreads, 0, stream>>>(in, data, shape.rows,
+                                                                                       shape.columns, log);
+      }
+      WEFT_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, bool log) {
+  const cuda::RowShape shape = cuda::row_shape(y);
+  if (shape.rows == 0) return;
+  const int device = y.device().index;
+  cuda::set_device(device);
+  const cudaStream_t stream = cuda::current_stream(device);
+  cuda::dispatch_cuda_floating(y.dtype(), "softmax_backward", [&]<class T>() {
+    const T* out = y.data<T>();
+    const T* gy = grad_y.data<T>();
+    T* gx = grad_x.data<T>();
+    cuda::dispatch_pack<T>(cuda::can_use_packs<T>(shape.columns, out, gy, gx), [&]<int kVec>() {
+      if (shape.columns <= cuda::kWarpRowColumns) {
+        constexpr int kMaxPacks = cuda::kWarpRowColumns / (32 * kVec);
+        const int packs_per_lane = (shape.columns / kVec + 31) / 32;
+        cuda::dispatch_packs_per_lane<1, kMaxPacks>(packs_per_lane, [&]<int kPacks>() {
+          cuda::softmax_backward_warp_kernel<T, kVec, kPacks>
+              <<<cuda::grid_for(shape.rows, cuda::kWarpKernelThreads / 32), cuda::kWarpKernelThreads, 0, stream>>>(
+                  out, gy, gx, shape.rows, shape.columns, log);
+        });
+      } else {
+        cuda::softmax_backward_block_kernel<T, kVec>
+            <<<cuda::grid_for(shape.rows, 1), cuda::kBlockKernelThreads, 0, stream>>>(out, gy, gx, shape.rows,
+                                                                                       shape.columns, log);
+      }
+      WEFT_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace weft

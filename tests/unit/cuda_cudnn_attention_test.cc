@@ -1,0 +1,206 @@
+// cuDNN's fused causal attention (runtime/cuda/cudnn_attention.h) against the CPU reference and
+// against weft's flash kernels, and the WEFT_ATTENTION switch of CudaBackend::attention.
+//
+// The cuDNN entry points are called directly, so a silent fallback to the flash kernels cannot pass
+// for cuDNN: a call that cuDNN refuses fails the test with the reason. Outputs are poisoned with NaN
+// first. Skipped without a GPU, and without cuDNN in the build.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+#ifdef WEFT_HAVE_CUDA
+#include "runtime/cuda/cudnn_attention.h"
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace weft {
+namespace {
+
+#ifdef WEFT_HAVE_CUDA
+
+#define SKIP_WITHOUT_CUDNN()                                                                      \
+  do {                                                                                            \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is present";                  \
+    if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "weft was built without cuDNN";           \
+  } while (0)
+
+const Device kGpu = Device::cuda(0);
+
+double relative_error(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = actual.to_vector(), e = expected.to_vector();
+  EXPECT_EQ(a.size(), e.size());
+  double difference = 0.0, reference = 0.0;
+  for (size_t i = 0; i < a.size() && i < e.size(); ++i) {
+    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
+    difference += (a[i] - e[i]) * (a[i] - e[i]);
+    reference += e[i] * e[i];
+  }
+  return std::sqrt(difference) / std::max(std::sqrt(reference), 1e-30);
+}
+
+double max_abs_error(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = actual.to_vector(), e = expected.to_vector();
+  EXPECT_EQ(a.size(), e.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size() && i < e.size(); ++i) {
+    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, std::abs(a[i] - e[i]));
+  }
+  return worst;
+}
+
+Tensor poisoned(absl::Span<const int64_t> shape, DType dtype) {
+  Tensor out = Tensor::empty(shape, dtype, kGpu);
+  out.fill_(std::numeric_limits<double>::quiet_NaN());
+  return out;
+}
+
+// Restores the attention implementation a test changed.
+struct ImplGuard {
+  cuda::AttentionImpl saved = cuda::attention_impl();
+  ~ImplGuard() { cuda::set_attention_impl(saved); }
+};
+
+struct Case {
+  int64_t batch, heads, seq, head_dim;
+};
+
+std::string describe(const Case& c, DType dtype) {
+  return "B " + std::to_string(c.batch) + " H " + std::to_string(c.heads) + " T " + std::to_string(c.seq) + " D " +
+         std::to_string(c.head_dim) + " " + std::string(dtype_name(dtype));
+}
+
+struct Inputs {
+  std::vector<int64_t> shape, stat_shape;
+  double scale;
+  Tensor q, k, v, grad_out;              // CPU
+  Tensor q_gpu, k_gpu, v_gpu, grad_out_gpu;
+};
+
+Inputs make_inputs(const Case& c, DType dtype, uint64_t seed) {
+  Inputs in;
+  in.shape = {c.batch, c.heads, c.seq, c.head_dim};
+  in.stat_shape = {c.batch, c.heads, c.seq};
+  in.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  in.q = Tensor::normal(in.shape, seed, 0, 0.0, 1.0, dtype);
+  in.k = Tensor::normal(in.shape, seed + 1, 0, 0.0, 1.0, dtype);
+  in.v = Tensor::normal(in.shape, seed + 2, 0, 0.0, 1.0, dtype);
+  in.grad_out = Tensor::normal(in.shape, seed + 3, 0, 0.0, 1.0, dtype);
+  in.q_gpu = in.q.to(kGpu);
+  in.k_gpu = in.k.to(kGpu);
+  in.v_gpu = in.v.to(kGpu);
+  in.grad_out_gpu = in.grad_out.to(kGpu);
+  return in;
+}
+
+// cuDNN forward and backward (called directly) against the CPU backend.
+void check_against_cpu(const Case& c, DType dtype, uint64_t seed) {
+  SCOPED_TRACE(describe(c, dtype));
+  const Inputs in = make_inputs(c, dtype, seed);
+  Backend& cpu = backend_for(Device::cpu());
+  const DType io = dtype;
+
+  Tensor out_cpu = Tensor::empty(in.shape, io), lse_cpu = Tensor::empty(in.stat_shape, kFloat32);
+  cpu.attention(in.q, in.k, in.v, in.scale, out_cpu, lse_cpu);
+  Tensor out = poisoned(in.shape, io), lse = poisoned(in.stat_shape, kFloat32);
+  ASSERT_TRUE(cuda::cudnn_attention_forward(in.q_gpu, in.k_gpu, in.v_gpu, in.scale, out, lse))
+      << "cuDNN refused the forward: " << cuda::cudnn_attention_last_error();
+  EXPECT_LE(relative_error(out, out_cpu), 2e-2) << "out";
+  EXPECT_LE(max_abs_error(lse, lse_cpu), 1e-3) << "lse (max abs)";
+
+  // Backward from the CPU's out and lse, so that only the backward is compared.
+  Tensor gq_cpu = Tensor::empty(in.shape, io), gk_cpu = Tensor::empty(in.shape, io),
+         gv_cpu = Tensor::empty(in.shape, io);
+  cpu.attention_backward(in.q, in.k, in.v, out_cpu, lse_cpu, in.grad_out, in.scale, gq_cpu, gk_cpu, gv_cpu);
+  Tensor gq = poisoned(in.shape, io), gk = poisoned(in.shape, io), gv = poisoned(in.shape, io);
+  ASSERT_TRUE(cuda::cudnn_attention_backward(in.q_gpu, in.k_gpu, in.v_gpu, out_cpu.to(kGpu), lse_cpu.to(kGpu),
+                                             in.grad_out_gpu, in.scale, gq, gk, gv))
+      << "cuDNN refused the backward: " << cuda::cudnn_attention_last_error();
+  EXPECT_LE(relative_error(gq, gq_cpu), 2e-2) << "grad_q";
+  EXPECT_LE(relative_error(gk, gk_cpu), 2e-2) << "grad_k";
+  EXPECT_LE(relative_error(gv, gv_cpu), 2e-2) << "grad_v";
+}
+
+TEST(CudnnAttention, Bf16MatchesCpu) {
+  SKIP_WITHOUT_CUDNN();
+  uint64_t seed = 5000;
+  for (const Case& c : {Case{2, 3, 77, 64}, Case{1, 2, 128, 128}, Case{2, 2, 200, 64}}) {
+    check_against_cpu(c, kBFloat16, seed += 10);
+  }
+}
+
+TEST(CudnnAttention, F16MatchesCpu) {
+  SKIP_WITHOUT_CUDNN();
+  check_against_cpu({1, 2, 128, 64}, kFloat16, 6000);
+  check_against_cpu({2, 1, 99, 128}, kFloat16, 6010);
+}
+
+// The cuDNN path and the flash path, each through CudaBackend with WEFT_ATTENTION's switch set.
+TEST(CudnnAttention, MatchesFlashThroughTheBackend) {
+  SKIP_WITHOUT_CUDNN();
+  ImplGuard guard;
+  Backend& gpu = backend_for(kGpu);
+  uint64_t seed = 7000;
+  for (const Case& c : {Case{2, 3, 77, 64}, Case{1, 2, 128, 128}, Case{2, 2, 200, 64}}) {
+    SCOPED_TRACE(describe(c, kBFloat16));
+    const Inputs in = make_inputs(c, kBFloat16, seed += 10);
+    struct Result {
+      Tensor out, lse, gq, gk, gv;
+    };
+    auto run = [&](cuda::AttentionImpl impl) {
+      cuda::set_attention_impl(impl);
+      Result r{poisoned(in.shape, kBFloat16), poisoned(in.stat_shape, kFloat32), poisoned(in.shape, kBFloat16),
+               poisoned(in.shape, kBFloat16), poisoned(in.shape, kBFloat16)};
+      gpu.attention(in.q_gpu, in.k_gpu, in.v_gpu, in.scale, r.out, r.lse);
+      gpu.attention_backward(in.q_gpu, in.k_gpu, in.v_gpu, r.out, r.lse, in.grad_out_gpu, in.scale, r.gq, r.gk, r.gv);
+      return r;
+    };
+    const Result flash = run(cuda::AttentionImpl::kFlash);
+    const Result cudnn = run(cuda::AttentionImpl::kCudnn);
+    EXPECT_LE(relative_error(cudnn.out, flash.out), 2e-2) << "out";
+    EXPECT_LE(max_abs_error(cudnn.lse, flash.lse), 1e-3) << "lse (max abs)";
+    EXPECT_LE(relative_error(cudnn.gq, flash.gq), 2e-2) << "grad_q";
+    EXPECT_LE(relative_error(cudnn.gk, flash.gk), 2e-2) << "grad_k";
+    EXPECT_LE(relative_error(cudnn.gv, flash.gv), 2e-2) << "grad_v";
+
+    // The backend's cuDNN dispatch ran cuDNN: the same call made directly gives the same bits.
+    Tensor out = poisoned(in.shape, kBFloat16), lse = poisoned(in.stat_shape, kFloat32);
+    ASSERT_TRUE(cuda::cudnn_attention_forward(in.q_gpu, in.k_gpu, in.v_gpu, in.scale, out, lse))
+        << cuda::cudnn_attention_last_error();
+    EXPECT_EQ(relative_error(out, cudnn.out), 0.0) << "backend dispatch did not run cuDNN";
+  }
+}
+
+TEST(CudnnAttention, RefusesWhatItCannotRun) {
+  SKIP_WITHOUT_CUDNN();
+  const Tensor q = Tensor::zeros({1, 1, 8, 64}, kFloat32, kGpu);
+  const Tensor lse = Tensor::empty({1, 1, 8}, kFloat32, kGpu);
+  EXPECT_FALSE(cuda::cudnn_attention_forward(q, q, q, 1.0, Tensor::empty({1, 1, 8, 64}, kFloat32, kGpu), lse));
+  EXPECT_NE(cuda::cudnn_attention_last_error().find("f32"), std::string::npos) << cuda::cudnn_attention_last_error();
+}
+
+TEST(AttentionSwitch, NamesAndOverride) {
+  ImplGuard guard;
+  EXPECT_STREQ(cuda::attention_impl_name(cuda::AttentionImpl::kFlash), "flash");
+  EXPECT_STREQ(cuda::attention_impl_name(cuda::AttentionImpl::kCudnn), "cudnn");
+  EXPECT_STREQ(cuda::attention_impl_name(cuda::AttentionImpl::kAuto), "auto");
+  cuda::set_attention_impl(cuda::AttentionImpl::kFlash);
+  EXPECT_EQ(cuda::attention_impl(), cuda::AttentionImpl::kFlash);
+}
+
+#else  // !WEFT_HAVE_CUDA
+
+TEST(CudnnAttention, SkippedWithoutCuda) { GTEST_SKIP() << "weft was built without CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace weft

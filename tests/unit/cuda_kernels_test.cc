@@ -1,0 +1,485 @@
+// CUDA row kernels (softmax, layer/RMS norm, embedding, cross-entropy, dropout) against the CPU
+// kernels on fresh random inputs.
+//
+// Each case builds inputs on the CPU in f32, rounds them to the dtype under test, and runs the CPU
+// backend on the rounded values in f32 as the reference, so a bf16 case measures only the GPU
+// kernel's error. Tolerances, as max |out - ref| / max |ref|: 1e-5 for f32 outputs and for f32
+// statistics (mean, rstd, lse, losses), 1e-2 for bf16 outputs; never NaN. Every output is filled
+// with NaN before the kernel runs, so an element a kernel forgets to write fails the case. Dropout
+// must match the CPU bit for bit. Shapes follow GPT-2 (C = 768, V = 50304) plus odd sizes (C = 37,
+// V = 1001), a row too long for the register paths, and views at odd offsets (no 16-byte packs).
+//
+// Built without CUDA, or run where no GPU is visible, every test is skipped with a message.
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/weft.h"
+#include "tests/support/gradient_check.h"
+
+#ifdef WEFT_HAVE_CUDA
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace weft {
+namespace {
+
+#ifndef WEFT_HAVE_CUDA
+
+TEST(CudaKernels, SkippedWithoutCuda) { GTEST_SKIP() << "weft was built without CUDA (WEFT_HAVE_CUDA is not defined)"; }
+
+#else
+
+#define WEFT_REQUIRE_GPU()                                                                  \
+  do {                                                                                      \
+    if (::weft::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is visible"; \
+  } while (0)
+
+const Device kGpu = Device::cuda(0);
+constexpr double kFloat32Tolerance = 1e-5;
+constexpr double kBFloat16Tolerance = 1e-2;
+
+double tolerance_for(DType dtype) { return dtype == kFloat32 ? kFloat32Tolerance : kBFloat16Tolerance; }
+
+// A random input rounded to `dtype`: `reference` holds the rounded values in f32 on the CPU, `gpu`
+// the same values in `dtype` on the GPU.
+struct Input {
+  Tensor reference;
+  Tensor gpu;
+};
+
+Input random_input(absl::Span<const int64_t> shape, uint64_t seed, DType dtype, double mean = 0.0, double std = 1.0) {
+  const Tensor stored = Tensor::normal(shape, seed, 0, mean, std, kFloat32).to(dtype);
+  return {stored.to(kFloat32), stored.to(kGpu)};
+}
+
+// A GPU tensor full of NaN: whatever the kernel does not write stays NaN and fails the comparison.
+Tensor poisoned(absl::Span<const int64_t> shape, DType dtype) {
+  Tensor tensor = Tensor::empty(shape, dtype, kGpu);
+  tensor.fill_(std::nan(""));
+  return tensor;
+}
+
+// Ids or targets in [0, bound), as i64 or i32; every `ignore_every`-th one (if > 0) is `ignore`.
+Tensor random_ids(int64_t count, int64_t bound, uint64_t seed, DType dtype, int ignore_every = 0,
+                  int64_t ignore = -100) {
+  const std::vector<double> draws = Tensor::uniform({count}, seed, 0, 0.0, 1.0, kFloat64).to_vector();
+  std::vector<int64_t> ids(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    ids[i] = std::min<int64_t>(bound - 1, static_cast<int64_t>(draws[i] * static_cast<double>(bound)));
+    if (ignore_every > 0 && i % ignore_every == 3) ids[i] = ignore;
+  }
+  return Tensor::from_vector(absl::MakeConstSpan(ids), {count}, kInt64).to(dtype);
+}
+
+void expect_close(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what) {
+  const Tensor got = actual.to(Device::cpu()).to(kFloat32);
+  const Tensor want = expected.to(Device::cpu()).to(kFloat32);
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  int64_t nans = 0;
+  for (double value : got.to_vector()) nans += std::isnan(value) ? 1 : 0;
+  ASSERT_EQ(nans, 0) << what << ": " << nans << " NaN element(s) (unwritten, or a numerical failure)";
+  EXPECT_LE(testing::relative_error(got, want), tolerance) << what;
+}
+
+void expect_identical(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  const std::vector<double> got = actual.to(Device::cpu()).to_vector();
+  const std::vector<double> want = expected.to(Device::cpu()).to_vector();
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t different = 0;
+  for (size_t i = 0; i < got.size(); ++i) different += got[i] == want[i] ? 0 : 1;
+  EXPECT_EQ(different, 0) << what << ": " << different << " of " << got.size() << " elements differ";
+}
+
+std::string describe(absl::Span<const int64_t> shape, DType dtype) {
+  std::string text = std::string(dtype_name(dtype)) + "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+Backend& cpu_backend() { return backend_for(Device::cpu()); }
+Backend& gpu_backend() { return backend_for(kGpu); }
+
+const std::vector<DType> kDtypes = {kFloat32, kBFloat16};
+
+// --- Softmax -----------------------------------------------------------------------------------
+
+// Rows of C <= 1024 take the warp kernel, longer rows the block kernel.
+const std::vector<std::vector<int64_t>> kSoftmaxShapes = {{64, 768}, {4096, 768}, {33, 37}, {7, 1024},
+                                                          {16, 2048}, {5, 50304}, {3, 1001}};
+
+TEST(CudaKernels, SoftmaxForwardAndBackwardMatchCpu) {
+  WEFT_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (DType dtype : kDtypes) {
+    for (const auto& shape : kSoftmaxShapes) {
+      for (bool log : {false, true}) {
+        const std::string what = describe(shape, dtype) + (log ? " log_softmax" : " softmax");
+        SCOPED_TRACE(what);
+        const Input x = random_input(shape, ++seed, dtype, 0.0, 3.0);
+        const Tensor expected = Tensor::empty(shape);
+        cpu_backend().softmax(x.reference, expected, log);
+        const Tensor out = poisoned(shape, dtype);
+        gpu_backend().softmax(x.gpu, out, log);
+        expect_close(out, expected, tolerance_for(dtype), what + " forward");
+
+        // Backward from the same (rounded) forward output on both sides.
+        const Tensor y = expected.to(dtype);
+        const Input gy = random_input(shape, ++seed, dtype);
+        const Tensor expected_grad = Tensor::empty(shape);
+        cpu_backend().softmax_backward(y.to(kFloat32), gy.reference, expected_grad, log);
+        const Tensor grad = poisoned(shape, dtype);
+        gpu_backend().softmax_backward(y.to(kGpu), gy.gpu, grad, log);
+        expect_close(grad, expected_grad, tolerance_for(dtype), what + " backward");
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, SoftmaxOfAViewAtAnOddOffsetUsesTheScalarPath) {
+  WEFT_REQUIRE_GPU();
+  const int64_t rows = 64, columns = 768;
+  const Input flat = random_input({rows * columns + 1}, 7, kBFloat16);
+  const Tensor x = flat.gpu.narrow(0, 1, rows * columns).view({rows, columns});  // not 16-byte aligned
+  const Tensor expected = Tensor::empty({rows, columns});
+  cpu_backend().softmax(flat.reference.narrow(0, 1, rows * columns).contiguous().view({rows, columns}), expected,
+                        false);
+  const Tensor out = poisoned({rows * columns + 1}, kBFloat16).narrow(0, 1, rows * columns).view({rows, columns});
+  gpu_backend().softmax(x, out, false);
+  expect_close(out, expected, kBFloat16Tolerance, "softmax of an unaligned view");
+}
+
+// --- Layer norm and RMS norm -------------------------------------------------------------------
+
+// C = 768 is one warp per row; 2048 several warps; 20000 the streaming fallback.
+const std::vector<std::vector<int64_t>> kNormShapes = {{64, 768}, {4096, 768}, {17, 37}, {8, 2048}, {3, 20000}};
+
+TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
+  WEFT_REQUIRE_GPU();
+  uint64_t seed = 200;
+  for (DType dtype : kDtypes) {
+    for (const auto& shape : kNormShapes) {
+      for (bool with_bias : {true, false}) {
+        const std::string what = describe(shape, dtype) + (with_bias ? " layer_norm" : " layer_norm (no bias)");
+        SCOPED_TRACE(what);
+        const int64_t rows = shape[0], columns = shape[1];
+        const Input x = random_input(shape, ++seed, dtype, 0.5, 2.0);
+        const Input weight = random_input({columns}, ++seed, dtype, 1.0, 0.5);
+        const Input bias = random_input({columns}, ++seed, dtype);
+        const double eps = 1e-5;
+        const Tensor expected = Tensor::empty(shape), expected_mean = Tensor::empty({rows});
+        const Tensor expected_rstd = Tensor::empty({rows});
+        cpu_backend().layer_norm(x.reference, weight.reference, with_bias ? bias.reference : Tensor(), eps, expected,
+                                 expected_mean, expected_rstd);
+        const Tensor out = poisoned(shape, dtype), mean = poisoned({rows}, kFloat32), rstd = poisoned({rows}, kFloat32);
+        gpu_backend().layer_norm(x.gpu, weight.gpu, with_bias ? bias.gpu : Tensor(), eps, out, mean, rstd);
+        expect_close(out, expected, tolerance_for(dtype), what + " out");
+        expect_close(mean, expected_mean, kFloat32Tolerance, what + " mean");
+        expect_close(rstd, expected_rstd, kFloat32Tolerance, what + " rstd");
+
+        const Input gy = random_input(shape, ++seed, dtype);
+        const Tensor expected_gx = Tensor::empty(shape), expected_gw = Tensor::empty({columns});
+        const Tensor expected_gb = with_bias ? Tensor::empty({columns}) : Tensor();
+        cpu_backend().layer_norm_backward(x.reference, weight.reference, expected_mean, expected_rstd, gy.reference,
+                                          expected_gx, expected_gw, expected_gb);
+        const Tensor gx = poisoned(shape, dtype), gw = poisoned({columns}, dtype);
+        const Tensor gb = with_bias ? poisoned({columns}, dtype) : Tensor();
+        gpu_backend().layer_norm_backward(x.gpu, weight.gpu, expected_mean.to(kGpu), expected_rstd.to(kGpu), gy.gpu,
+                                          gx, gw, gb);
+        expect_close(gx, expected_gx, tolerance_for(dtype), what + " grad_x");
+        expect_close(gw, expected_gw, tolerance_for(dtype), what + " grad_weight");
+        if (with_bias) expect_close(gb, expected_gb, tolerance_for(dtype), what + " grad_bias");
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, RmsNormForwardAndBackwardMatchCpu) {
+  WEFT_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (DType dtype : kDtypes) {
+    for (const auto& shape : kNormShapes) {
+      const std::string what = describe(shape, dtype) + " rms_norm";
+      SCOPED_TRACE(what);
+      const int64_t rows = shape[0], columns = shape[1];
+      const Input x = random_input(shape, ++seed, dtype, 0.5, 2.0);
+      const Input weight = random_input({columns}, ++seed, dtype, 1.0, 0.5);
+      const double eps = 1e-6;
+      const Tensor expected = Tensor::empty(shape), expected_rstd = Tensor::empty({rows});
+      cpu_backend().rms_norm(x.reference, weight.reference, eps, expected, expected_rstd);
+      const Tensor out = poisoned(shape, dtype), rstd = poisoned({rows}, kFloat32);
+      gpu_backend().rms_norm(x.gpu, weight.gpu, eps, out, rstd);
+      expect_close(out, expected, tolerance_for(dtype), what + " out");
+      expect_close(rstd, expected_rstd, kFloat32Tolerance, what + " rstd");
+
+      const Input gy = random_input(shape, ++seed, dtype);
+      const Tensor expected_gx = Tensor::empty(shape), expected_gw = Tensor::empty({columns});
+      cpu_backend().rms_norm_backward(x.reference, weight.reference, expected_rstd, gy.reference, expected_gx,
+                                      expected_gw);
+      const Tensor gx = poisoned(shape, dtype), gw = poisoned({columns}, dtype);
+      gpu_backend().rms_norm_backward(x.gpu, weight.gpu, expected_rstd.to(kGpu), gy.gpu, gx, gw);
+      expect_close(gx, expected_gx, tolerance_for(dtype), what + " grad_x");
+      expect_close(gw, expected_gw, tolerance_for(dtype), what + " grad_weight");
+    }
+  }
+}
+
+TEST(CudaKernels, NormBackwardGivesTheSameBitsEveryRun) {
+  WEFT_REQUIRE_GPU();
+  const Input x = random_input({4096, 768}, 11, kFloat32);
+  const Input weight = random_input({768}, 12, kFloat32, 1.0, 0.5);
+  const Input gy = random_input({4096, 768}, 13, kFloat32);
+  const Tensor mean = Tensor::empty({4096}, kFloat32, kGpu), rstd = Tensor::empty({4096}, kFloat32, kGpu);
+  gpu_backend().layer_norm(x.gpu, weight.gpu, Tensor(), 1e-5, Tensor::empty({4096, 768}, kFloat32, kGpu), mean, rstd);
+  std::vector<Tensor> grad_weights;
+  for (int run = 0; run < 2; ++run) {
+    const Tensor gx = poisoned({4096, 768}, kFloat32), gw = poisoned({768}, kFloat32), gb = poisoned({768}, kFloat32);
+    gpu_backend().layer_norm_backward(x.gpu, weight.gpu, mean, rstd, gy.gpu, gx, gw, gb);
+    grad_weights.push_back(gw);
+  }
+  expect_identical(grad_weights[0], grad_weights[1], "layer_norm grad_weight, two runs");
+}
+
+// --- Embedding ---------------------------------------------------------------------------------
+
+TEST(CudaKernels, EmbeddingForwardAndBackwardMatchCpu) {
+  WEFT_REQUIRE_GPU();
+  struct Case {
+    int64_t count, vocabulary, columns, id_bound;  // ids drawn from [0, id_bound): small bounds repeat ids
+  };
+  const std::vector<Case> cases = {{4096, 50304, 768, 50304}, {64, 50304, 768, 50304}, {4096, 1000, 768, 50},
+                                   {100, 1001, 37, 1001}};
+  uint64_t seed = 400;
+  for (DType dtype : kDtypes) {
+    for (DType id_dtype : {kInt64, kInt32}) {
+      for (const Case& c : cases) {
+        const std::string what = describe({c.count, c.vocabulary, c.columns}, dtype) + " ids " +
+                                 std::string(dtype_name(id_dtype)) + " bound " + std::to_string(c.id_bound);
+        SCOPED_TRACE(what);
+        const Tensor ids = random_ids(c.count, c.id_bound, ++seed, id_dtype);
+        const Input weight = random_input({c.vocabulary, c.columns}, ++seed, dtype);
+        const Tensor expected = Tensor::empty({c.count, c.columns});
+        cpu_backend().embedding(ids, weight.reference, expected);
+        const Tensor out = poisoned({c.count, c.columns}, dtype);
+        gpu_backend().embedding(ids.to(kGpu), weight.gpu, out);
+        expect_identical(out.to(Device::cpu()).to(kFloat32), expected, what + " forward");
+
+        // Backward accumulates: start both from the same non-zero grad_weight.
+        const Input start = random_input({c.vocabulary, c.columns}, ++seed, dtype, 0.0, 0.1);
+        const Input gy = random_input({c.count, c.columns}, ++seed, dtype);
+        const Tensor expected_gw = start.reference.clone();
+        cpu_backend().embedding_backward(ids, gy.reference, expected_gw);
+        const Tensor gw = start.gpu.clone();
+        gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, gw);
+        expect_close(gw, expected_gw, tolerance_for(dtype), what + " backward");
+      }
+    }
+  }
+}
+
+// --- Cross-entropy -----------------------------------------------------------------------------
+
+TEST(CudaKernels, CrossEntropyForwardAndBackwardMatchCpu) {
+  WEFT_REQUIRE_GPU();
+  const std::vector<std::vector<int64_t>> shapes = {{256, 50304}, {64, 50304}, {1000, 1001}, {9, 37}};
+  const int64_t ignore_index = -100;
+  uint64_t seed = 500;
+  for (DType dtype : kDtypes) {
+    for (DType target_dtype : {kInt64, kInt32}) {
+      for (const auto& shape : shapes) {
+        const std::string what = describe(shape, dtype) + " targets " + std::string(dtype_name(target_dtype));
+        SCOPED_TRACE(what);
+        const int64_t rows = shape[0], vocabulary = shape[1];
+        const Input logits = random_input(shape, ++seed, dtype, 0.0, 4.0);
+        const Tensor targets = random_ids(rows, vocabulary, ++seed, target_dtype, /*ignore_every=*/7, ignore_index);
+        const Tensor expected_losses = Tensor::empty({rows}), expected_lse = Tensor::empty({rows});
+        cpu_backend().cross_entropy(logits.reference, targets, ignore_index, expected_losses, expected_lse);
+        const Tensor losses = poisoned({rows}, kFloat32), lse = poisoned({rows}, kFloat32);
+        gpu_backend().cross_entropy(logits.gpu, targets.to(kGpu), ignore_index, losses, lse);
+        expect_close(losses, expected_losses, kFloat32Tolerance, what + " losses");
+        expect_close(lse, expected_lse, kFloat32Tolerance, what + " lse");
+
+        const Tensor grad_losses = Tensor::uniform({rows}, ++seed, 0, 0.5, 1.5, kFloat32);
+        const Tensor expected_grad = Tensor::empty(shape);
+        cpu_backend().cross_entropy_backward(logits.reference, targets, expected_lse, ignore_index, grad_losses,
+                                             expected_grad);
+        const Tensor grad = poisoned(shape, dtype);
+        gpu_backend().cross_entropy_backward(logits.gpu, targets.to(kGpu), expected_lse.to(kGpu), ignore_index,
+                                             grad_losses.to(kGpu), grad);
+        expect_close(grad, expected_grad, tolerance_for(dtype), what + " grad_logits");
+      }
+    }
+  }
+}
+
+// --- Dropout -----------------------------------------------------------------------------------
+
+TEST(CudaKernels, DropoutMatchesCpuBitForBit) {
+  WEFT_REQUIRE_GPU();
+  uint64_t seed = 600;
+  for (DType dtype : kDtypes) {
+    for (int64_t count : {int64_t{4096} * 768, int64_t{1001}, int64_t{7}}) {
+      for (double p : {0.1, 0.5}) {
+        const std::string what = describe({count}, dtype) + " p " + std::to_string(p);
+        SCOPED_TRACE(what);
+        const Input x = random_input({count}, ++seed, dtype);
+        const Tensor stored = x.reference.to(dtype);
+        const Tensor expected = Tensor::empty({count}, dtype);
+        cpu_backend().dropout(stored, p, /*seed=*/++seed, /*offset=*/12345, expected);
+        const Tensor out = poisoned({count}, dtype);
+        gpu_backend().dropout(x.gpu, p, seed, 12345, out);
+        expect_identical(out, expected, what);
+        // Unaligned (scalar path): a view one element into its storage.
+        if (count > 1) {
+          const Tensor view = x.gpu.narrow(0, 1, count - 1);
+          const Tensor expected_view = Tensor::empty({count - 1}, dtype);
+          cpu_backend().dropout(stored.narrow(0, 1, count - 1).contiguous(), p, seed, 777, expected_view);
+          const Tensor out_view = poisoned({count}, dtype).narrow(0, 1, count - 1);
+          gpu_backend().dropout(view, p, seed, 777, out_view);
+          expect_identical(out_view, expected_view, what + " unaligned view");
+        }
+      }
+    }
+  }
+}
+
+// --- Bad ids and targets (runtime/cuda/index_check.cuh) -----------------------------------------
+
+// Sets WEFT_CHECK_IDS for the scope.
+class CheckIdsScope {
+ public:
+  explicit CheckIdsScope(const char* value) {
+    const char* previous = std::getenv("WEFT_CHECK_IDS");
+    had_previous_ = previous != nullptr;
+    if (had_previous_) previous_ = previous;
+    if (value == nullptr) {
+      unsetenv("WEFT_CHECK_IDS");
+    } else {
+      setenv("WEFT_CHECK_IDS", value, 1);
+    }
+  }
+  ~CheckIdsScope() {
+    if (had_previous_) {
+      setenv("WEFT_CHECK_IDS", previous_.c_str(), 1);
+    } else {
+      unsetenv("WEFT_CHECK_IDS");
+    }
+  }
+
+ private:
+  bool had_previous_ = false;
+  std::string previous_;
+};
+
+TEST(CudaKernels, BadIdsRaiseAtTheCallWithCheckIds) {
+  WEFT_REQUIRE_GPU();
+  const CheckIdsScope scope("1");
+  const Tensor weight = Tensor::normal({10, 8}, 1, 0, 0.0, 1.0, kFloat32, kGpu);
+  const Tensor bad_ids = Tensor::from_vector(std::vector<int64_t>{1, 10, 2}, {3}, kInt64, kGpu);
+  EXPECT_THROW(gpu_backend().embedding(bad_ids, weight, Tensor::empty({3, 8}, kFloat32, kGpu)), Error);
+  EXPECT_THROW(gpu_backend().embedding_backward(bad_ids, Tensor::zeros({3, 8}, kFloat32, kGpu),
+                                                Tensor::zeros({10, 8}, kFloat32, kGpu)),
+               Error);
+  const Tensor logits = Tensor::normal({3, 10}, 2, 0, 0.0, 1.0, kFloat32, kGpu);
+  const Tensor bad_targets = Tensor::from_vector(std::vector<int64_t>{1, -1, 2}, {3}, kInt64, kGpu);
+  const Tensor losses = Tensor::empty({3}, kFloat32, kGpu), lse = Tensor::empty({3}, kFloat32, kGpu);
+  EXPECT_THROW(gpu_backend().cross_entropy(logits, bad_targets, -100, losses, lse), Error);
+  EXPECT_THROW(gpu_backend().cross_entropy_backward(logits, bad_targets, lse, -100, Tensor::ones({3}, kFloat32, kGpu),
+                                                    Tensor::empty({3, 10}, kFloat32, kGpu)),
+               Error);
+  // The record was cleared: valid calls go on working.
+  const Tensor good_ids = Tensor::from_vector(std::vector<int64_t>{1, 9, 2}, {3}, kInt64, kGpu);
+  EXPECT_NO_THROW(gpu_backend().embedding(good_ids, weight, Tensor::empty({3, 8}, kFloat32, kGpu)));
+}
+
+TEST(CudaKernels, BadIdsRaiseAtTheNextCallByDefault) {
+  WEFT_REQUIRE_GPU();
+  const CheckIdsScope scope(nullptr);
+  const Tensor weight = Tensor::normal({10, 8}, 1, 0, 0.0, 1.0, kFloat32, kGpu);
+  const Tensor bad_ids = Tensor::from_vector(std::vector<int64_t>{1, 10, 2}, {3}, kInt64, kGpu);
+  const Tensor good_ids = Tensor::from_vector(std::vector<int64_t>{1, 9, 2}, {3}, kInt64, kGpu);
+  const Tensor out = Tensor::empty({3, 8}, kFloat32, kGpu);
+  EXPECT_NO_THROW(gpu_backend().embedding(bad_ids, weight, out));  // no synchronization here
+  // The bad row is zero, the others are the weight's rows.
+  const std::vector<double> values = out.to(Device::cpu()).to_vector();  // synchronizes
+  for (int c = 0; c < 8; ++c) EXPECT_EQ(values[8 + c], 0.0);
+  EXPECT_EQ(values[0], weight.to(Device::cpu()).at({1, 0}));
+  try {
+    gpu_backend().embedding(good_ids, weight, out);
+    ADD_FAILURE() << "the next embedding call did not raise";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("id 10 at position 1"), std::string::npos) << message;
+    EXPECT_NE(message.find("[0, 10)"), std::string::npos) << message;
+  }
+  EXPECT_NO_THROW(gpu_backend().embedding(good_ids, weight, out));
+  out.to(Device::cpu());
+}
+
+// --- Through the differentiable ops ------------------------------------------------------------
+
+// The op on the GPU, forward and backward with a given output gradient, against the same on the CPU.
+void expect_op_matches_cpu(const std::function<Tensor(const std::vector<Tensor>&)>& op,
+                           const std::vector<Tensor>& cpu_inputs, DType dtype, const std::string& what) {
+  std::vector<Tensor> cpu_leaves, gpu_leaves;
+  for (const Tensor& input : cpu_inputs) {
+    const bool floating = input.dtype() != kInt64 && input.dtype() != kInt32;
+    // Fresh leaves every call: .to() of an f32 input to f32 is the input itself, which must not be
+    // marked as requiring grad for the next call.
+    Tensor stored = (floating ? input.to(dtype) : input).detach();
+    Tensor cpu_leaf = floating ? stored.to(kFloat32).detach() : stored;
+    Tensor gpu_leaf = stored.to(kGpu);
+    if (floating) {
+      cpu_leaf.set_requires_grad(true);
+      gpu_leaf.set_requires_grad(true);
+    }
+    cpu_leaves.push_back(cpu_leaf);
+    gpu_leaves.push_back(gpu_leaf);
+  }
+  const Tensor cpu_out = op(cpu_leaves);
+  const Tensor gpu_out = op(gpu_leaves);
+  expect_close(gpu_out, cpu_out.detach(), tolerance_for(dtype), what + " forward");
+  const Tensor gradient = Tensor::normal(cpu_out.shape(), 99, 0, 0.0, 1.0, kFloat32).to(gpu_out.dtype());
+  cpu_out.backward(gradient.to(kFloat32));
+  gpu_out.backward(gradient.to(kGpu));
+  for (size_t i = 0; i < cpu_leaves.size(); ++i) {
+    if (!cpu_leaves[i].requires_grad()) continue;
+    ASSERT_TRUE(gpu_leaves[i].grad().defined()) << what << " input " << i;
+    expect_close(gpu_leaves[i].grad(), cpu_leaves[i].grad(), tolerance_for(dtype), what + " grad " + std::to_string(i));
+  }
+}
+
+TEST(CudaKernels, DifferentiableOpsMatchCpu) {
+  WEFT_REQUIRE_GPU();
+  for (DType dtype : kDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = Tensor::normal({4, 16, 768}, 1, 0, 0.0, 1.0);
+    const Tensor weight = Tensor::normal({768}, 2, 0, 1.0, 0.5);
+    const Tensor bias = Tensor::normal({768}, 3);
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return softmax(in[0]); }, {x}, dtype, "softmax");
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return log_softmax(in[0]); }, {x}, dtype,
+                          "log_softmax");
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); },
+                          {x, weight, bias}, dtype, "layer_norm");
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, weight}, dtype,
+                          "rms_norm");
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return dropout(in[0], 0.1, 5, 77); }, {x}, dtype,
+                          "dropout");
+    const Tensor ids = random_ids(64, 1000, 4, kInt64);
+    const Tensor table = Tensor::normal({1000, 768}, 5);
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return embedding(in[0], in[1]); }, {ids, table}, dtype,
+                          "embedding");
+    const Tensor logits = Tensor::normal({64, 1001}, 6, 0, 0.0, 3.0);
+    const Tensor targets = random_ids(64, 1001, 7, kInt64, /*ignore_every=*/5);
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); },
+                          {logits, targets}, dtype, "cross_entropy");
+  }
+}
+
+#endif  // WEFT_HAVE_CUDA
+
+}  // namespace
+}  // namespace weft

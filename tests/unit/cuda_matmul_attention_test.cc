@@ -1,0 +1,265 @@
+// CUDA matmul (cuBLASLt) and causal attention (flash kernels) against the CPU backend.
+//
+// Inputs are drawn on the CPU in the test's dtype, so both backends see the same rounded values;
+// CUDA outputs are poisoned with NaN first so that an unwritten element fails. Errors are
+// ||out - ref|| / ||ref|| over all elements (NaN or Inf anywhere fails). Skipped without CUDA.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+#ifdef WEFT_HAVE_CUDA
+#include "runtime/cuda/matmul.h"
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace weft {
+namespace {
+
+#ifdef WEFT_HAVE_CUDA
+
+#define SKIP_WITHOUT_GPU()                                                       \
+  do {                                                                           \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is present"; \
+  } while (0)
+
+const Device kGpu = Device::cuda(0);
+
+double relative_error(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = actual.to_vector(), e = expected.to_vector();
+  EXPECT_EQ(a.size(), e.size());
+  double difference = 0.0, reference = 0.0;
+  for (size_t i = 0; i < a.size() && i < e.size(); ++i) {
+    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
+    difference += (a[i] - e[i]) * (a[i] - e[i]);
+    reference += e[i] * e[i];
+  }
+  return std::sqrt(difference) / std::max(std::sqrt(reference), 1e-30);
+}
+
+Tensor poisoned(absl::Span<const int64_t> shape, DType dtype) {
+  Tensor out = Tensor::empty(shape, dtype, kGpu);
+  out.fill_(std::numeric_limits<double>::quiet_NaN());
+  return out;
+}
+
+// --- Matmul -------------------------------------------------------------------------------------
+
+struct MatmulCase {
+  int64_t batch, m, k, n;
+  bool a_transposed = false, b_transposed = false;  // operand is a transposed (column-major) view
+  bool a_shared = false, b_shared = false;          // stride-0 batch
+  double alpha = 1.0, beta = 0.0;
+};
+
+std::string describe(const MatmulCase& c) {
+  return "[" + std::to_string(c.batch) + ", " + std::to_string(c.m) + ", " + std::to_string(c.k) + "] @ [.., " +
+         std::to_string(c.n) + "]" + (c.a_transposed ? " aT" : "") + (c.b_transposed ? " bT" : "") +
+         (c.a_shared ? " a-shared" : "") + (c.b_shared ? " b-shared" : "") + " alpha " + std::to_string(c.alpha) +
+         " beta " + std::to_string(c.beta);
+}
+
+// A [batch, rows, cols] operand: drawn as [batch or 1, rows, cols] (or its transpose), then viewed.
+Tensor operand(const Tensor& base, bool transposed, bool shared, int64_t batch, int64_t rows, int64_t cols) {
+  Tensor view = transposed ? base.transpose(1, 2) : base;
+  return shared ? view.expand({batch, rows, cols}) : view;
+}
+
+void check_matmul(const MatmulCase& c, DType dtype, double tolerance, uint64_t seed) {
+  SCOPED_TRACE(describe(c) + " " + std::string(dtype_name(dtype)));
+  const int64_t a_batch = c.a_shared ? 1 : c.batch, b_batch = c.b_shared ? 1 : c.batch;
+  const Tensor a_base = c.a_transposed ? Tensor::normal({a_batch, c.k, c.m}, seed, 0, 0.0, 1.0, dtype)
+                                       : Tensor::normal({a_batch, c.m, c.k}, seed, 0, 0.0, 1.0, dtype);
+  const Tensor b_base = c.b_transposed ? Tensor::normal({b_batch, c.n, c.k}, seed + 1, 0, 0.0, 1.0, dtype)
+                                       : Tensor::normal({b_batch, c.k, c.n}, seed + 1, 0, 0.0, 1.0, dtype);
+  const Tensor a_cpu = operand(a_base, c.a_transposed, c.a_shared, c.batch, c.m, c.k);
+  const Tensor b_cpu = operand(b_base, c.b_transposed, c.b_shared, c.batch, c.k, c.n);
+  const Tensor a_gpu = operand(a_base.to(kGpu), c.a_transposed, c.a_shared, c.batch, c.m, c.k);
+  const Tensor b_gpu = operand(b_base.to(kGpu), c.b_transposed, c.b_shared, c.batch, c.k, c.n);
+
+  Tensor out_cpu, out_gpu;
+  if (c.beta != 0.0) {
+    out_cpu = Tensor::normal({c.batch, c.m, c.n}, seed + 2, 0, 0.0, 1.0, dtype);
+    out_gpu = out_cpu.to(kGpu);
+  } else {
+    out_cpu = Tensor::empty({c.batch, c.m, c.n}, dtype);
+    out_gpu = poisoned({c.batch, c.m, c.n}, dtype);
+  }
+  backend_for(Device::cpu()).matmul(a_cpu, b_cpu, out_cpu, c.alpha, c.beta);
+  backend_for(kGpu).matmul(a_gpu, b_gpu, out_gpu, c.alpha, c.beta);
+  EXPECT_LE(relative_error(out_gpu, out_cpu), tolerance);
+}
+
+std::vector<MatmulCase> matmul_cases() {
+  std::vector<MatmulCase> cases;
+  for (bool at : {false, true}) {
+    for (bool bt : {false, true}) {
+      cases.push_back({1, 13, 7, 33, at, bt});
+      cases.push_back({3, 13, 7, 33, at, bt});
+      cases.push_back({2, 64, 128, 96, at, bt, false, false, 0.5, 0.75});
+      cases.push_back({4, 17, 40, 24, at, bt, false, true});  // bm shared
+      cases.push_back({4, 17, 40, 24, at, bt, true, false});  // a shared
+    }
+  }
+  cases.push_back({1, 1, 1, 1});
+  cases.push_back({2, 1, 5, 9});
+  cases.push_back({2, 9, 5, 1, true, true});
+  cases.push_back({2, 5, 0, 3});                          // empty inner dimension
+  cases.push_back({2, 5, 0, 3, false, false, false, false, 1.0, 2.0});
+  // GPT-2 124M shapes at 1024 tokens: qkv (x @ W^T), mlp down, the weight gradient (x^T @ dy),
+  // and batched attention-sized products.
+  cases.push_back({1, 1024, 768, 2304, false, true});
+  cases.push_back({4, 256, 3072, 768, false, true, false, true});
+  cases.push_back({1, 768, 1024, 2304, true, false});
+  cases.push_back({24, 128, 64, 128, false, true});
+  return cases;
+}
+
+TEST(CudaMatmul, F32MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 100;
+  for (const MatmulCase& c : matmul_cases()) check_matmul(c, kFloat32, 1e-5, seed += 3);
+}
+
+TEST(CudaMatmul, Bf16MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 200;
+  for (const MatmulCase& c : matmul_cases()) check_matmul(c, kBFloat16, 1e-2, seed += 3);
+}
+
+TEST(CudaMatmul, F16MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 300;
+  for (const MatmulCase& c : matmul_cases()) check_matmul(c, kFloat16, 1e-2, seed += 3);
+}
+
+TEST(CudaMatmul, RejectsF64) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = Tensor::empty({1, 2, 2}, kFloat64, kGpu);
+  EXPECT_THROW(backend_for(kGpu).matmul(a, a, Tensor::empty({1, 2, 2}, kFloat64, kGpu), 1.0, 0.0), weft::Error);
+}
+
+// out = gelu(a @ bm + bias) (tanh form) and the pre-gelu output, against CPU ops.
+TEST(CudaMatmul, BiasGeluEpilogue) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const double tolerance = dtype == kFloat32 ? 1e-5 : 1e-2;
+    const int64_t batch = 2, m = 48, k = 64, n = 96;
+    const Tensor x = Tensor::normal({batch, m, k}, 7, 0, 0.0, 1.0, dtype);
+    const Tensor w = Tensor::normal({n, k}, 8, 0, 0.0, 0.2, dtype);  // used as w^T
+    const Tensor bias = Tensor::normal({n}, 9, 0, 0.0, 1.0, dtype);
+    // CPU reference: pre = x @ w^T + bias, out = gelu(pre).
+    Tensor pre_cpu = Tensor::empty({batch, m, n}, dtype);
+    backend_for(Device::cpu()).matmul(x, w.unsqueeze(0).transpose(1, 2).expand({batch, k, n}), pre_cpu, 1.0, 0.0);
+    Tensor pre_wide = pre_cpu.to(kFloat32);
+    Tensor biased = Tensor::empty({batch, m, n}, kFloat32);
+    backend_for(Device::cpu()).binary(BinaryOp::kAdd, pre_wide, bias.to(kFloat32).expand({batch, m, n}), biased);
+    Tensor gelu_cpu = Tensor::empty({batch, m, n}, kFloat32);
+    backend_for(Device::cpu()).unary(UnaryOp::kGelu, biased, gelu_cpu);
+
+    const Tensor x_gpu = x.to(kGpu);
+    const Tensor w_gpu = w.to(kGpu).unsqueeze(0).transpose(1, 2).expand({batch, k, n});
+    const Tensor bias_gpu = bias.to(kGpu);
+    Tensor out = poisoned({batch, m, n}, dtype), pre = poisoned({batch, m, n}, dtype);
+    cuda::matmul_bias_gelu(x_gpu, w_gpu, bias_gpu, out, pre);
+    EXPECT_LE(relative_error(pre, biased), tolerance);
+    EXPECT_LE(relative_error(out, gelu_cpu), tolerance);
+    Tensor out_no_aux = poisoned({batch, m, n}, dtype);
+    cuda::matmul_bias_gelu(x_gpu, w_gpu, bias_gpu, out_no_aux);
+    EXPECT_LE(relative_error(out_no_aux, gelu_cpu), tolerance);
+    Tensor plain = poisoned({batch, m, n}, dtype);
+    cuda::matmul_bias(x_gpu, w_gpu, bias_gpu, plain);
+    EXPECT_LE(relative_error(plain, biased), tolerance);
+  }
+}
+
+// --- Attention ----------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int64_t batch, heads, seq, head_dim;
+};
+
+void check_attention(const AttentionCase& c, DType dtype, double tolerance, uint64_t seed) {
+  SCOPED_TRACE("B " + std::to_string(c.batch) + " H " + std::to_string(c.heads) + " T " + std::to_string(c.seq) +
+               " D " + std::to_string(c.head_dim) + " " + std::string(dtype_name(dtype)));
+  const std::vector<int64_t> shape = {c.batch, c.heads, c.seq, c.head_dim};
+  const std::vector<int64_t> stat_shape = {c.batch, c.heads, c.seq};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const Tensor q = Tensor::normal(shape, seed, 0, 0.0, 1.0, dtype);
+  const Tensor k = Tensor::normal(shape, seed + 1, 0, 0.0, 1.0, dtype);
+  const Tensor v = Tensor::normal(shape, seed + 2, 0, 0.0, 1.0, dtype);
+  const Tensor grad_out = Tensor::normal(shape, seed + 3, 0, 0.0, 1.0, dtype);
+  Backend& cpu = backend_for(Device::cpu());
+  Backend& gpu = backend_for(kGpu);
+
+  // Forward.
+  Tensor out_cpu = Tensor::empty(shape, dtype), lse_cpu = Tensor::empty(stat_shape, kFloat32);
+  cpu.attention(q, k, v, scale, out_cpu, lse_cpu);
+  const Tensor q_gpu = q.to(kGpu), k_gpu = k.to(kGpu), v_gpu = v.to(kGpu);
+  Tensor out_gpu = poisoned(shape, dtype), lse_gpu = poisoned(stat_shape, kFloat32);
+  gpu.attention(q_gpu, k_gpu, v_gpu, scale, out_gpu, lse_gpu);
+  EXPECT_LE(relative_error(out_gpu, out_cpu), tolerance) << "out";
+  EXPECT_LE(relative_error(lse_gpu, lse_cpu), dtype == kFloat32 ? 1e-5 : 1e-3) << "lse";
+
+  // Backward from the same out and lse (the CPU's), so that only the backward is compared.
+  Tensor gq_cpu = Tensor::empty(shape, dtype), gk_cpu = Tensor::empty(shape, dtype), gv_cpu = Tensor::empty(shape, dtype);
+  cpu.attention_backward(q, k, v, out_cpu, lse_cpu, grad_out, scale, gq_cpu, gk_cpu, gv_cpu);
+  Tensor gq = poisoned(shape, dtype), gk = poisoned(shape, dtype), gv = poisoned(shape, dtype);
+  gpu.attention_backward(q_gpu, k_gpu, v_gpu, out_cpu.to(kGpu), lse_cpu.to(kGpu), grad_out.to(kGpu), scale, gq, gk,
+                         gv);
+  EXPECT_LE(relative_error(gq, gq_cpu), tolerance) << "grad_q";
+  EXPECT_LE(relative_error(gk, gk_cpu), tolerance) << "grad_k";
+  EXPECT_LE(relative_error(gv, gv_cpu), tolerance) << "grad_v";
+}
+
+TEST(CudaAttention, Bf16MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 1000;
+  for (const AttentionCase& c : {AttentionCase{2, 3, 77, 64}, AttentionCase{1, 2, 128, 128},
+                                 AttentionCase{2, 2, 200, 64}, AttentionCase{1, 1, 17, 64}, AttentionCase{1, 2, 65, 128}}) {
+    check_attention(c, kBFloat16, 2e-2, seed += 10);
+  }
+}
+
+TEST(CudaAttention, F16MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  check_attention({1, 2, 128, 64}, kFloat16, 2e-2, 2000);
+  check_attention({2, 1, 99, 128}, kFloat16, 2e-2, 2010);
+}
+
+TEST(CudaAttention, F32MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 3000;
+  for (const AttentionCase& c : {AttentionCase{2, 3, 77, 64}, AttentionCase{1, 2, 128, 128},
+                                 AttentionCase{2, 2, 200, 64}, AttentionCase{1, 2, 50, 40}, AttentionCase{1, 1, 33, 1}}) {
+    check_attention(c, kFloat32, 1e-4, seed += 10);
+  }
+}
+
+TEST(CudaAttention, UnsupportedHeadDimNamesTheSupportedOnes) {
+  SKIP_WITHOUT_GPU();
+  const Tensor q = Tensor::zeros({1, 1, 8, 32}, kBFloat16, kGpu);
+  const Tensor lse = Tensor::empty({1, 1, 8}, kFloat32, kGpu);
+  try {
+    backend_for(kGpu).attention(q, q, q, 1.0, Tensor::empty({1, 1, 8, 32}, kBFloat16, kGpu), lse);
+    FAIL() << "expected weft::Error";
+  } catch (const weft::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("64, 128"), std::string::npos) << error.what();
+  }
+}
+
+#else  // !WEFT_HAVE_CUDA
+
+TEST(CudaMatmulAttention, SkippedWithoutCuda) { GTEST_SKIP() << "weft was built without CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace weft

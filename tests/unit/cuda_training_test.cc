@@ -1,0 +1,112 @@
+// GPU training against the CPU: the multi-tensor AdamW kernel against the CPU update (f32 and bf16
+// with f32 master weights), and a few training steps of a small GPT on one GPU against the same
+// steps on the CPU. Skipped where no CUDA device is present.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "launcher/trainer.h"
+#include "optim/optimizer.h"
+#include "runtime/weft.h"
+#include "tests/support/gradient_check.h"
+#if defined(WEFT_HAVE_CUDA)
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace weft {
+namespace {
+
+bool have_gpu() {
+#if defined(WEFT_HAVE_CUDA)
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+// Three steps of AdamW on the same parameters and gradients, on the CPU and on the GPU.
+void expect_adamw_matches(DType dtype, double tolerance) {
+  std::vector<NamedParameter> cpu_parameters, gpu_parameters;
+  const std::vector<std::vector<int64_t>> shapes = {{37, 19}, {19}, {300, 257}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Tensor cpu = Tensor::normal(shapes[i], 10 + i).to(dtype).set_requires_grad(true);
+    Tensor gpu = cpu.detach().to(Device::cuda(0)).set_requires_grad(true);
+    cpu_parameters.push_back({"p" + std::to_string(i), cpu, Layout::replicate()});
+    gpu_parameters.push_back({"p" + std::to_string(i), gpu, Layout::replicate()});
+  }
+  auto cpu_optimizer = make_adamw(default_parameter_groups(cpu_parameters, 0.1), {0.9, 0.95, 1e-8});
+  auto gpu_optimizer = make_adamw(default_parameter_groups(gpu_parameters, 0.1), {0.9, 0.95, 1e-8});
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor grad = Tensor::normal(shapes[i], 100 + 10 * step + i, 0, 0.0, 0.1).to(dtype);
+      cpu_parameters[i].tensor.set_grad(grad);
+      gpu_parameters[i].tensor.set_grad(grad.to(Device::cuda(0)));
+    }
+    cpu_optimizer->step(1e-2);
+    gpu_optimizer->step(1e-2);
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const double error = testing::relative_error(gpu_parameters[i].tensor.to(Device::cpu()).to(kFloat32),
+                                                 cpu_parameters[i].tensor.to(kFloat32));
+    EXPECT_LE(error, tolerance) << "parameter " << i << " " << dtype_name(dtype);
+  }
+  const auto cpu_state = cpu_optimizer->state_dict();
+  for (const auto& [name, tensor] : gpu_optimizer->state_dict()) {
+    if (tensor.dtype() == kInt64) continue;
+    EXPECT_LE(testing::relative_error(tensor.to(Device::cpu()), cpu_state.at(name)), 1e-5) << name;
+  }
+}
+
+TEST(CudaAdamW, MatchesTheCpuUpdateInF32) {
+  SKIP_WITHOUT_GPU();
+  expect_adamw_matches(kFloat32, 1e-6);
+}
+
+TEST(CudaAdamW, MatchesTheCpuUpdateInBF16WithMasterWeights) {
+  SKIP_WITHOUT_GPU();
+  expect_adamw_matches(kBFloat16, 1e-2);
+}
+
+RunConfig small_run(const std::string& text_path, const std::string& device, const std::string& dtype) {
+  RunConfig config;
+  config.model.layers = 2;
+  config.model.dim = 64;
+  config.model.heads = 1;  // head dim 64: the fused bf16 attention's size
+  config.model.seq_len = 64;
+  config.train.device = device;
+  config.train.dtype = dtype;
+  config.train.batch_size = 4;
+  config.train.steps = 5;
+  config.train.warmup_steps = 1;
+  config.data.train = text_path;
+  config.data.val_every = 0;
+  config.log.every = 1;
+  config.log.progress = "plain";
+  return config;
+}
+
+TEST(CudaTraining, SmallGptStepsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto text_path = std::filesystem::temp_directory_path() / "weft-cuda-training-text.txt";
+  {
+    std::ofstream text(text_path);
+    for (int i = 0; i < 300; ++i) text << "weft weaves compute and communication, step " << i << ".\n";
+  }
+  const TrainResult cpu = Trainer(small_run(text_path, "cpu", "f32")).run();
+  const TrainResult gpu = Trainer(small_run(text_path, "cuda", "f32")).run();
+  const TrainResult gpu_bf16 = Trainer(small_run(text_path, "cuda", "bf16")).run();
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i) {
+    EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-3 * std::fabs(cpu.losses[i])) << "f32 step " << i + 1;
+    EXPECT_NEAR(gpu_bf16.losses[i], cpu.losses[i], 3e-2 * std::fabs(cpu.losses[i])) << "bf16 step " << i + 1;
+  }
+  EXPECT_LT(gpu_bf16.losses.back(), gpu_bf16.losses.front());
+  std::filesystem::remove(text_path);
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,168 @@
+// cuda_kernel_benchmark: the memory-bound row kernels of the CUDA backend (layer norm, RMS norm,
+// softmax, cross-entropy) on transformer shapes, against the device's copy bandwidth.
+//
+// Shapes: [B*T, C] = [16*1024, 768] (GPT-2 124M at sequence 1024) and [8*1024, 2048] (a 1.3B model),
+// bf16; cross-entropy on [8*1024, 50304] bf16 logits. Each kernel is called through the backend
+// (runtime/backend.h) with its outputs allocated once, warmed up, then timed with CUDA events over
+// --iters back-to-back calls on the current stream; the time is the mean per call.
+//
+// GB/s counts each tensor the kernel must read or write once (inputs read, outputs written, the
+// f32 statistics included; the backward's f32 partial sums are overhead, not counted). The ceiling
+// is a device-to-device cudaMemcpy measured in the same run (bytes read + written, so 2x the copy
+// size): about 4.25 TB/s on an H200. Issue #3 asks memory-bound kernels for >= 70% of it.
+//
+// Usage: cuda_kernel_benchmark [--iters N] [--device N]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+namespace {
+
+using weft::Device;
+using weft::Tensor;
+
+// Mean milliseconds per call of body() over `iters` calls, after `warmup` untimed calls.
+double mean_ms(int device, int warmup, int iters, const std::function<void()>& body) {
+  const cudaStream_t stream = weft::cuda::current_stream(device);
+  for (int i = 0; i < warmup; ++i) body();
+  weft::cuda::Event start(true), stop(true);
+  start.record(stream);
+  for (int i = 0; i < iters; ++i) body();
+  stop.record(stream);
+  stop.synchronize();
+  return static_cast<double>(stop.elapsed_since(start)) / iters;
+}
+
+// Device-to-device copy bandwidth in GB/s (bytes read + written), from a 1 GiB copy.
+double copy_bandwidth(int device, int iters) {
+  const size_t bytes = size_t{1} << 30;
+  const Device gpu = Device::cuda(device);
+  const Tensor source = Tensor::zeros({static_cast<int64_t>(bytes / 4)}, weft::kFloat32, gpu);
+  const Tensor target = Tensor::empty({static_cast<int64_t>(bytes / 4)}, weft::kFloat32, gpu);
+  const cudaStream_t stream = weft::cuda::current_stream(device);
+  const double ms = mean_ms(device, 3, iters, [&] {
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(target.raw_data(), source.raw_data(), bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+}
+
+struct Row {
+  std::string op, shape;
+  double ms, bytes;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 50, device = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+      iters = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      device = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--iters N] [--device N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (weft::cuda::device_count() == 0) {
+    std::fprintf(stderr, "cuda_kernel_benchmark: no CUDA device is visible\n");
+    return 1;
+  }
+  try {
+    const Device gpu = Device::cuda(device);
+    weft::Backend& backend = weft::backend_for(gpu);
+    const int warmup = 5;
+    cudaDeviceProp properties{};
+    WEFT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+    const double ceiling = copy_bandwidth(device, 20);
+    std::printf("device %d: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n\n", device,
+                properties.name, properties.multiProcessorCount, ceiling);
+
+    std::vector<Row> rows;
+    const weft::DType bf16 = weft::kBFloat16;
+    constexpr double kElement = 2.0, kStatistic = 4.0;  // bytes of a bf16 element, an f32 statistic
+    uint64_t seed = 1;
+    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{16 * 1024, 768}, {8 * 1024, 2048}}) {
+      const std::string shape = "[" + std::to_string(n) + ", " + std::to_string(c) + "] bf16";
+      const double rows_by_columns = static_cast<double>(n) * static_cast<double>(c);
+      const Tensor x = Tensor::normal({n, c}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor weight = Tensor::normal({c}, ++seed, 0, 1.0, 0.1, bf16, gpu);
+      const Tensor bias = Tensor::normal({c}, ++seed, 0, 0.0, 0.1, bf16, gpu);
+      const Tensor grad_out = Tensor::normal({n, c}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor out = Tensor::empty({n, c}, bf16, gpu), grad_x = Tensor::empty({n, c}, bf16, gpu);
+      const Tensor mean = Tensor::empty({n}, weft::kFloat32, gpu), rstd = Tensor::empty({n}, weft::kFloat32, gpu);
+      const Tensor grad_weight = Tensor::empty({c}, bf16, gpu), grad_bias = Tensor::empty({c}, bf16, gpu);
+
+      rows.push_back({"layer_norm forward", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.layer_norm(x, weight, bias, 1e-5, out, mean, rstd);
+                      }),
+                      2 * rows_by_columns * kElement + 2 * n * kStatistic + 2 * c * kElement});
+      rows.push_back({"layer_norm backward", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.layer_norm_backward(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias);
+                      }),
+                      3 * rows_by_columns * kElement + 2 * n * kStatistic + 3 * c * kElement});
+      rows.push_back({"rms_norm forward", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.rms_norm(x, weight, 1e-6, out, rstd);
+                      }),
+                      2 * rows_by_columns * kElement + n * kStatistic + c * kElement});
+      rows.push_back({"rms_norm backward", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.rms_norm_backward(x, weight, rstd, grad_out, grad_x, grad_weight);
+                      }),
+                      3 * rows_by_columns * kElement + n * kStatistic + 2 * c * kElement});
+      rows.push_back({"softmax forward", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.softmax(x, out, false);
+                      }),
+                      2 * rows_by_columns * kElement});
+      rows.push_back({"softmax backward", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.softmax_backward(out, grad_out, grad_x, false);
+                      }),
+                      3 * rows_by_columns * kElement});
+    }
+
+    {
+      const int64_t n = 8 * 1024, v = 50304;
+      const std::string shape = "[" + std::to_string(n) + ", " + std::to_string(v) + "] bf16";
+      const double logits_bytes = static_cast<double>(n) * static_cast<double>(v) * kElement;
+      const Tensor logits = Tensor::normal({n, v}, ++seed, 0, 0.0, 2.0, bf16, gpu);
+      const Tensor targets = Tensor::zeros({n}, weft::kInt64, gpu);
+      const Tensor losses = Tensor::empty({n}, weft::kFloat32, gpu), lse = Tensor::empty({n}, weft::kFloat32, gpu);
+      const Tensor grad_losses = Tensor::full({n}, 1.0 / static_cast<double>(n), weft::kFloat32, gpu);
+      const Tensor grad_logits = Tensor::empty({n, v}, bf16, gpu);
+      const double forward_bytes = logits_bytes + n * (8.0 + 2 * kStatistic);
+      const double backward_bytes = 2 * logits_bytes + n * (8.0 + 2 * kStatistic);
+      const double forward_ms = mean_ms(device, warmup, iters, [&] {
+        backend.cross_entropy(logits, targets, -100, losses, lse);
+      });
+      const double backward_ms = mean_ms(device, warmup, iters, [&] {
+        backend.cross_entropy_backward(logits, targets, lse, -100, grad_losses, grad_logits);
+      });
+      rows.push_back({"cross_entropy forward", shape, forward_ms, forward_bytes});
+      rows.push_back({"cross_entropy backward", shape, backward_ms, backward_bytes});
+      rows.push_back({"cross_entropy fwd+bwd", shape, forward_ms + backward_ms, forward_bytes + backward_bytes});
+    }
+
+    std::printf("%-24s %-22s %10s %10s %9s\n", "op", "shape", "time (us)", "GB/s", "of copy");
+    for (const Row& row : rows) {
+      const double gigabytes_per_second = row.bytes / (row.ms * 1e-3) / 1e9;
+      std::printf("%-24s %-22s %10.1f %10.0f %8.0f%%\n", row.op.c_str(), row.shape.c_str(), row.ms * 1e3,
+                  gigabytes_per_second, 100.0 * gigabytes_per_second / ceiling);
+    }
+    std::printf("\ntarget (issue #3): memory-bound kernels >= 70%% of copy bandwidth\n");
+  } catch (const weft::Error& error) {
+    std::fprintf(stderr, "cuda_kernel_benchmark: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

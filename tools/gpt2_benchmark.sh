@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPT-2 124M training throughput on one GPU: weft-train (configs/gpt2-124m.yaml on random token
+# shards) next to PyTorch eager and torch.compile (tools/gpt2_peer.py), measured in the same call,
+# printed as one table with ratios. Runs on the GPU machine after `source tools/device/env.sh`.
+#   usage: tools/gpt2_benchmark.sh [WEFT_TRAIN] [PYTHON] [STEPS]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+weft_train=${1:-build/bin/weft-train}
+python=${2:-/opt/torch/.venv/bin/python}
+steps=${3:-30}
+[[ -x "$python" ]] || python=python3
+work=$(mktemp -d /tmp/weft-gpt2.XXXXXX)
+
+# Random tokens in llm.c's shard format (enough for the run; the throughput does not depend on them).
+"$python" - "$work/train.bin" <<'PYTHON'
+import sys, numpy as np
+tokens = np.random.default_rng(0).integers(0, 50257, size=16 * 1024 * 64 + 1, dtype=np.uint16)
+header = np.zeros(256, dtype=np.int32); header[0], header[1], header[2] = 20240520, 1, tokens.size
+with open(sys.argv[1], "wb") as f:
+    f.write(header.tobytes()); f.write(tokens.tobytes())
+PYTHON
+
+"$python" "$here/gpt2_peer.py" --steps "$steps" --out "$work/peer.txt" || echo "gpt2_peer.py failed" >&2
+
+"$weft_train" "$here/../configs/gpt2-124m.yaml" --set data.train="$work/train.bin" --set data.val= \
+  --set data.val_fraction=0 --set data.val_every=0 --set train.steps=$((steps + 5)) --set train.warmup_steps=5 \
+  --set checkpoint.dir= --set log.every=5 --set log.metrics_file="$work/weft.jsonl" --set log.progress=plain
+
+"$python" - "$work/weft.jsonl" "$work/peer.txt" <<'PYTHON'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l][5:]  # skip warm-up steps
+n = len(rows)
+weft = (sum(r["tokens_per_s"] for r in rows) / n, sum(r["step_ms"] for r in rows) / n,
+        sum(r["mfu"] for r in rows) / n, max(r["memory_mb"] for r in rows))
+peers = {}
+try:
+    for line in open(sys.argv[2]):
+        name, tps, ms, mfu, mem = line.split()
+        peers[name] = (float(tps), float(ms), float(mfu), float(mem))
+except FileNotFoundError:
+    pass
+print(f"\n{'run':<18}{'tokens/s':>12}{'step ms':>10}{'MFU':>8}{'peak MB':>10}{'weft/peer':>11}")
+print(f"{'weft':<18}{weft[0]:>12.0f}{weft[1]:>10.1f}{100*weft[2]:>7.1f}%{weft[3]:>10.0f}{'':>11}")
+for name, (tps, ms, mfu, mem) in peers.items():
+    print(f"{name:<18}{tps:>12.0f}{ms:>10.1f}{100*mfu:>7.1f}%{mem:>10.0f}{weft[0]/tps:>11.2f}")
+PYTHON
