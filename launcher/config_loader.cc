@@ -325,16 +325,16 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(train.warmup_steps <= train.steps, show("train.warmup_steps"), " is more than ",
              show("train.steps"), ": warmup must end within the run");
   const ParallelConfig& parallel = config.parallel;
-  const int64_t ranks = parallel.dp * parallel.tp * parallel.pp;
-  if (ranks != 1) {
-    std::string to_change;
-    for (const char* key : {"parallel.dp", "parallel.tp", "parallel.pp"}) {
-      if (find_config_option(key)->format(config) != "1") to_change += str(to_change.empty() ? "" : ", ", show(key));
-    }
-    WEFT_FAIL("parallel.dp * parallel.tp * parallel.pp = ", parallel.dp, " * ", parallel.tp, " * ",
-              parallel.pp, " = ", ranks, ", but this build trains in one process only; multi-rank "
-              "training comes with the distributed runtime. Set ", to_change, " to 1");
+  // Data parallelism is here; tensor and pipeline parallelism come with later issues.
+  for (const char* key : {"parallel.tp", "parallel.pp"}) {
+    WEFT_CHECK(find_config_option(key)->format(config) == "1", show(key),
+               ": tensor and pipeline parallelism are not built yet; set it to 1 (data parallelism, "
+               "parallel.dp, is available)");
   }
+  WEFT_CHECK((train.batch_size / train.micro_batches) % parallel.dp == 0, show("train.batch_size"), " / ",
+             show("train.micro_batches"), " = ", train.batch_size / train.micro_batches,
+             " sequences per micro-batch do not split evenly over ", show("parallel.dp"),
+             " ranks; make batch_size a multiple of micro_batches * dp");
   WEFT_CHECK(config.checkpoint.resume != "latest" || !config.checkpoint.dir.empty(),
              show("checkpoint.resume"), " needs checkpoint.dir, the folder to look in; set "
              "checkpoint.dir or give resume a checkpoint path");

@@ -1,5 +1,11 @@
-// cuda_kernel_benchmark: the memory-bound row kernels of the CUDA backend (layer norm, RMS norm,
-// softmax, cross-entropy) on transformer shapes, against the device's copy bandwidth.
+// cuda_kernel_benchmark: the kernels of the CUDA backend on transformer shapes, against measured
+// ceilings: the matmuls of a transformer's linear layers (cuBLASLt, bf16) in TFLOP/s against a bf16
+// 8192^3 matmul measured in the same run (about 766 TFLOP/s on an H200), and the memory-bound row
+// kernels (layer norm, RMS norm, softmax, cross-entropy) against the device's copy bandwidth.
+//
+// Matmul shapes, forward (x [B*T, in] @ W^T [in, out]) and the two backward products (dX = dY W,
+// dW = dY^T X), for GPT-2 124M (B*T = 16*1024, C = 768: qkv, attention projection, MLP up and down,
+// the 50304-wide output head) and a 1.3B model (B*T = 8*1024, C = 2048).
 //
 // Shapes: [B*T, C] = [16*1024, 768] (GPT-2 124M at sequence 1024) and [8*1024, 2048] (a 1.3B model),
 // bf16; cross-entropy on [8*1024, 50304] bf16 logits. Each kernel is called through the backend
@@ -17,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -62,6 +69,35 @@ struct Row {
   double ms, bytes;
 };
 
+struct MatmulRow {
+  std::string layer, product, shape;
+  double ms, flops;
+};
+
+// The three products of one linear layer, in, out wide, over `rows` tokens, bf16.
+void time_linear(weft::Backend& backend, int device, int warmup, int iters, const std::string& layer, int64_t rows,
+                 int64_t in, int64_t out, std::vector<MatmulRow>& table) {
+  const Device gpu = Device::cuda(device);
+  const weft::DType bf16 = weft::kBFloat16;
+  const Tensor x = Tensor::normal({1, rows, in}, 11, 0, 0.0, 1.0, bf16, gpu);
+  const Tensor weight = Tensor::normal({1, out, in}, 12, 0, 0.0, 0.02, bf16, gpu);
+  const Tensor grad_y = Tensor::normal({1, rows, out}, 13, 0, 0.0, 1.0, bf16, gpu);
+  const Tensor y = Tensor::empty({1, rows, out}, bf16, gpu);
+  const Tensor grad_x = Tensor::empty({1, rows, in}, bf16, gpu);
+  const Tensor grad_weight = Tensor::empty({1, out, in}, bf16, gpu);
+  const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(in) + "x" + std::to_string(out);
+  table.push_back({layer, "forward  X W^T", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(x, weight.transpose(1, 2), y, 1.0, 0.0);
+                   }), flops});
+  table.push_back({layer, "backward dY W", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(grad_y, weight, grad_x, 1.0, 0.0);
+                   }), flops});
+  table.push_back({layer, "backward dY^T X", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(grad_y.transpose(1, 2), x, grad_weight, 1.0, 0.0);
+                   }), flops});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,6 +125,34 @@ int main(int argc, char** argv) {
     const double ceiling = copy_bandwidth(device, 20);
     std::printf("device %d: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n\n", device,
                 properties.name, properties.multiProcessorCount, ceiling);
+
+    // Matmuls first: the bf16 8192^3 ceiling, then every linear layer's three products.
+    double ceiling_tflops = 0;
+    {
+      const Tensor a = Tensor::normal({1, 8192, 8192}, 1, 0, 0.0, 1.0, weft::kBFloat16, gpu);
+      const Tensor b = Tensor::normal({1, 8192, 8192}, 2, 0, 0.0, 1.0, weft::kBFloat16, gpu);
+      const Tensor c = Tensor::empty({1, 8192, 8192}, weft::kBFloat16, gpu);
+      const double ms = mean_ms(device, 3, 20, [&] { backend.matmul(a, b, c, 1.0, 0.0); });
+      ceiling_tflops = 2.0 * 8192.0 * 8192.0 * 8192.0 / (ms * 1e-3) / 1e12;
+    }
+    std::vector<MatmulRow> matmuls;
+    for (const auto& [model, rows_, dim] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
+             {"gpt2-124m", 16 * 1024, 768}, {"1.3b", 8 * 1024, 2048}}) {
+      time_linear(backend, device, warmup, iters, model + " qkv", rows_, dim, 3 * dim, matmuls);
+      time_linear(backend, device, warmup, iters, model + " attn proj", rows_, dim, dim, matmuls);
+      time_linear(backend, device, warmup, iters, model + " mlp up", rows_, dim, 4 * dim, matmuls);
+      time_linear(backend, device, warmup, iters, model + " mlp down", rows_, 4 * dim, dim, matmuls);
+      time_linear(backend, device, warmup, iters, model + " lm head", rows_, dim, 50304, matmuls);
+    }
+    std::printf("bf16 8192^3 matmul (the ceiling): %.1f TFLOP/s\n\n", ceiling_tflops);
+    std::printf("%-20s %-17s %-18s %10s %9s %9s\n", "layer", "product", "M x K x N", "time (us)", "TFLOP/s",
+                "of ceil");
+    for (const MatmulRow& row : matmuls) {
+      const double tflops = row.flops / (row.ms * 1e-3) / 1e12;
+      std::printf("%-20s %-17s %-18s %10.1f %9.1f %8.0f%%\n", row.layer.c_str(), row.product.c_str(),
+                  row.shape.c_str(), row.ms * 1e3, tflops, 100.0 * tflops / ceiling_tflops);
+    }
+    std::printf("\n");
 
     std::vector<Row> rows;
     const weft::DType bf16 = weft::kBFloat16;

@@ -270,8 +270,10 @@ TEST_F(ConfigTest, CrossFieldErrorsNameBothKeysValuesAndOrigins) {
   expect_contains(error_of([] { load_config({}, {"train.micro_batches=3"}); }),
                   {"train.batch_size = 8 (default)", "train.micro_batches = 3"});
   expect_contains(error_of([] { load_config({}, {"parallel.dp=2", "parallel.tp=2"}); }),
-                  {"parallel.dp * parallel.tp * parallel.pp = 2 * 2 * 1 = 4", "one process only",
-                   "distributed runtime", "Set parallel.dp = 2 (--set parallel.dp=2), parallel.tp = 2"});
+                  {"parallel.tp = 2 (--set parallel.tp=2)", "not built yet", "set it to 1"});
+  EXPECT_NO_THROW(load_config({}, {"parallel.dp=4"}));
+  expect_contains(error_of([] { load_config({}, {"parallel.dp=3"}); }),
+                  {"train.batch_size = 8 (default)", "parallel.dp = 3 (--set parallel.dp=3)", "split evenly"});
   expect_contains(error_of([] { load_config({}, {"train.warmup_steps=300"}); }),
                   {"train.warmup_steps = 300", "train.steps = 200 (default)"});
   expect_contains(error_of([] { load_config({}, {"checkpoint.resume=latest"}); }),
