@@ -309,6 +309,8 @@ std::vector<ConfigOption> build_options() {
   add(make_option("log.every", &R::log, &LogConfig::every, "steps between printed lines", at_least(1)));
   add(make_option("log.metrics_file", &R::log, &LogConfig::metrics_file, "JSON-lines file, one object per step (empty: none)"));
   add(make_option("log.trace_file", &R::log, &LogConfig::trace_file, "timeline trace file (empty: none)"));
+  add(make_option("log.graph_file", &R::log, &LogConfig::graph_file,
+                  "write the first step's graph here: .json, or .dot for Graphviz (empty: none)"));
   add(make_option("log.progress", &R::log, &LogConfig::progress, "progress display: auto (a bar on a terminal), bar, or plain lines", one_of({"auto", "bar", "plain"})));
 
   // The table must follow config_sections() order: --help and --dump-config print it as is.

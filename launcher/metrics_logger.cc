@@ -24,8 +24,8 @@ nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::js
 }  // namespace
 
 MetricsLogger::MetricsLogger(int64_t total_steps, int64_t print_every, const std::string& metrics_file,
-                             const std::string& progress)
-    : total_steps_(total_steps), print_every_(std::max<int64_t>(print_every, 1)),
+                             const std::string& progress, bool enabled)
+    : total_steps_(total_steps), enabled_(enabled), print_every_(std::max<int64_t>(print_every, 1)),
       start_(std::chrono::steady_clock::now()) {
   bar_ = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO));
   if (!metrics_file.empty()) {
@@ -45,6 +45,7 @@ void MetricsLogger::end_bar_line() {
 }
 
 void MetricsLogger::log_step(const StepMetrics& m) {
+  if (!enabled_) return;
   if (metrics_.is_open()) {
     nlohmann::json line = {{"step", m.step},
                            {"loss", number(m.loss)},
@@ -56,6 +57,7 @@ void MetricsLogger::log_step(const StepMetrics& m) {
                            {"memory_mb", m.memory_mb},
                            {"comm_ms", m.comm_ms},
                            {"exposed_comm_ms", m.exposed_comm_ms},
+                           {"optimizer_state_mb", m.optimizer_state_mb},
                            {"skipped", m.skipped}};
     metrics_ << line.dump() << "\n";
     metrics_.flush();
@@ -67,8 +69,10 @@ void MetricsLogger::log_step(const StepMetrics& m) {
   if (m.step % print_every_ != 0 && m.step != total_steps_) return;
   const std::string mfu = m.mfu ? absl::StrFormat("  mfu %.1f%%", 100 * *m.mfu) : "";
   const std::string numbers =
-      absl::StrFormat("loss %.4f  lr %.3g  grad %.3f  %.0f tok/s  %.0f ms%s  mem %.0f MB%s", m.loss, m.lr, m.grad_norm,
-                      m.tokens_per_s, m.step_ms, mfu, m.memory_mb, m.skipped ? "  (update skipped: non-finite loss)" : "");
+      absl::StrFormat("loss %.4f  lr %.3g  grad %.3f  %.0f tok/s  %.0f ms%s%s  mem %.0f MB%s", m.loss, m.lr, m.grad_norm,
+                      m.tokens_per_s, m.step_ms, mfu,
+                      m.comm_ms > 0 ? absl::StrFormat("  comm %.1f ms (exposed %.1f)", m.comm_ms, m.exposed_comm_ms) : "",
+                      m.memory_mb, m.skipped ? "  (update skipped: non-finite loss)" : "");
   if (!bar_) {
     std::printf("step %6lld/%lld  %s\n", static_cast<long long>(m.step), static_cast<long long>(total_steps_),
                 numbers.c_str());
@@ -89,6 +93,7 @@ void MetricsLogger::log_step(const StepMetrics& m) {
 }
 
 void MetricsLogger::log_validation(int64_t step, double loss) {
+  if (!enabled_) return;
   if (metrics_.is_open()) {
     metrics_ << nlohmann::json{{"step", step}, {"val_loss", number(loss)}}.dump() << "\n";
     metrics_.flush();
@@ -97,6 +102,7 @@ void MetricsLogger::log_validation(int64_t step, double loss) {
 }
 
 void MetricsLogger::log_event(const std::string& text) {
+  if (!enabled_) return;
   end_bar_line();
   std::printf("%s\n", text.c_str());
   std::fflush(stdout);

@@ -26,14 +26,16 @@ struct StepMetrics {
   double memory_mb = 0;     // resident host memory (CPU) or peak device memory (GPU)
   double comm_ms = 0;
   double exposed_comm_ms = 0;
+  double optimizer_state_mb = 0;  // optimizer state kept by this rank (ZeRO shards it)
   bool skipped = false;     // the update was skipped (non-finite loss with on_nan: skip)
 };
 
 class MetricsLogger {
  public:
-  // progress: "auto" (bar on a terminal), "bar" or "plain".
+  // progress: "auto" (bar on a terminal), "bar" or "plain". A logger that is not enabled (ranks
+  // other than 0 of a distributed run) prints and writes nothing.
   MetricsLogger(int64_t total_steps, int64_t print_every, const std::string& metrics_file,
-                const std::string& progress);
+                const std::string& progress, bool enabled = true);
   ~MetricsLogger();
   void log_step(const StepMetrics& metrics);
   void log_validation(int64_t step, double loss);
@@ -44,6 +46,7 @@ class MetricsLogger {
   void end_bar_line();
 
   int64_t total_steps_;
+  bool enabled_;
   int64_t print_every_;
   bool bar_;
   bool bar_line_open_ = false;

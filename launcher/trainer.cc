@@ -16,6 +16,13 @@
 #include "optim/gradient_clipping.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/data_parallel.h"
+#include "parallel/mesh.h"
+#include "parallel/mpi_environment.h"
+#include "parallel/process_group.h"
+#include "runtime/graph/executor.h"
+#include "runtime/graph/scheduler.h"
+#include "runtime/graph/step_graph.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
@@ -69,9 +76,21 @@ double memory_megabytes(Device device) {
   return static_cast<double>(memory.peak_allocated_bytes) / (1024.0 * 1024.0);
 }
 
+// Bytes of every tensor of an optimizer state dict (what one rank keeps), in MB.
+double state_megabytes(const std::map<std::string, Tensor>& state) {
+  double bytes = 0;
+  for (const auto& [name, tensor] : state) bytes += static_cast<double>(tensor.numel() * tensor.element_size());
+  return bytes / (1024.0 * 1024.0);
+}
+
 }  // namespace
 
 struct Trainer::State {
+  int world_rank = 0;
+  int world_size = 1;
+  std::unique_ptr<DataParallel> data_parallel;  // when parallel.dp > 1 or parallel.zero > 0
+  std::unique_ptr<graph::Executor> executor;
+  graph::CommMode comm_mode = graph::CommMode::kManual;
   Device device;
   DType compute_dtype = kFloat32;
   std::unique_ptr<Dataset> train_data;
@@ -92,7 +111,17 @@ std::string resolve_resume_path(const RunConfig& config) {
 Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::make_unique<State>()) {
   validate_config(config_);
   State& s = *state_;
+  // The world: under mpirun every rank builds the same mesh and fails with the same message when
+  // the sizes do not fit (a deterministic check, so no rank waits for another).
+  s.world_rank = mpi_world_rank();
+  s.world_size = mpi_world_size();
+  const Mesh mesh(static_cast<int>(config_.parallel.dp), static_cast<int>(config_.parallel.pp),
+                  static_cast<int>(config_.parallel.tp), s.world_size);
   s.device = Device::parse(config_.train.device);
+  if (config_.train.device == "cuda" && MpiEnvironment::current() != nullptr) {
+    s.device = Device::cuda(MpiEnvironment::current()->local_rank());  // one GPU per rank of a host
+  }
+  s.comm_mode = graph::parse_comm_mode(config_.comm.mode);
   s.compute_dtype = parse_dtype(config_.train.dtype);
   const ModelConfig& model_config = config_.model;
 
@@ -111,18 +140,32 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
     s.train_data = std::move(datasets.train);
     s.validation_data = std::move(datasets.val);
   }
-  if (s.validation_data) s.validation_start = s.validation_data->position();
+  const int dp_rank = mesh.coordinates(s.world_rank).dp;
+  s.train_data->set_shard(dp_rank, mesh.dp());  // each rank reads its rows of every global batch
+  if (s.validation_data) {
+    s.validation_data->set_shard(dp_rank, mesh.dp());
+    s.validation_start = s.validation_data->position();
+  }
 
   model_ = build_model(model_config);
   if (s.compute_dtype != kFloat32) model_->to(s.compute_dtype);
   if (!s.device.is_cpu()) model_->to(s.device);
 
-  std::vector<ParameterGroup> groups = default_parameter_groups(model_->named_parameters(), config_.train.weight_decay);
-  if (config_.train.optimizer == "adamw") {
-    s.optimizer = make_adamw(std::move(groups), {config_.train.beta1, config_.train.beta2, config_.train.eps});
+  const TrainConfig& train = config_.train;
+  auto make_optimizer = [&train](std::vector<ParameterGroup> groups) {
+    return train.optimizer == "adamw" ? make_adamw(std::move(groups), {train.beta1, train.beta2, train.eps})
+                                      : make_sgd(std::move(groups), {train.momentum, false});
+  };
+  if (mesh.dp() > 1 || config_.parallel.zero > 0) {
+    // Manual comm mode: collectives run on the caller's stream and are waited for at once.
+    s.data_parallel = std::make_unique<DataParallel>(
+        *model_, make_process_group(mesh, Axis::kData, s.device), CommStream(),
+        DataParallelOptions{.zero_stage = config_.parallel.zero, .weight_decay = train.weight_decay});
+    s.optimizer = s.data_parallel->make_optimizer(make_optimizer);
   } else {
-    s.optimizer = make_sgd(std::move(groups), {config_.train.momentum, false});
+    s.optimizer = make_optimizer(default_parameter_groups(model_->named_parameters(), train.weight_decay));
   }
+  s.executor = std::make_unique<graph::Executor>(s.device);
   s.schedule = std::make_unique<LearningRateSchedule>(config_.train.lr, config_.train.warmup_steps,
                                                       config_.train.steps, config_.train.schedule,
                                                       config_.train.min_lr_ratio);
@@ -130,8 +173,19 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   const std::string resume_path = resolve_resume_path(config_);
   if (!resume_path.empty()) {
     LoadedCheckpoint checkpoint = load_checkpoint(resume_path);
+    const int64_t saved_dp = checkpoint.state.value("parallel_dp", int64_t{1});
+    const int64_t saved_zero = checkpoint.state.value("parallel_zero", int64_t{0});
+    WEFT_CHECK(saved_dp == config_.parallel.dp && saved_zero == config_.parallel.zero, "checkpoint ",
+               checkpoint.path, " was saved with parallel.dp = ", saved_dp, " and parallel.zero = ", saved_zero,
+               ", this run has dp = ", config_.parallel.dp, " and zero = ", config_.parallel.zero,
+               "; resume with the same parallel.dp and parallel.zero");
     model_->load_state_dict(strip_prefix(checkpoint.tensors, kModelPrefix));
-    s.optimizer->load_state_dict(strip_prefix(checkpoint.tensors, kOptimizerPrefix));
+    if (s.data_parallel) {
+      s.data_parallel->scatter_optimizer_state(*s.optimizer, strip_prefix(checkpoint.tensors, kOptimizerPrefix));
+      s.data_parallel->finish_step();  // the shards become the parameters: both from the checkpoint
+    } else {
+      s.optimizer->load_state_dict(strip_prefix(checkpoint.tensors, kOptimizerPrefix));
+    }
     s.train_data->seek(checkpoint.state.at("train_data").get<DatasetPosition>());
     model_->load_random_state(checkpoint.state.at("random_state").get<std::map<std::string, uint64_t>>());
     s.start_step = checkpoint.step;
@@ -151,14 +205,21 @@ TrainResult Trainer::run() {
   const double tokens_per_step = static_cast<double>(train.batch_size * steps_per_sequence);
   const double step_flops = tokens_per_step * flops_per_token(config_.model, model_->parameter_count());
   const std::vector<Tensor> parameters = model_->parameters();
+  const bool leader = s.world_rank == 0;  // prints, writes metrics and checkpoints
 
-  MetricsLogger logger(train.steps, config_.log.every, config_.log.metrics_file, config_.log.progress);
+  MetricsLogger logger(train.steps, config_.log.every, leader ? config_.log.metrics_file : "",
+                       config_.log.progress, /*enabled=*/leader);
   logger.log_event(absl::StrFormat("weft-train: %s model, %lld parameters, %s on %s, %s; %lld steps of %lld x %lld "
                                    "tokens",
                                    config_.model.type, static_cast<long long>(model_->parameter_count()),
                                    dtype_name(s.compute_dtype), s.device.to_string(), s.train_data->describe(),
                                    static_cast<long long>(train.steps), static_cast<long long>(train.batch_size),
                                    static_cast<long long>(steps_per_sequence)));
+  const double optimizer_mb = state_megabytes(s.optimizer->state_dict());
+  logger.log_event(absl::StrFormat("parallel: %d rank(s), dp %lld, zero %lld, comm %s; optimizer state %.1f MB on "
+                                   "this rank",
+                                   s.world_size, static_cast<long long>(config_.parallel.dp),
+                                   static_cast<long long>(config_.parallel.zero), config_.comm.mode, optimizer_mb));
   if (s.start_step > 0) {
     logger.log_event(absl::StrFormat("resumed from %s at step %lld", resolve_resume_path(config_),
                                      static_cast<long long>(s.start_step)));
@@ -178,14 +239,21 @@ TrainResult Trainer::run() {
       total += cross_entropy(logits.reshape({-1, vocabulary}), batch.targets.to(s.device).reshape({-1})).item();
     }
     model_->train();
-    result.last_validation_loss = total / static_cast<double>(config_.data.val_batches);
+    const double mean = total / static_cast<double>(config_.data.val_batches);
+    result.last_validation_loss = s.data_parallel ? s.data_parallel->average(mean) : mean;
     logger.log_validation(step, *result.last_validation_loss);
   };
   auto save = [&](int64_t step) {
+    // Every rank takes part in gathering sharded optimizer state; rank 0 writes.
+    const std::map<std::string, Tensor> optimizer_state =
+        s.data_parallel ? s.data_parallel->gather_optimizer_state(*s.optimizer) : s.optimizer->state_dict();
+    if (!leader) return;
     std::map<std::string, Tensor> tensors = with_prefix(model_->state_dict(), kModelPrefix);
-    for (auto& [name, tensor] : with_prefix(s.optimizer->state_dict(), kOptimizerPrefix)) tensors[name] = tensor;
+    for (auto& [name, tensor] : with_prefix(optimizer_state, kOptimizerPrefix)) tensors[name] = tensor;
     nlohmann::json state = {{"train_data", s.train_data->position()},
                             {"random_state", model_->random_state()},
+                            {"parallel_dp", config_.parallel.dp},
+                            {"parallel_zero", config_.parallel.zero},
                             {"config", dump_config(config_)}};
     save_checkpoint(config_.checkpoint.dir, step, tensors, state);
     logger.log_event(absl::StrFormat("step %lld  checkpoint saved to %s/%s", static_cast<long long>(step),
@@ -195,33 +263,85 @@ TrainResult Trainer::run() {
   model_->train();
   for (int64_t step = s.start_step + 1; step <= train.steps; ++step) {
     const auto started = std::chrono::steady_clock::now();
-    const double lr = s.schedule->at(step - 1);
-    double loss_total = 0;
-    for (int64_t micro = 0; micro < train.micro_batches; ++micro) {
-      TokenBatch batch = s.train_data->next_batch(micro_batch, steps_per_sequence);
-      Tensor logits = model_->logits(batch.inputs.to(s.device));  // [B, T, V]
-      Tensor loss = cross_entropy(logits.reshape({-1, vocabulary}), batch.targets.to(s.device).reshape({-1}));
-      // Each micro-batch's mean loss is divided by their count, so the accumulated gradient is the
-      // gradient of the mean over the whole step's batch.
-      if (train.micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(train.micro_batches));
-      loss.backward();
-      loss_total += loss.item();
-    }
     StepMetrics metrics;
     metrics.step = step;
-    metrics.loss = loss_total;  // the sum of pre-divided micro-batch means: the step's mean loss
-    metrics.lr = lr;
-    if (!std::isfinite(metrics.loss)) {
-      WEFT_CHECK(train.on_nan == "skip", "the training loss is ", metrics.loss, " at step ", step,
-                 " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: skip");
-      s.optimizer->zero_grad();
-      metrics.skipped = true;
-    } else {
-      metrics.grad_norm = clip_grad_norm(parameters, train.grad_clip);
-      s.optimizer->step(lr);
-      s.optimizer->zero_grad();
+    metrics.lr = s.schedule->at(step - 1);
+
+    // The step as a graph: forward and backward of each micro-batch, the data-parallel
+    // collectives, the update. The scheduler orders it for the comm mode; the executor runs it and
+    // times every node, which gives the compute / communication / exposed-communication split.
+    graph::StepGraph step_graph;
+    std::vector<Tensor> losses(static_cast<size_t>(train.micro_batches));
+    double loss_total = 0;
+    graph::NodeId previous = -1;
+    auto after_previous = [&previous]() { return previous < 0 ? std::vector<graph::NodeId>{} : std::vector{previous}; };
+    for (int64_t micro = 0; micro < train.micro_batches; ++micro) {
+      previous = step_graph.add_node(
+          {graph::NodeKind::kForward, str("forward mb", micro), static_cast<int>(micro), graph::StreamClass::kCompute, 0,
+           graph::task([&, micro] {
+             TokenBatch batch = s.train_data->next_batch(micro_batch, steps_per_sequence);
+             Tensor logits = model_->logits(batch.inputs.to(s.device));  // [B, T, V]
+             Tensor loss = cross_entropy(logits.reshape({-1, vocabulary}), batch.targets.to(s.device).reshape({-1}));
+             // Each micro-batch's mean loss is divided by their count, so the accumulated gradient
+             // is the gradient of the mean over the whole step's batch.
+             if (train.micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(train.micro_batches));
+             losses[micro] = loss;
+           })},
+          after_previous());
+      previous = step_graph.add_node({graph::NodeKind::kBackward, str("backward mb", micro), static_cast<int>(micro),
+                                      graph::StreamClass::kCompute, 0, graph::task([&, micro] {
+                                        losses[micro].backward();
+                                        loss_total += losses[micro].item();
+                                        losses[micro] = Tensor();
+                                      })},
+                                      after_previous());
+    }
+    const int64_t gradient_bytes = model_->parameter_count() * dtype_size(s.compute_dtype);
+    if (s.data_parallel) {
+      previous = step_graph.add_node({graph::NodeKind::kCollective, "all_reduce loss", -1, graph::StreamClass::kDpComm,
+                                      8, graph::task([&] { loss_total = s.data_parallel->average(loss_total); })},
+                                     after_previous());
+      previous = step_graph.add_node(
+          {graph::NodeKind::kCollective, s.data_parallel->zero_stage() == 2 ? "reduce_scatter gradients"
+                                                                           : "all_reduce gradients",
+           -1, graph::StreamClass::kDpComm, gradient_bytes, graph::task([&] { s.data_parallel->reduce_gradients(); })},
+          after_previous());
+    }
+    previous = step_graph.add_node(
+        {graph::NodeKind::kOptimizer, "clip and update", -1, graph::StreamClass::kCompute, 0, graph::task([&] {
+           // The loss is the mean over the global batch (all ranks agree on it), so every rank
+           // takes the same decision here.
+           metrics.loss = loss_total;
+           if (!std::isfinite(metrics.loss)) {
+             WEFT_CHECK(train.on_nan == "skip", "the training loss is ", metrics.loss, " at step ", step,
+                        " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: "
+                        "skip");
+             metrics.skipped = true;
+           } else {
+             metrics.grad_norm = s.data_parallel ? s.data_parallel->clip_gradients(train.grad_clip)
+                                                 : clip_grad_norm(parameters, train.grad_clip);
+             s.optimizer->step(metrics.lr);
+           }
+           s.optimizer->zero_grad();
+           if (s.data_parallel) s.data_parallel->zero_grad();
+         })},
+        after_previous());
+    if (s.data_parallel && s.data_parallel->zero_stage() > 0) {
+      step_graph.add_node({graph::NodeKind::kCollective, "all_gather parameters", -1, graph::StreamClass::kDpComm,
+                           gradient_bytes / std::max(1, s.data_parallel->group().size()), graph::task([&] {
+                             if (!metrics.skipped) s.data_parallel->finish_step();
+                           })},
+                          after_previous());
+    }
+    const graph::StepTimeline timeline =
+        s.executor->execute(step_graph, graph::Scheduler::plan(step_graph, s.comm_mode));
+    if (step == s.start_step + 1 && !config_.log.graph_file.empty() && leader) {
+      write_graph(step_graph, config_.log.graph_file);
     }
     backend_for(s.device).synchronize(s.device);  // step times measure the work, not its launch
+    metrics.comm_ms = timeline.comm_ms;
+    metrics.exposed_comm_ms = timeline.exposed_comm_ms;
+    metrics.optimizer_state_mb = optimizer_mb;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     metrics.step_ms = 1000.0 * seconds;
     metrics.tokens_per_s = tokens_per_step / seconds;

@@ -4,6 +4,8 @@
 //
 // Errors in the configuration or the data are reported in one line that names the key, file and
 // line where it can, and the program exits with status 2 (1 for a failure during training).
+// Under mpirun (`mpirun -np N weft-train run.yaml`) every rank runs this program; a rank that fails
+// ends the whole job at once (parallel/fault_handler.h), naming itself, so no rank is left waiting.
 #include <cstdio>
 #include <exception>
 
@@ -11,9 +13,12 @@
 #include "launcher/config_loader.h"
 #include "launcher/config_options.h"
 #include "launcher/trainer.h"
+#include "parallel/fault_handler.h"
+#include "parallel/mpi_environment.h"
 #include "runtime/error.h"
 
 int main(int argc, char** argv) {
+  weft::MpiEnvironment mpi(&argc, &argv);  // a world of one when not started by mpirun
   weft::CommandLine command_line;
   weft::RunConfig config;
   try {
@@ -28,16 +33,19 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const weft::Error& error) {
-    std::fprintf(stderr, "weft-train: error: %s\n", error.what());
+    // Every rank reads the same files and reaches the same verdict, so each exits on its own.
+    if (mpi.world_rank() == 0) std::fprintf(stderr, "weft-train: error: %s\n", error.what());
     return 2;
   }
   try {
     weft::Trainer trainer(config);
     trainer.run();
   } catch (const weft::Error& error) {
+    weft::abort_all_if_distributed(std::string("weft-train: error: ") + error.what());
     std::fprintf(stderr, "\nweft-train: error: %s\n", error.what());
     return 1;
   } catch (const std::exception& error) {
+    weft::abort_all_if_distributed(std::string("weft-train: internal error: ") + error.what());
     std::fprintf(stderr, "\nweft-train: internal error: %s\n", error.what());
     return 1;
   }

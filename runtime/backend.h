@@ -78,6 +78,14 @@ class Backend {
   // a and bm may be strided views: row-major or transposed (column-major) in their last two dims,
   // and stride 0 in the batch dim for a shared operand. When beta is 0 out is not read.
   virtual void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) = 0;
+  // out[b] = a[b] @ bm[b] + bias, bias [N] contiguous (added to every row); operands as for matmul.
+  // The default (the CPU reference) is matmul, then a broadcast add rounded again to out's dtype; a
+  // backend may fuse the bias into the product (CUDA: a cuBLASLt epilogue, which adds the bias in f32
+  // before rounding once).
+  virtual void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) {
+    matmul(a, bm, out, 1.0, 0.0);
+    binary(BinaryOp::kAdd, out, bias.view({1, 1, bias.size(0)}).expand(out.shape()), out);
+  }
 
   // --- Softmax over the last dim (contiguous [N, C]) --------------------------------------
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;

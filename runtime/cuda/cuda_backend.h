@@ -33,6 +33,7 @@ class CudaBackend final : public Backend {
               const Tensor& indices) override;
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
+  void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;
 
   void softmax(const Tensor& x, const Tensor& out, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, bool log) override;

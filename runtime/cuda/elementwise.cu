@@ -218,6 +218,61 @@ __global__ void convert_kernel(const S* in, T* out, StridedIndexer<2> indexer, i
   }
 }
 
+// Same-dtype copies of views whose innermost dim is contiguous in both operands (a permute of
+// [B, T, H, D] heads, a slice of the last dim): Word-sized chunks (up to 16 bytes) move at once,
+// addressed by an indexer in Word units.
+template <class Word>
+__global__ void copy_words_kernel(const Word* in, Word* out, StridedIndexer<2> indexer, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t offsets[2];
+    indexer.offsets(i, offsets);
+    out[offsets[1]] = in[offsets[0]];
+  }
+}
+
+}  // namespace
+
+// An element indexer regrouped into vectors of `per_vector` elements along the innermost dim, when
+// that dim has stride 1 in every operand and length divisible by per_vector, and every other stride
+// is a multiple of per_vector (so each vector starts on a vector boundary of its operand).
+template <int N>
+bool vectorize_indexer(const StridedIndexer<N>& elements, int64_t per_vector, StridedIndexer<N>& vectors) {
+  const int last = elements.rank - 1;
+  if (per_vector <= 1 || elements.sizes[last] % per_vector != 0) return false;
+  for (int k = 0; k < N; ++k) {
+    if (elements.strides[k][last] != 1) return false;
+    for (int d = 0; d < last; ++d) {
+      if (elements.strides[k][d] % per_vector != 0) return false;
+    }
+  }
+  vectors = elements;
+  vectors.sizes[last] /= per_vector;
+  for (int k = 0; k < N; ++k) {
+    for (int d = 0; d < last; ++d) vectors.strides[k][d] /= per_vector;
+  }
+  return true;
+}
+
+namespace {
+
+bool aligned_to(const void* pointer, size_t bytes) { return reinterpret_cast<uintptr_t>(pointer) % bytes == 0; }
+
+// Tries the Word-chunk copy; false when the layout or alignment does not allow Word.
+template <class Word>
+bool try_copy_words(const Tensor& source, const Tensor& out, const StridedIndexer<2>& indexer, cudaStream_t stream) {
+  const int64_t element = out.element_size();
+  if (static_cast<int64_t>(sizeof(Word)) <= element || sizeof(Word) % element != 0) return false;
+  if (!aligned_to(source.raw_data(), sizeof(Word)) || !aligned_to(out.raw_data(), sizeof(Word))) return false;
+  StridedIndexer<2> words;
+  if (!vectorize_indexer<2>(indexer, static_cast<int64_t>(sizeof(Word)) / element, words)) return false;
+  int64_t count = 1;
+  for (int d = 0; d < words.rank; ++d) count *= words.sizes[d];
+  copy_words_kernel<Word><<<grid_for(count, kThreads), kThreads, 0, stream>>>(
+      static_cast<const Word*>(source.raw_data()), static_cast<Word*>(out.raw_data()), words, count);
+  WEFT_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 size_t byte_size(const Tensor& tensor) { return static_cast<size_t>(tensor.numel() * tensor.element_size()); }
 
 // source and out on the same CUDA device, same shape: any views, any dtypes.
@@ -234,6 +289,11 @@ void copy_on_device(const Tensor& source, const Tensor& out) {
   }
   const auto indexer = make_strided_indexer<2>(
       out.shape(), {absl::MakeConstSpan(source.strides()), absl::MakeConstSpan(out.strides())}, "copy");
+  if (source.dtype() == out.dtype() &&
+      (try_copy_words<uint4>(source, out, indexer, stream) || try_copy_words<uint2>(source, out, indexer, stream) ||
+       try_copy_words<uint32_t>(source, out, indexer, stream))) {
+    return;
+  }
   dispatch_cuda_all(source.dtype(), "copy", [&]<class S>() {
     dispatch_cuda_all(out.dtype(), "copy", [&]<class T>() {
       convert_kernel<S, T><<<grid_for(count, kThreads), kThreads, 0, stream>>>(source.data<S>(), out.data<T>(),
@@ -573,6 +633,31 @@ __global__ void elementwise_strided_kernel(Fn fn, ElementPointers<T, Inputs> poi
   }
 }
 
+// Views whose innermost dim is contiguous in every operand (a bias row broadcast over tokens, a
+// slice of the last dim): 16-byte vectors addressed by an indexer in vector units.
+template <class T, int Inputs, class Fn>
+__global__ void elementwise_vector_strided_kernel(Fn fn, ElementPointers<T, Inputs> pointers,
+                                                  StridedIndexer<Inputs + 1> indexer, int64_t vectors) {
+  constexpr int kPerVector = 16 / sizeof(T);
+  using V = Vector<T, kPerVector>;
+  for (int64_t v = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; v < vectors; v += int64_t{gridDim.x} * blockDim.x) {
+    int64_t offsets[Inputs + 1];
+    indexer.offsets(v, offsets);
+    V loaded[Inputs];
+#pragma unroll
+    for (int k = 0; k < Inputs; ++k) loaded[k] = reinterpret_cast<const V*>(pointers.in[k])[offsets[k]];
+    V result;
+#pragma unroll
+    for (int j = 0; j < kPerVector; ++j) {
+      float values[Inputs];
+#pragma unroll
+      for (int k = 0; k < Inputs; ++k) values[k] = to_float(loaded[k].value[j]);
+      result.value[j] = from_float<T>(invoke<Inputs>(fn, values));
+    }
+    reinterpret_cast<V*>(pointers.out)[offsets[Inputs]] = result;
+  }
+}
+
 template <int Inputs, class Fn>
 void launch_elementwise(std::string_view op, const Fn& fn, const std::array<const Tensor*, Inputs>& inputs,
                         const Tensor& out) {
@@ -597,6 +682,17 @@ void launch_elementwise(std::string_view op, const Fn& fn, const std::array<cons
       for (int k = 0; k < Inputs; ++k) strides[k] = absl::MakeConstSpan(inputs[k]->strides());
       strides[Inputs] = absl::MakeConstSpan(out.strides());
       const auto indexer = make_strided_indexer<Inputs + 1>(out.shape(), strides, op);
+      constexpr int kPerVector = 16 / sizeof(T);
+      bool aligned = aligned16(out.raw_data());
+      for (int k = 0; k < Inputs; ++k) aligned = aligned && aligned16(inputs[k]->raw_data());
+      StridedIndexer<Inputs + 1> vectors;
+      if (aligned && vectorize_indexer<Inputs + 1>(indexer, kPerVector, vectors)) {
+        const int64_t vector_count = count / kPerVector;
+        elementwise_vector_strided_kernel<T, Inputs, Fn><<<grid_for(vector_count, kThreads), kThreads, 0, stream>>>(
+            fn, pointers, vectors, vector_count);
+        WEFT_CUDA_CHECK_LAUNCH();
+        return;
+      }
       elementwise_strided_kernel<T, Inputs, Fn><<<grid_for(count, kThreads), kThreads, 0, stream>>>(fn, pointers,
                                                                                                      indexer, count);
     }

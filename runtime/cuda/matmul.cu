@@ -370,4 +370,18 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& bm, const Tensor& out, d
   cuda::run_problem(p, "matmul");
 }
 
+// The bias rides cuBLASLt's epilogue when the batch is one product (a linear layer's rows); other
+// cases take the default (matmul, then a broadcast add).
+void CudaBackend::matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) {
+  const bool fused = out.numel() > 0 && out.dim() == 3 && out.size(0) == 1 && a.dim() == 3 && a.size(2) > 0 &&
+                     out.is_contiguous() && bias.defined() && bias.dim() == 1 && bias.size(0) == out.size(2) &&
+                     bias.is_contiguous() && bias.dtype() == out.dtype() && bias.device() == out.device() &&
+                     out.dtype() != kFloat64;
+  if (!fused) {
+    Backend::matmul_bias(a, bm, bias, out);
+    return;
+  }
+  cuda::matmul_bias(a, bm, bias, out);
+}
+
 }  // namespace weft

@@ -8,12 +8,16 @@
 //   the common case) or many.
 // - columns: a block covers 32 consecutive outputs and 8 slices of the reduced range, so a warp
 //   reads 32 neighbouring elements (reducing over the batch for a bias gradient, say).
+// When few outputs cover many elements (a whole-tensor sum, a bias gradient over every token), both
+// kernels split the reduced range into slices (blockIdx.y) that write f32 partials, and a second
+// kernel sums the partials of each output in slice order (sums and means; max is never split).
 // Accumulation is f32 (the CPU reference uses double; sums agree within the f32 tolerance). Max
 // returns the first index of the maximum and propagates NaN (the first NaN wins), like the CPU.
 // out and indices are contiguous, with x's shape and the reduced dims set to 1.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <vector>
 
@@ -85,7 +89,8 @@ __device__ __forceinline__ void write_result(ReduceOp op, T* out, int64_t* indic
 // One block per output row (grid-strided over rows); blockDim.x is a multiple of 32, at most 1024.
 template <class T>
 __global__ void reduce_rows_kernel(ReduceOp op, const T* x, T* out, int64_t* indices, StridedIndexer<1> kept,
-                                   StridedIndexer<1> reduced, int64_t rows, int64_t reduced_count) {
+                                   StridedIndexer<1> reduced, int64_t rows, int64_t reduced_count, int64_t chunk,
+                                   float* partials) {
   __shared__ float shared_sum[32];
   __shared__ Best shared_best[32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -94,7 +99,9 @@ __global__ void reduce_rows_kernel(ReduceOp op, const T* x, T* out, int64_t* ind
     kept.offsets(row, base);
     float sum = 0.0f;
     Best best{-INFINITY, kNoIndex};
-    for (int64_t r = threadIdx.x; r < reduced_count; r += blockDim.x) {
+    const int64_t r_begin = blockIdx.y * chunk;
+    const int64_t r_end = r_begin + chunk < reduced_count ? r_begin + chunk : reduced_count;
+    for (int64_t r = r_begin + threadIdx.x; r < r_end; r += blockDim.x) {
       int64_t offset[1];
       reduced.offsets(r, offset);
       const float value = to_float(x[base[0] + offset[0]]);
@@ -120,7 +127,13 @@ __global__ void reduce_rows_kernel(ReduceOp op, const T* x, T* out, int64_t* ind
         sum = lane < warps ? shared_sum[lane] : 0.0f;
         sum = warp_sum(sum);
       }
-      if (lane == 0) write_result(op, out, indices, row, sum, best, reduced_count);
+      if (lane == 0) {
+        if (partials != nullptr) {
+          partials[blockIdx.y * rows + row] = sum;
+        } else {
+          write_result(op, out, indices, row, sum, best, reduced_count);
+        }
+      }
     }
     __syncthreads();  // the shared slots are reused by the next row
   }
@@ -131,7 +144,8 @@ constexpr int kColumnSlices = 8;    // slices of the reduced range per block (th
 
 template <class T>
 __global__ void reduce_columns_kernel(ReduceOp op, const T* x, T* out, int64_t* indices, StridedIndexer<1> kept,
-                                      StridedIndexer<1> reduced, int64_t rows, int64_t reduced_count) {
+                                      StridedIndexer<1> reduced, int64_t rows, int64_t reduced_count, int64_t chunk,
+                                      float* partials) {
   __shared__ float shared_sum[kColumnSlices][kColumnOutputs + 1];
   __shared__ Best shared_best[kColumnSlices][kColumnOutputs + 1];
   for (int64_t first = blockIdx.x * int64_t{kColumnOutputs}; first < rows;
@@ -142,7 +156,9 @@ __global__ void reduce_columns_kernel(ReduceOp op, const T* x, T* out, int64_t* 
     if (row < rows) {
       int64_t base[1];
       kept.offsets(row, base);
-      for (int64_t r = threadIdx.y; r < reduced_count; r += kColumnSlices) {
+      const int64_t r_begin = blockIdx.y * chunk;
+      const int64_t r_end = r_begin + chunk < reduced_count ? r_begin + chunk : reduced_count;
+      for (int64_t r = r_begin + threadIdx.y; r < r_end; r += kColumnSlices) {
         int64_t offset[1];
         reduced.offsets(r, offset);
         const float value = to_float(x[base[0] + offset[0]]);
@@ -161,10 +177,100 @@ __global__ void reduce_columns_kernel(ReduceOp op, const T* x, T* out, int64_t* 
         sum += shared_sum[slice][threadIdx.x];
         best = better(best, shared_best[slice][threadIdx.x]);
       }
-      write_result(op, out, indices, row, sum, best, reduced_count);
+      if (partials != nullptr) {
+        partials[blockIdx.y * rows + row] = sum;
+      } else {
+        write_result(op, out, indices, row, sum, best, reduced_count);
+      }
     }
     __syncthreads();
   }
+}
+
+// Second pass of a split sum or mean: partials [splits, rows] (f32), one block per output row;
+// thread t sums slices t, t + blockDim.x, ..., then a fixed shuffle tree: the result does not
+// depend on scheduling. blockDim.x is kFinalThreads.
+constexpr int kFinalThreads = 128;
+
+template <class T>
+__global__ void reduce_partials_kernel(ReduceOp op, const float* partials, int64_t splits, T* out, int64_t rows,
+                                       int64_t reduced_count) {
+  __shared__ float shared_sum[kFinalThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float sum = 0.0f;
+    for (int64_t slice = threadIdx.x; slice < splits; slice += blockDim.x) sum += partials[slice * rows + row];
+    sum = warp_sum(sum);
+    if (lane == 0) shared_sum[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float total = 0.0f;
+      for (int w = 0; w < kFinalThreads / 32; ++w) total += shared_sum[w];
+      write_result(op, out, static_cast<int64_t*>(nullptr), row, total, Best{-INFINITY, kNoIndex}, reduced_count);
+    }
+    __syncthreads();
+  }
+}
+
+// Column sums of a [reduced, columns] matrix whose columns are contiguous (row stride a multiple of
+// the vector width, start 16-byte aligned): the bias gradient over every token. Each thread loads
+// 16 bytes (kPer adjacent columns) per row, so a warp reads 512 contiguous bytes; threadIdx.y
+// strides the rows of this block's slice (blockIdx.y), and the 8 row partials of each column are
+// summed through shared memory in slice order.
+template <class T>
+struct alignas(16) Vector16 {
+  T value[16 / sizeof(T)];
+};
+
+template <class T>
+__global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t columns, int64_t row_stride,
+                                   int64_t reduced_count, int64_t chunk, float* partials) {
+  constexpr int kPer = 16 / sizeof(T);
+  constexpr int kBlockColumns = kColumnOutputs * kPer;
+  __shared__ float shared_sum[kColumnSlices][kBlockColumns + 1];
+  const int64_t group = blockIdx.x * int64_t{kColumnOutputs} + threadIdx.x;  // in vectors
+  const int64_t groups = columns / kPer;
+  float sum[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) sum[j] = 0.0f;
+  if (group < groups) {
+    const int64_t r_begin = blockIdx.y * chunk;
+    const int64_t r_end = r_begin + chunk < reduced_count ? r_begin + chunk : reduced_count;
+    const Vector16<T>* base = reinterpret_cast<const Vector16<T>*>(x) + group;
+    const int64_t vector_stride = row_stride / kPer;
+#pragma unroll 4
+    for (int64_t r = r_begin + threadIdx.y; r < r_end; r += kColumnSlices) {
+      const Vector16<T> loaded = base[r * vector_stride];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) sum[j] += to_float(loaded.value[j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) shared_sum[threadIdx.y][threadIdx.x * kPer + j] = sum[j];
+  __syncthreads();
+  for (int t = threadIdx.y * kColumnOutputs + threadIdx.x; t < kBlockColumns; t += kColumnOutputs * kColumnSlices) {
+    const int64_t column = blockIdx.x * int64_t{kBlockColumns} + t;
+    if (column >= columns) continue;
+    float total = 0.0f;
+    for (int slice = 0; slice < kColumnSlices; ++slice) total += shared_sum[slice][t];
+    if (partials != nullptr) {
+      partials[blockIdx.y * columns + column] = total;
+    } else {
+      write_result(op, out, static_cast<int64_t*>(nullptr), column, total, Best{-INFINITY, kNoIndex},
+                   reduced_count);
+    }
+  }
+}
+
+int multiprocessor_count(int device) {
+  static int counts[64] = {};
+  if (device < 0 || device >= 64) return 132;
+  if (counts[device] == 0) {
+    int value = 0;
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    counts[device] = value > 0 ? value : 1;
+  }
+  return counts[device];
 }
 
 }  // namespace
@@ -194,22 +300,67 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t>
   const bool by_columns = (outputs_adjacent && !elements_adjacent) || reduced_count <= 16;
   int64_t* index_data = op == ReduceOp::kMax && indices.defined() ? indices.data<int64_t>() : nullptr;
 
+  // Sums over a contiguous-column matrix (bias gradients): 16-byte loads along the columns.
+  const int64_t element_bytes = x.element_size();
+  const int64_t per_vector = 16 / element_bytes;
+  const bool column_vectors = op != ReduceOp::kMax && by_columns && kept.rank == 1 && kept.strides[0][0] == 1 &&
+                              reduced.rank == 1 && x.dtype() != kFloat64 && rows % per_vector == 0 &&
+                              reduced.strides[0][0] % per_vector == 0 && reduced.strides[0][0] >= rows &&
+                              reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0;
+
+  // Few outputs over many elements (a whole-tensor sum, a bias gradient over every token): one block
+  // per output (or per 32 outputs) would leave most of the chip idle, so the reduced range is split
+  // into slices reduced by separate blocks into f32 partials, then summed in a second pass.
+  // Sums and means only: max keeps its single pass.
+  const int64_t target_blocks = 4 * static_cast<int64_t>(cuda::multiprocessor_count(device));
+  const int64_t block_columns = column_vectors ? cuda::kColumnOutputs * per_vector : cuda::kColumnOutputs;
+  const int64_t row_blocks = by_columns ? (rows + block_columns - 1) / block_columns : rows;
+  const int64_t min_chunk = column_vectors ? 64 : by_columns ? 256 : 4096;
+  int64_t splits = 1;
+  if (op != ReduceOp::kMax && row_blocks < target_blocks / 2 && reduced_count >= 2 * min_chunk) {
+    splits = std::min<int64_t>({(target_blocks + row_blocks - 1) / row_blocks, reduced_count / min_chunk, 65535});
+  }
+  int64_t chunk = (reduced_count + splits - 1) / splits;
+  if (splits > 1) splits = (reduced_count + chunk - 1) / chunk;  // no empty slice
+  Tensor partials;
+  float* partial_data = nullptr;
+  if (splits > 1) {
+    partials = Tensor::empty({splits * rows}, kFloat32, out.device());
+    partial_data = partials.data<float>();
+  } else {
+    chunk = reduced_count;
+  }
+
   cuda::dispatch_cuda_floating(x.dtype(), "reduce", [&]<class T>() {
     const T* in = x.data<T>();
     T* data = out.data<T>();
-    if (by_columns) {
+    if (column_vectors) {
+      const int64_t blocks = std::min<int64_t>(row_blocks, 65535LL * 32);
+      const dim3 threads(cuda::kColumnOutputs, cuda::kColumnSlices);
+      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
+      cuda::column_sums_kernel<T><<<grid, threads, 0, stream>>>(op, in, data, rows, reduced.strides[0][0],
+                                                                 reduced_count, chunk, partial_data);
+    } else if (by_columns) {
       const int64_t blocks = std::min<int64_t>((rows + cuda::kColumnOutputs - 1) / cuda::kColumnOutputs, 65535LL * 32);
       const dim3 threads(cuda::kColumnOutputs, cuda::kColumnSlices);
-      cuda::reduce_columns_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-          op, in, data, index_data, kept, reduced, rows, reduced_count);
+      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
+      cuda::reduce_columns_kernel<T><<<grid, threads, 0, stream>>>(op, in, data, index_data, kept, reduced, rows,
+                                                                   reduced_count, chunk, partial_data);
     } else {
       int threads = 32;
-      while (threads < 512 && threads < reduced_count) threads *= 2;
+      while (threads < 512 && threads < chunk) threads *= 2;
       const int64_t blocks = std::min<int64_t>(rows, 65535LL * 32);
-      cuda::reduce_rows_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-          op, in, data, index_data, kept, reduced, rows, reduced_count);
+      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
+      cuda::reduce_rows_kernel<T><<<grid, threads, 0, stream>>>(op, in, data, index_data, kept, reduced, rows,
+                                                                reduced_count, chunk, partial_data);
     }
     WEFT_CUDA_CHECK_LAUNCH();
+    if (splits > 1) {
+      const int64_t blocks = std::min<int64_t>(rows, 65535LL * 32);
+      cuda::reduce_partials_kernel<T><<<static_cast<unsigned>(blocks), cuda::kFinalThreads, 0, stream>>>(
+          op, partial_data, splits, data, rows, reduced_count);
+      WEFT_CUDA_CHECK_LAUNCH();
+    }
   });
 }
 

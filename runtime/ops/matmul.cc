@@ -51,7 +51,13 @@ class MatmulFunction final : public autograd::Function {
     // dA = dC B^T, dB = A^T dC; transposes are views that BLAS reads in place.
     Tensor grad_a = sum_to_shape(product(g, b.transpose(-1, -2)), a.shape());
     Tensor grad_b;
-    if (b.dim() == 2) {
+    if (b.dim() == 2 && b.size(0) > 1 && b.size(1) > 1 && b.stride(0) == 1 && b.stride(1) == b.size(0)) {
+      // b is the transpose of a contiguous [N, K] matrix (a linear layer's weight.transpose(0, 1)):
+      // compute dB^T = dC^T A as a contiguous [N, K] product and hand back its transpose, so that the
+      // weight's gradient arrives contiguous (no transposed copy when it is accumulated).
+      const int64_t k = a.size(-1), n = g.size(-1);
+      grad_b = product(g.reshape({-1, n}).transpose(0, 1), a.reshape({-1, k})).transpose(0, 1);
+    } else if (b.dim() == 2) {
       const int64_t k = a.size(-1), n = g.size(-1);
       grad_b = product(a.reshape({-1, k}).transpose(0, 1), g.reshape({-1, n}));
     } else {
@@ -59,6 +65,41 @@ class MatmulFunction final : public autograd::Function {
     }
     return {grad_a, grad_b};
   }
+};
+
+// linear with a bias: one product with the bias fused (Backend::matmul_bias), and the gradients
+// dX = dY W, dW = dY^T X (contiguous, the weight's layout), db = dY summed over rows.
+class LinearFunction final : public autograd::Function {
+ public:
+  std::string name() const override { return "LinearBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    const Tensor& x = inputs[0];
+    const Tensor& weight = inputs[1];  // [N, K]
+    const Tensor& bias = inputs[2];    // [N]
+    const int64_t k = x.size(-1), n = weight.size(0);
+    x_shape_ = x.shape();
+    Shape out_shape = x.shape();
+    out_shape.back() = n;
+    const Tensor rows = x.reshape({-1, k});
+    Tensor out = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
+    backend_for(x.device()).matmul_bias(rows.unsqueeze(0), weight.transpose(0, 1).unsqueeze(0), bias.contiguous(),
+                                        out);
+    save_for_backward({rows, weight});
+    return {out.view(out_shape)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& rows = saved()[0];    // [R, K]
+    const Tensor& weight = saved()[1];  // [N, K]
+    const int64_t n = weight.size(0);
+    const Tensor g = grad_or_zeros(grads, 0).reshape({-1, n});  // [R, N]
+    Tensor grad_x = product(g, weight).view(x_shape_);
+    Tensor grad_weight = product(g.transpose(0, 1), rows);
+    Tensor grad_bias = sum_to_shape(g, {n});
+    return {grad_x, grad_weight, grad_bias};
+  }
+
+ private:
+  Shape x_shape_;
 };
 
 }  // namespace
@@ -89,11 +130,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   WEFT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.describe(),
              " does not match weight ", weight.describe(), " (expected last dim ", weight.size(1), ")");
   const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x;
-  Tensor out = matmul(rows, weight.transpose(0, 1));
+  Tensor out;
   if (bias.defined()) {
     ops::check_compatible("linear", x, "input", bias, "bias");
     ops::check_shape("linear", bias, "bias", {weight.size(0)});
-    out = add(out, bias);
+    out = autograd::apply<LinearFunction>({rows, weight, bias})[0];
+  } else {
+    out = matmul(rows, weight.transpose(0, 1));
   }
   return x.dim() == 1 ? out.squeeze(0) : out;
 }

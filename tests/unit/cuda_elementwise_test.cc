@@ -354,6 +354,57 @@ TEST(CudaElementwise, AffineMatchesCpuAndLargeSizesCoverVectorBodyAndTail) {
   }
 }
 
+// Views whose innermost dim is contiguous everywhere take the vectorized strided kernels: a bias row
+// broadcast over tokens, heads permuted [B, T, H, D] -> [B, H, T, D], a slice of the last dim.
+TEST(CudaElementwise, VectorizedStridedPathsMatchCpu) {
+  WEFT_REQUIRE_CUDA();
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    // x [6, 40, 64] + bias [64] (stride-0 rows); also bias + x, and a slice of the last dim.
+    const Tensor x = random_host({6, 40, 64}, dtype), bias = random_host({64}, dtype);
+    const Tensor bias_cpu = bias.expand({6, 40, 64}), bias_gpu = bias.to(kGpu).expand({6, 40, 64});
+    for (bool swapped : {false, true}) {
+      Tensor expected = poisoned({6, 40, 64}, dtype, kHost);
+      Tensor got = poisoned({6, 40, 64}, dtype, kGpu);
+      if (swapped) {
+        cpu().binary(BinaryOp::kAdd, bias_cpu, x, expected);
+        gpu().binary(BinaryOp::kAdd, bias_gpu, x.to(kGpu), got);
+      } else {
+        cpu().binary(BinaryOp::kAdd, x, bias_cpu, expected);
+        gpu().binary(BinaryOp::kAdd, x.to(kGpu), bias_gpu, got);
+      }
+      EXPECT_TRUE(bitwise_equal(got, expected)) << "bias add " << dtype_name(dtype) << (swapped ? " swapped" : "");
+    }
+    const Tensor wide = random_host({6, 40, 96}, dtype);
+    const Tensor slice_cpu = wide.narrow(2, 16, 64), slice_gpu = wide.to(kGpu).narrow(2, 16, 64);
+    Tensor expected = poisoned({6, 40, 64}, dtype, kHost);
+    cpu().unary_backward(UnaryOp::kGelu, slice_cpu, x, expected);
+    Tensor got = poisoned({6, 40, 64}, dtype, kGpu);
+    gpu().unary_backward(UnaryOp::kGelu, slice_gpu, x.to(kGpu), got);
+    expect_close(got, expected, dtype, "gelu backward of a last-dim slice");
+  }
+  // Copies: heads permuted both ways, every dtype; an odd head size falls back to the element path.
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64, kInt32, kInt64}) {
+    for (int64_t head : {int64_t{64}, int64_t{6}, int64_t{3}}) {
+      const Tensor qkv = random_host({2, 9, 3 * 4 * head}, kFloat64, -300.0, 300.0).to(dtype);
+      const Tensor part_cpu = qkv.narrow(2, 4 * head, 4 * head).reshape({2, 9, 4, head}).permute({0, 2, 1, 3});
+      const Tensor part_gpu =
+          qkv.to(kGpu).narrow(2, 4 * head, 4 * head).reshape({2, 9, 4, head}).permute({0, 2, 1, 3});
+      Tensor expected = poisoned({2, 4, 9, head}, dtype, kHost);
+      cpu().copy(part_cpu, expected);
+      Tensor got = poisoned({2, 4, 9, head}, dtype, kGpu);
+      gpu().copy(part_gpu, got);
+      EXPECT_TRUE(bitwise_equal(got, expected)) << "heads first " << dtype_name(dtype) << " head " << head;
+      // And back into a slice of a wider tensor (the gradient of a split).
+      const Tensor back_cpu_base = poisoned({2, 9, 3 * 4 * head}, dtype, kHost);
+      const Tensor back_gpu_base = poisoned({2, 9, 3 * 4 * head}, dtype, kGpu);
+      cpu().copy(expected.permute({0, 2, 1, 3}).reshape({2, 9, 4 * head}), back_cpu_base.narrow(2, 4 * head, 4 * head));
+      gpu().copy(got.permute({0, 2, 1, 3}).reshape({2, 9, 4 * head}), back_gpu_base.narrow(2, 4 * head, 4 * head));
+      EXPECT_TRUE(bitwise_equal(back_gpu_base.narrow(2, 4 * head, 4 * head), back_cpu_base.narrow(2, 4 * head, 4 * head)))
+          << "heads back " << dtype_name(dtype) << " head " << head;
+    }
+  }
+}
+
 // --- Reductions ------------------------------------------------------------------------------
 
 // out's shape for reducing `shape` over `dims`.
@@ -407,6 +458,25 @@ TEST(CudaReduce, SumMeanMaxOverEveryDimSetMatchCpu) {
       check_reduce(op, x, x.to(kGpu), {1}, kFloat32, str("reduce op ", static_cast<int>(op), " long rows"));
       check_reduce(op, x, x.to(kGpu), {0}, kFloat32, str("reduce op ", static_cast<int>(op), " over rows"));
     }
+  }
+}
+
+// Few outputs over many elements take the split path (partials, then a second pass): whole-tensor
+// sums as in a gradient norm, and bias gradients over every token.
+TEST(CudaReduce, SplitSumsAndMeansOfLargeReductionsMatchCpu) {
+  WEFT_REQUIRE_CUDA();
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    const Tensor flat = random_host({3, 100003}, dtype);
+    const Tensor tokens = random_host({8, 512, 96}, dtype);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+      const std::string name = str(op == ReduceOp::kSum ? "sum" : "mean", " ", dtype_name(dtype));
+      check_reduce(op, flat, flat.to(kGpu), {0, 1}, dtype, name + " of a whole tensor");
+      check_reduce(op, flat, flat.to(kGpu), {1}, dtype, name + " of three long rows");
+      check_reduce(op, tokens, tokens.to(kGpu), {0, 1}, dtype, name + " over tokens (bias gradient)");
+      check_reduce(op, tokens.transpose(0, 2), tokens.to(kGpu).transpose(0, 2), {1, 2}, dtype,
+                   name + " over tokens of a transposed view");
+    }
+    check_reduce(ReduceOp::kMax, flat, flat.to(kGpu), {1}, dtype, "max of long rows (never split)");
   }
 }
 

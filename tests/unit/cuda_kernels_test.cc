@@ -476,6 +476,16 @@ TEST(CudaKernels, DifferentiableOpsMatchCpu) {
     const Tensor targets = random_ids(64, 1001, 7, kInt64, /*ignore_every=*/5);
     expect_op_matches_cpu([](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); },
                           {logits, targets}, dtype, "cross_entropy");
+    // linear with a bias: the fused product (Backend::matmul_bias) and its gradients, 3-D and 2-D
+    // inputs; without a bias: the plain product whose weight gradient is computed in the weight's layout.
+    const Tensor linear_weight = Tensor::normal({96, 768}, 8, 0, 0.0, 0.05);
+    const Tensor linear_bias = Tensor::normal({96}, 9);
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+                          {x, linear_weight, linear_bias}, dtype, "linear with bias");
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+                          {x.reshape({64, 768}), linear_weight, linear_bias}, dtype, "linear with bias, 2-D");
+    expect_op_matches_cpu([](const std::vector<Tensor>& in) { return linear(in[0], in[1]); }, {x, linear_weight},
+                          dtype, "linear without bias");
   }
 }
 

@@ -180,6 +180,28 @@ TEST(CudaMatmul, BiasGeluEpilogue) {
   }
 }
 
+// Backend::matmul_bias: CUDA fuses the bias (a cuBLASLt epilogue) for one product, and takes the
+// default (matmul, then add) for a batch; both against the CPU reference.
+TEST(CudaMatmul, MatmulBiasMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const double tolerance = dtype == kFloat32 ? 1e-5 : 1e-2;
+    for (int64_t batch : {int64_t{1}, int64_t{3}}) {
+      const int64_t m = 40, k = 64, n = 96;
+      const Tensor x = Tensor::normal({batch, m, k}, 17, 0, 0.0, 1.0, dtype);
+      const Tensor w = Tensor::normal({n, k}, 18, 0, 0.0, 0.2, dtype);  // used as w^T, as linear does
+      const Tensor bias = Tensor::normal({n}, 19, 0, 0.0, 1.0, dtype);
+      Tensor expected = Tensor::empty({batch, m, n}, dtype);
+      backend_for(Device::cpu()).matmul_bias(x, w.unsqueeze(0).transpose(1, 2).expand({batch, k, n}), bias, expected);
+      Tensor got = poisoned({batch, m, n}, dtype);
+      backend_for(kGpu).matmul_bias(x.to(kGpu), w.to(kGpu).unsqueeze(0).transpose(1, 2).expand({batch, k, n}),
+                                    bias.to(kGpu), got);
+      EXPECT_LE(relative_error(got, expected), tolerance) << "batch " << batch;
+    }
+  }
+}
+
 // --- Attention ----------------------------------------------------------------------------------
 
 struct AttentionCase {

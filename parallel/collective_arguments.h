@@ -1,0 +1,29 @@
+// Validation of collective arguments, shared by every ProcessGroup backend, so that the same
+// mistake gets the same message whichever backend runs: tensors defined, contiguous, on the group's
+// device, of one dtype, with the element counts the collective needs (see process_group.h).
+// Each function throws weft::Error naming the collective, the group and the tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "parallel/process_group.h"
+
+namespace weft {
+
+// "all_reduce(sum) of f32[4, 8] cpu on dp (world ranks 0, 1)": the description of a collective.
+std::string describe_collective(const ProcessGroup& group, const std::string& operation, const Tensor& tensor);
+
+// A defined, contiguous tensor on the group's device.
+void check_collective_tensor(const ProcessGroup& group, const std::string& operation, const char* role,
+                             const Tensor& tensor);
+void check_all_reduce(const ProcessGroup& group, const Tensor& tensor, Reduction reduction);
+// Returns n, the output's element count.
+int64_t check_reduce_scatter(const ProcessGroup& group, const Tensor& input, const Tensor& output,
+                             Reduction reduction);
+// Returns n, the input's element count.
+int64_t check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output);
+void check_root(const ProcessGroup& group, const std::string& operation, int root);
+void check_peer(const ProcessGroup& group, const std::string& operation, int peer);
+
+}  // namespace weft

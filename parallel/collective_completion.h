@@ -1,0 +1,17 @@
+// The step graph's view of a collective: a CollectiveHandle as a runtime/graph Completion, so that
+// the executor (which may not name parallel/ types) waits on collectives and reads their timings.
+//
+// wait() blocks the host (CollectiveHandle::synchronize) and rethrows the collective's failure;
+// start_ms()/end_ms() are the handle's timing once done (host_clock_ms() is graph::clock_ms()'s
+// clock), -1 before.
+#pragma once
+
+#include "parallel/process_group.h"
+#include "runtime/graph/completion.h"
+
+namespace weft {
+
+// Null for a null handle (the graph's "done when the work returned").
+graph::CompletionPtr to_completion(CollectiveHandlePtr handle);
+
+}  // namespace weft

@@ -1,0 +1,354 @@
+#include "parallel/mpi_process_group.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <thread>
+
+#include "parallel/collective_arguments.h"
+#include "parallel/comm_thread.h"
+#include "parallel/fault_handler.h"
+#include "parallel/mpi_environment.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace weft {
+namespace {
+
+bool is_16_bit_float(DType dtype) { return dtype == kBFloat16 || dtype == kFloat16; }
+
+// The MPI type elements travel as (16-bit floats as words: moved, never reduced, in that form).
+MPI_Datatype transfer_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return MPI_FLOAT;
+    case DType::kFloat64: return MPI_DOUBLE;
+    case DType::kInt32: return MPI_INT32_T;
+    case DType::kInt64: return MPI_INT64_T;
+    case DType::kBFloat16:
+    case DType::kFloat16: return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
+
+// The MPI type a reduction runs in (16-bit floats reduce as f32).
+MPI_Datatype reduction_type(DType dtype) { return is_16_bit_float(dtype) ? MPI_FLOAT : transfer_type(dtype); }
+
+MPI_Op mpi_op(Reduction reduction) { return reduction == Reduction::kMax ? MPI_MAX : MPI_SUM; }
+
+int mpi_count(int64_t count, const std::string& description) {
+  WEFT_CHECK(count <= INT_MAX, description, ": ", count, " elements exceed MPI's count limit (", INT_MAX,
+             "); split the tensor");
+  return static_cast<int>(count);
+}
+
+void to_f32(const Tensor& tensor, std::vector<float>& out) {
+  const int64_t n = tensor.numel();
+  out.resize(static_cast<size_t>(n));
+  if (tensor.dtype() == kBFloat16) {
+    const BFloat16* in = tensor.data<BFloat16>();
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
+  } else {
+    const Float16* in = tensor.data<Float16>();
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
+  }
+}
+
+void from_f32(const std::vector<float>& values, const Tensor& tensor) {
+  const int64_t n = tensor.numel();
+  if (tensor.dtype() == kBFloat16) {
+    BFloat16* out = tensor.data<BFloat16>();
+    for (int64_t i = 0; i < n; ++i) out[i] = BFloat16(values[i]);
+  } else {
+    Float16* out = tensor.data<Float16>();
+    for (int64_t i = 0; i < n; ++i) out[i] = Float16(values[i]);
+  }
+}
+
+// Divides `count` elements at `data` (of `dtype`, never an integer) by `divisor`.
+void divide(void* data, DType dtype, int64_t count, int divisor) {
+  if (divisor == 1) return;
+  if (dtype == kFloat64) {
+    double* values = static_cast<double*>(data);
+    for (int64_t i = 0; i < count; ++i) values[i] /= divisor;
+  } else {
+    float* values = static_cast<float*>(data);
+    for (int64_t i = 0; i < count; ++i) values[i] /= static_cast<float>(divisor);
+  }
+}
+
+}  // namespace
+
+void wait_for_mpi_request(MPI_Request& request, const std::string& description, const std::vector<int>& world_ranks,
+                          MPI_Status* status) {
+  using Clock = std::chrono::steady_clock;
+  const double timeout = comm_timeout_seconds();
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  // Poll quickly at first (most operations finish within microseconds), then back off to 200 us so
+  // that a waiting comm thread leaves the cores to compute. Each MPI_Test also drives MPI's progress.
+  auto pause = std::chrono::microseconds(5);
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    {
+      MpiCallLock lock;
+      WEFT_MPI_CHECK(MPI_Test(&request, &done, status));
+    }
+    if (done) return;
+    if (Clock::now() > deadline) {
+      const std::string gone = describe_failed_peers(world_ranks);
+      abort_all(str(description, " did not complete within ", timeout, " s (WEFT_COMM_TIMEOUT_S); ",
+                    gone.empty() ? "a peer rank failed or is stuck (no rank of the group on this host has exited)"
+                                 : gone));
+    }
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(200));
+    }
+  }
+}
+
+MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::string name, std::vector<int> world_ranks)
+    : comm_(comm), name_(std::move(name)), world_ranks_(std::move(world_ranks)) {
+  MpiCallLock lock;
+  WEFT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  WEFT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  WEFT_CHECK(static_cast<int>(world_ranks_.size()) == size_, "process group '", name_, "': ", world_ranks_.size(),
+             " world ranks named for a communicator of ", size_);
+}
+
+MpiProcessGroup::~MpiProcessGroup() {
+  if (!mpi_is_active()) return;
+  MpiCallLock lock;
+  for (auto& [id, stream] : stream_comms_) {
+    if (stream->pending != MPI_REQUEST_NULL) MPI_Wait(&stream->pending, MPI_STATUS_IGNORE);
+    MPI_Comm_free(&stream->comm);
+  }
+  MPI_Comm_free(&comm_);
+}
+
+std::shared_ptr<MpiProcessGroup::StreamComm> MpiProcessGroup::stream_comm(const CommStream& stream) {
+  WEFT_CHECK(!stream.is_cpu_thread() || MpiEnvironment::current() == nullptr ||
+                 MpiEnvironment::current()->thread_level() >= MPI_THREAD_SERIALIZED,
+             "process group ", describe(), ": MPI granted thread level ", MpiEnvironment::current()->thread_level(),
+             ", below MPI_THREAD_SERIALIZED, so collectives cannot run on comm stream '", stream.name(),
+             "'; use the caller stream or an MPI built with thread support");
+  std::lock_guard<std::mutex> guard(comms_mutex_);
+  auto found = stream_comms_.find(stream.id());
+  if (found != stream_comms_.end()) return found->second;
+  auto created = std::make_shared<StreamComm>();
+  {
+    MpiCallLock lock;
+    WEFT_MPI_CHECK(MPI_Comm_idup(comm_, &created->comm, &created->pending));
+  }
+  stream_comms_.emplace(stream.id(), created);
+  return created;
+}
+
+CollectiveHandlePtr MpiProcessGroup::run(const CommStream& stream, std::string description, int64_t bytes,
+                                         std::function<void(MPI_Comm, const std::string&)> body) {
+  WEFT_CHECK(!stream.is_cuda(), description, ": the MPI (CPU) process group cannot run on CUDA stream ",
+             stream.name());
+  std::shared_ptr<StreamComm> comm = stream_comm(stream);
+  if (stream.id() != 0) description += str(" on stream '", stream.name(), "'");
+  // The task holds the group, so a group dropped while work is queued lives until that work is done.
+  auto self = shared_from_this();
+  return run_on_host_stream(stream, description, bytes, [self, comm, description, body = std::move(body)] {
+    // Only this stream's operations touch its communicator, one at a time: no lock is needed.
+    if (comm->pending != MPI_REQUEST_NULL) {
+      wait_for_mpi_request(comm->pending, str(description, " (creating the stream's communicator)"),
+                           self->world_ranks_);
+      MpiCallLock lock;
+      WEFT_MPI_CHECK(MPI_Comm_set_errhandler(comm->comm, MPI_ERRORS_RETURN));
+    }
+    body(comm->comm, description);
+  });
+}
+
+CollectiveHandlePtr MpiProcessGroup::all_reduce(const Tensor& tensor, Reduction reduction, const CommStream& stream) {
+  check_all_reduce(*this, tensor, reduction);
+  const std::string operation = str("all_reduce(", reduction_name(reduction), ")");
+  const int count = mpi_count(tensor.numel(), operation);
+  const int size = size_;
+  const std::vector<int>& ranks = world_ranks_;
+  return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
+             [tensor, reduction, count, size, ranks](MPI_Comm comm, const std::string& description) {
+               std::vector<float> widened;
+               void* data = tensor.raw_data();
+               if (is_16_bit_float(tensor.dtype())) {
+                 to_f32(tensor, widened);
+                 data = widened.data();
+               }
+               MPI_Request request;
+               {
+                 MpiCallLock lock;
+                 WEFT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, reduction_type(tensor.dtype()),
+                                               mpi_op(reduction), comm, &request));
+               }
+               wait_for_mpi_request(request, description, ranks);
+               if (reduction == Reduction::kAverage) {
+                 divide(data, is_16_bit_float(tensor.dtype()) ? kFloat32 : tensor.dtype(), count, size);
+               }
+               if (!widened.empty()) from_f32(widened, tensor);
+             });
+}
+
+CollectiveHandlePtr MpiProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, Reduction reduction,
+                                                    const CommStream& stream) {
+  const int64_t n = check_reduce_scatter(*this, input, output, reduction);
+  const std::string operation = str("reduce_scatter(", reduction_name(reduction), ")");
+  const int count = mpi_count(n, operation);
+  mpi_count(input.numel(), operation);
+  const int size = size_;
+  const std::vector<int>& ranks = world_ranks_;
+  return run(stream, describe_collective(*this, operation, input), input.numel() * input.element_size(),
+             [input, output, reduction, count, size, ranks](MPI_Comm comm, const std::string& description) {
+               std::vector<float> wide_input;
+               std::vector<float> wide_output;
+               const void* send = input.raw_data();
+               void* receive = output.raw_data();
+               if (is_16_bit_float(input.dtype())) {
+                 to_f32(input, wide_input);
+                 wide_output.resize(static_cast<size_t>(count));
+                 send = wide_input.data();
+                 receive = wide_output.data();
+               }
+               MPI_Request request;
+               {
+                 MpiCallLock lock;
+                 WEFT_MPI_CHECK(MPI_Ireduce_scatter_block(send, receive, count, reduction_type(input.dtype()),
+                                                          mpi_op(reduction), comm, &request));
+               }
+               wait_for_mpi_request(request, description, ranks);
+               if (reduction == Reduction::kAverage) {
+                 divide(receive, is_16_bit_float(input.dtype()) ? kFloat32 : input.dtype(), count, size);
+               }
+               if (!wide_output.empty()) from_f32(wide_output, output);
+             });
+}
+
+CollectiveHandlePtr MpiProcessGroup::all_gather(const Tensor& input, const Tensor& output, const CommStream& stream) {
+  const int64_t n = check_all_gather(*this, input, output);
+  const int count = mpi_count(n, "all_gather");
+  mpi_count(output.numel(), "all_gather");
+  const std::vector<int>& ranks = world_ranks_;
+  return run(stream, describe_collective(*this, "all_gather", input), input.numel() * input.element_size(),
+             [input, output, count, ranks](MPI_Comm comm, const std::string& description) {
+               const MPI_Datatype type = transfer_type(input.dtype());
+               MPI_Request request;
+               {
+                 MpiCallLock lock;
+                 WEFT_MPI_CHECK(MPI_Iallgather(input.raw_data(), count, type, output.raw_data(), count, type, comm,
+                                               &request));
+               }
+               wait_for_mpi_request(request, description, ranks);
+             });
+}
+
+CollectiveHandlePtr MpiProcessGroup::broadcast(const Tensor& tensor, int root, const CommStream& stream) {
+  const std::string operation = str("broadcast(root ", root, ")");
+  check_collective_tensor(*this, operation, "in-place", tensor);
+  check_root(*this, operation, root);
+  const int count = mpi_count(tensor.numel(), operation);
+  const std::vector<int>& ranks = world_ranks_;
+  return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
+             [tensor, root, count, ranks](MPI_Comm comm, const std::string& description) {
+               MPI_Request request;
+               {
+                 MpiCallLock lock;
+                 WEFT_MPI_CHECK(MPI_Ibcast(tensor.raw_data(), count, transfer_type(tensor.dtype()), root, comm,
+                                           &request));
+               }
+               wait_for_mpi_request(request, description, ranks);
+             });
+}
+
+CollectiveHandlePtr MpiProcessGroup::send(const Tensor& tensor, int peer, const CommStream& stream) {
+  const std::string operation = str("send(to group rank ", peer, ")");
+  check_collective_tensor(*this, operation, "sent", tensor);
+  check_peer(*this, operation, peer);
+  const int count = mpi_count(tensor.numel(), operation);
+  const std::vector<int> ranks = {world_ranks_[static_cast<size_t>(peer)]};
+  return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
+             [tensor, peer, count, ranks](MPI_Comm comm, const std::string& description) {
+               MPI_Request request;
+               {
+                 MpiCallLock lock;
+                 WEFT_MPI_CHECK(MPI_Isend(tensor.raw_data(), count, transfer_type(tensor.dtype()), peer, 0, comm,
+                                          &request));
+               }
+               wait_for_mpi_request(request, description, ranks);
+             });
+}
+
+CollectiveHandlePtr MpiProcessGroup::recv(const Tensor& tensor, int peer, const CommStream& stream) {
+  const std::string operation = str("recv(from group rank ", peer, ")");
+  check_collective_tensor(*this, operation, "received", tensor);
+  check_peer(*this, operation, peer);
+  const int count = mpi_count(tensor.numel(), operation);
+  const std::vector<int> ranks = {world_ranks_[static_cast<size_t>(peer)]};
+  return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
+             [tensor, peer, count, ranks](MPI_Comm comm, const std::string& description) {
+               const MPI_Datatype type = transfer_type(tensor.dtype());
+               MPI_Request request;
+               {
+                 MpiCallLock lock;
+                 WEFT_MPI_CHECK(MPI_Irecv(tensor.raw_data(), count, type, peer, 0, comm, &request));
+               }
+               MPI_Status status;
+               wait_for_mpi_request(request, description, ranks, &status);
+               int received = 0;
+               MPI_Get_count(&status, type, &received);
+               WEFT_CHECK(received == count, description, ": received ", received, " elements, expected ", count,
+                          " (the sender's tensor differs in size or dtype)");
+             });
+}
+
+CollectiveHandlePtr MpiProcessGroup::exchange(const Tensor& send_tensor, int send_peer, const Tensor& recv_tensor,
+                                              int recv_peer, const CommStream& stream) {
+  const std::string operation = str("exchange(send to group rank ", send_peer, ", recv from group rank ", recv_peer, ")");
+  check_collective_tensor(*this, operation, "sent", send_tensor);
+  check_collective_tensor(*this, operation, "received", recv_tensor);
+  check_peer(*this, operation, send_peer);
+  check_peer(*this, operation, recv_peer);
+  const int send_count = mpi_count(send_tensor.numel(), operation);
+  const int recv_count = mpi_count(recv_tensor.numel(), operation);
+  const std::vector<int> ranks = {world_ranks_[static_cast<size_t>(send_peer)],
+                                  world_ranks_[static_cast<size_t>(recv_peer)]};
+  return run(stream, describe_collective(*this, operation, send_tensor),
+             send_tensor.numel() * send_tensor.element_size(),
+             [send_tensor, send_peer, recv_tensor, recv_peer, send_count, recv_count, ranks](
+                 MPI_Comm comm, const std::string& description) {
+               const MPI_Datatype recv_type = transfer_type(recv_tensor.dtype());
+               MPI_Request requests[2];
+               {
+                 MpiCallLock lock;
+                 WEFT_MPI_CHECK(MPI_Irecv(recv_tensor.raw_data(), recv_count, recv_type, recv_peer, 0, comm,
+                                          &requests[0]));
+                 WEFT_MPI_CHECK(MPI_Isend(send_tensor.raw_data(), send_count, transfer_type(send_tensor.dtype()),
+                                          send_peer, 0, comm, &requests[1]));
+               }
+               MPI_Status status;
+               wait_for_mpi_request(requests[0], description, ranks, &status);
+               wait_for_mpi_request(requests[1], description, ranks);
+               int received = 0;
+               MPI_Get_count(&status, recv_type, &received);
+               WEFT_CHECK(received == recv_count, description, ": received ", received, " elements, expected ",
+                          recv_count, " (the sender's tensor differs in size or dtype)");
+             });
+}
+
+CollectiveHandlePtr MpiProcessGroup::barrier(const CommStream& stream) {
+  const std::vector<int>& ranks = world_ranks_;
+  return run(stream, describe_collective(*this, "barrier", Tensor()), 0,
+             [ranks](MPI_Comm comm, const std::string& description) {
+               MPI_Request request;
+               {
+                 MpiCallLock lock;
+                 WEFT_MPI_CHECK(MPI_Ibarrier(comm, &request));
+               }
+               wait_for_mpi_request(request, description, ranks);
+             });
+}
+
+}  // namespace weft

@@ -1,0 +1,436 @@
+// Executor (see executor.h): the CPU threads and the CUDA stream/event issue loop.
+//
+// CPU: one mutex and condition variable per step guard the nodes' completion flags; a step has
+// hundreds of nodes at most and a stream touches the lock twice per node, so one lock costs
+// nothing measurable next to the work. Comm threads persist across steps and take one job (run
+// this list of this step) at a time.
+//
+// CUDA: every list is issued from the caller's thread by a round-robin loop that advances each
+// stream until it meets a wait for a node not yet issued. An event must be recorded before another
+// stream waits on it (waiting on an unrecorded event is a no-op in CUDA), which that rule
+// guarantees. Signals re-enter the loop from inside their producer's work; the producer's own
+// stream is marked busy so that the loop never issues past the node being issued.
+#include "runtime/graph/executor.h"
+
+#include <pthread.h>
+
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "runtime/error.h"
+
+#if defined(WEFT_HAVE_CUDA)
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace weft::graph {
+namespace {
+
+void check_plan_fits(const StepGraph& graph, const ExecutionPlan& plan) {
+  WEFT_CHECK(static_cast<int>(plan.stream_of.size()) == graph.size(), "Executor: the plan places ",
+             plan.stream_of.size(), " nodes but the graph has ", graph.size(),
+             " (was the graph changed after Scheduler::plan?)");
+}
+
+StepTimeline make_timeline(const StepGraph& graph, const ExecutionPlan& plan, const std::vector<double>& start,
+                           const std::vector<double>& end, double step_ms) {
+  StepTimeline timeline;
+  timeline.nodes.reserve(graph.size());
+  for (const Node& node : graph.nodes()) {
+    NodeTiming timing;
+    timing.node = node.id;
+    timing.name = node.name;
+    timing.kind = node.kind;
+    timing.stream = plan.stream_of[node.id];
+    timing.micro_batch = node.micro_batch;
+    timing.bytes = node.bytes;
+    timing.signal = node.is_signal();
+    timing.start_ms = start[node.id];
+    timing.end_ms = end[node.id];
+    timeline.nodes.push_back(std::move(timing));
+  }
+  timeline.step_ms = step_ms;
+  timeline.compute_metrics();
+  return timeline;
+}
+
+void check_signal(const StepGraph& graph, NodeId producer, NodeId signal) {
+  WEFT_CHECK(signal >= 0 && signal < graph.size(), "NodeContext::fire: ", signal, " is not a node");
+  const Node& node = graph.node(signal);
+  WEFT_CHECK(node.signal_of == producer, "NodeContext::fire: node '", graph.node(producer).name,
+             "' fired '", node.name, "', ",
+             node.is_signal() ? "whose producer is '" + graph.node(node.signal_of).name + "'"
+                              : std::string("which is not a signal node"));
+}
+
+// A thread that runs posted jobs in order until destroyed.
+class Worker {
+ public:
+  explicit Worker(const std::string& name) : thread_([this] { loop(); }) {
+    pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+  }
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_one();
+    thread_.join();
+  }
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stop_ and nothing left
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();  // never throws: the step catches everything a node raises
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the members it uses exist
+};
+
+// --- one CPU step ------------------------------------------------------------------------------
+
+struct CpuStep {
+  const StepGraph& graph;
+  const ExecutionPlan& plan;
+  double origin_ms;  // clock_ms() at the step's start
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<char> done;
+  std::vector<double> start;
+  std::vector<double> end;
+  bool aborted = false;
+  std::exception_ptr error;
+  int lists_running = 0;
+
+  CpuStep(const StepGraph& g, const ExecutionPlan& p)
+      : graph(g), plan(p), origin_ms(clock_ms()), done(g.size(), 0), start(g.size(), 0.0), end(g.size(), 0.0) {}
+
+  // Marks `id` complete over [begin, finish] (step-relative) unless it already is. Lock held.
+  void complete_locked(NodeId id, double begin, double finish) {
+    if (done[id]) return;
+    done[id] = 1;
+    start[id] = begin;
+    end[id] = finish;
+  }
+
+  static void fire(void* state, NodeId producer, NodeId signal) {
+    auto* step = static_cast<CpuStep*>(state);
+    check_signal(step->graph, producer, signal);
+    const double now = clock_ms() - step->origin_ms;
+    {
+      std::lock_guard<std::mutex> lock(step->mutex);
+      step->complete_locked(signal, now, now);
+    }
+    step->changed.notify_all();
+  }
+
+  void fail(std::exception_ptr exception) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!error) error = exception;
+      aborted = true;
+    }
+    changed.notify_all();
+  }
+
+  // Runs list `stream` to its end, or until the step is aborted. Never throws.
+  void run_list(StreamClass stream) {
+    try {
+      for (const Instruction& instruction : plan.list(stream)) {
+        const NodeId id = instruction.node;
+        if (instruction.op == Instruction::Op::kWait) {
+          std::unique_lock<std::mutex> lock(mutex);
+          changed.wait(lock, [&] { return done[id] || aborted; });
+          if (aborted) return;
+          continue;
+        }
+        const Node& node = graph.node(id);
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (aborted) return;
+        }
+        double begin = clock_ms();
+        CompletionPtr completion;
+        if (node.work) {
+          completion = node.work(NodeContext(id, stream, Device::cpu(), nullptr, &CpuStep::fire, this));
+        }
+        if (completion) completion->wait();
+        double finish = clock_ms();
+        if (completion && completion->start_ms() >= 0.0 && completion->end_ms() >= completion->start_ms()) {
+          begin = completion->start_ms();  // when the work itself ran (it may have been queued)
+          finish = completion->end_ms();
+        }
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          complete_locked(id, begin - origin_ms, finish - origin_ms);
+          // Signals the work did not fire are fired by its end.
+          for (NodeId dependent : node.dependents) {
+            if (graph.node(dependent).signal_of == id) complete_locked(dependent, end[id], end[id]);
+          }
+        }
+        changed.notify_all();
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+};
+
+}  // namespace
+
+// --- CPU ---------------------------------------------------------------------------------------
+
+struct Executor::CpuState {
+  std::array<std::unique_ptr<Worker>, kStreamClassCount> workers;  // [compute] unused: the caller
+};
+
+StepTimeline Executor::execute_cpu(const StepGraph& graph, const ExecutionPlan& plan) {
+  if (!cpu_) cpu_ = std::make_unique<CpuState>();
+  CpuStep step(graph, plan);
+  for (StreamClass stream : kAllStreamClasses) {
+    const int s = static_cast<int>(stream);
+    if (stream == StreamClass::kCompute || plan.streams[s].empty()) continue;
+    if (!cpu_->workers[s]) cpu_->workers[s] = std::make_unique<Worker>(std::string("weft ") + stream_class_name(stream));
+  }
+  {
+    std::lock_guard<std::mutex> lock(step.mutex);
+    for (StreamClass stream : kAllStreamClasses) {
+      if (stream != StreamClass::kCompute && !plan.list(stream).empty()) ++step.lists_running;
+    }
+  }
+  for (StreamClass stream : kAllStreamClasses) {
+    if (stream == StreamClass::kCompute || plan.list(stream).empty()) continue;
+    cpu_->workers[static_cast<int>(stream)]->post([&step, stream] {
+      step.run_list(stream);
+      // Notify under the lock: once it is released the caller may return and destroy `step`.
+      std::lock_guard<std::mutex> lock(step.mutex);
+      --step.lists_running;
+      step.changed.notify_all();
+    });
+  }
+  step.run_list(StreamClass::kCompute);
+  {
+    // `step` lives on this frame: no comm thread may still use it when we return or throw.
+    std::unique_lock<std::mutex> lock(step.mutex);
+    step.changed.wait(lock, [&] { return step.lists_running == 0; });
+  }
+  if (step.error) std::rethrow_exception(step.error);
+  return make_timeline(graph, plan, step.start, step.end, clock_ms() - step.origin_ms);
+}
+
+// --- CUDA --------------------------------------------------------------------------------------
+
+#if defined(WEFT_HAVE_CUDA)
+
+struct Executor::CudaState {
+  std::array<std::unique_ptr<cuda::Stream>, kStreamClassCount> streams;  // [compute] unused: the caller's
+  std::vector<std::unique_ptr<cuda::Event>> events;                      // 2 per node, reused across steps
+  cuda::Event step_start{true};
+  cuda::Event step_end{true};
+  std::array<std::unique_ptr<cuda::Event>, kStreamClassCount> joins;
+
+  cuda::Event& event(size_t index) {
+    while (events.size() <= index) events.push_back(std::make_unique<cuda::Event>(true));
+    return *events[index];
+  }
+};
+
+namespace {
+
+struct CudaStep {
+  const StepGraph& graph;
+  const ExecutionPlan& plan;
+  int device;
+  std::array<cudaStream_t, kStreamClassCount> streams{};
+  std::vector<cuda::Event*> start_events;
+  std::vector<cuda::Event*> end_events;
+  std::vector<char> issued;
+  std::array<size_t, kStreamClassCount> position{};
+  std::array<bool, kStreamClassCount> busy{};
+  std::vector<CompletionPtr> completions;
+
+  CudaStep(const StepGraph& g, const ExecutionPlan& p, int d) : graph(g), plan(p), device(d), issued(g.size(), 0) {}
+
+  // Records a signal's events on its producer's stream, at this point of the producer's work.
+  void issue_signal(NodeId signal) {
+    if (issued[signal]) return;
+    const cudaStream_t stream = streams[static_cast<int>(plan.stream_of[graph.node(signal).signal_of])];
+    start_events[signal]->record(stream);
+    end_events[signal]->record(stream);
+    issued[signal] = 1;
+  }
+
+  static void fire(void* state, NodeId producer, NodeId signal) {
+    auto* step = static_cast<CudaStep*>(state);
+    check_signal(step->graph, producer, signal);
+    step->issue_signal(signal);
+    step->drive();  // issue what the other streams waited for
+  }
+
+  // Issues list s as far as completed issues allow; returns whether it moved.
+  bool advance(int s) {
+    if (busy[s]) return false;
+    const StreamClass stream = kAllStreamClasses[s];
+    const auto& list = plan.streams[s];
+    bool moved = false;
+    while (position[s] < list.size()) {
+      const Instruction& instruction = list[position[s]];
+      const NodeId id = instruction.node;
+      if (instruction.op == Instruction::Op::kWait) {
+        if (!issued[id]) break;
+        if (plan.stream_of[id] != stream) end_events[id]->wait(streams[s]);
+        ++position[s];
+        moved = true;
+        continue;
+      }
+      const Node& node = graph.node(id);
+      ++position[s];  // before the work runs: a re-entrant drive() must not run this node again
+      moved = true;
+      if (node.is_signal()) {
+        issue_signal(id);
+        continue;
+      }
+      busy[s] = true;
+      {
+        cuda::StreamGuard guard(device, streams[s]);
+        start_events[id]->record(streams[s]);
+        if (node.work) {
+          CompletionPtr completion = node.work(
+              NodeContext(id, stream, Device::cuda(device), streams[s], &CudaStep::fire, this));
+          if (completion) completions.push_back(std::move(completion));
+        }
+        end_events[id]->record(streams[s]);
+      }
+      busy[s] = false;
+      issued[id] = 1;
+      for (NodeId dependent : node.dependents) {
+        if (graph.node(dependent).signal_of == id) issue_signal(dependent);
+      }
+    }
+    return moved;
+  }
+
+  void drive() {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int s = 0; s < kStreamClassCount; ++s) moved = advance(s) || moved;
+    }
+  }
+};
+
+}  // namespace
+
+StepTimeline Executor::execute_cuda(const StepGraph& graph, const ExecutionPlan& plan) {
+  if (!cuda_) cuda_ = std::make_unique<CudaState>();
+  CudaState& state = *cuda_;
+  const int device = device_.index;
+  cuda::set_device(device);
+  CudaStep step(graph, plan, device);
+  step.streams[0] = cuda::current_stream(device);
+  for (int s = 1; s < kStreamClassCount; ++s) {
+    if (plan.streams[s].empty()) continue;
+    if (!state.streams[s]) state.streams[s] = std::make_unique<cuda::Stream>(device);
+    if (!state.joins[s]) state.joins[s] = std::make_unique<cuda::Event>(false);
+    step.streams[s] = state.streams[s]->get();
+  }
+  step.start_events.resize(graph.size());
+  step.end_events.resize(graph.size());
+  for (NodeId id = 0; id < graph.size(); ++id) {
+    step.start_events[id] = &state.event(2 * static_cast<size_t>(id));
+    step.end_events[id] = &state.event(2 * static_cast<size_t>(id) + 1);
+  }
+
+  // Comm streams start after what the caller queued on compute; compute ends after all of them.
+  state.step_start.record(step.streams[0]);
+  for (int s = 1; s < kStreamClassCount; ++s) {
+    if (step.streams[s] != nullptr) state.step_start.wait(step.streams[s]);
+  }
+  auto join = [&] {
+    for (int s = 1; s < kStreamClassCount; ++s) {
+      if (step.streams[s] == nullptr) continue;
+      state.joins[s]->record(step.streams[s]);
+      state.joins[s]->wait(step.streams[0]);
+    }
+    state.step_end.record(step.streams[0]);
+  };
+  try {
+    step.drive();
+    for (int s = 0; s < kStreamClassCount; ++s) {
+      WEFT_CHECK(step.position[s] == plan.streams[s].size(), "Executor: stream ",
+                 stream_class_name(kAllStreamClasses[s]), " cannot proceed past instruction ", step.position[s],
+                 " (the plan deadlocks; validate_plan says why)");
+    }
+  } catch (...) {
+    try {
+      join();  // leave no stream running ahead of the caller's
+    } catch (...) {
+    }
+    throw;
+  }
+  join();
+  state.step_end.synchronize();
+  for (const CompletionPtr& completion : step.completions) completion->wait();
+  std::vector<double> start(graph.size(), 0.0);
+  std::vector<double> end(graph.size(), 0.0);
+  for (NodeId id = 0; id < graph.size(); ++id) {
+    start[id] = step.start_events[id]->elapsed_since(state.step_start);
+    end[id] = step.end_events[id]->elapsed_since(state.step_start);
+  }
+  return make_timeline(graph, plan, start, end, state.step_end.elapsed_since(state.step_start));
+}
+
+#else
+
+struct Executor::CudaState {};
+
+StepTimeline Executor::execute_cuda(const StepGraph&, const ExecutionPlan&) {
+  WEFT_FAIL("Executor: ", device_.to_string(), " requested, but weft was built without CUDA");
+}
+
+#endif
+
+// --- common ------------------------------------------------------------------------------------
+
+Executor::Executor(Device device) : device_(device) {
+#if !defined(WEFT_HAVE_CUDA)
+  WEFT_CHECK(device.is_cpu(), "Executor: ", device.to_string(), " requested, but weft was built without CUDA");
+#endif
+}
+
+Executor::~Executor() = default;
+
+StepTimeline Executor::execute(const StepGraph& graph, const ExecutionPlan& plan) {
+  check_plan_fits(graph, plan);
+  validate_plan(graph, plan);
+  return device_.is_cpu() ? execute_cpu(graph, plan) : execute_cuda(graph, plan);
+}
+
+}  // namespace weft::graph

@@ -1,0 +1,211 @@
+// Executor on CUDA streams: cross-stream dependencies are honoured through events (data checks),
+// a copy on a comm stream overlaps matmuls on the compute stream in the auto mode and not in the
+// manual mode, a signal fired inside a node lets a comm stream start before the node ends, and an
+// exception in a node leaves execute() and the executor usable. Skipped without a GPU.
+//
+// "Compute" is a chain of bf16 matmuls on the compute stream; "communication" is a host<->device
+// copy through pinned memory on a comm stream (a DMA engine, so it can truly run beside kernels).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/graph/executor.h"
+#include "runtime/ops/matmul.h"
+#include "runtime/tensor.h"
+
+#ifdef WEFT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/pinned_buffer.h"
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace weft::graph {
+namespace {
+
+#ifdef WEFT_HAVE_CUDA
+
+#define SKIP_WITHOUT_GPU()                                                       \
+  do {                                                                           \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is present"; \
+  } while (0)
+
+const Device kGpu = Device::cuda(0);
+
+NodeSpec spec(NodeKind kind, std::string name, StreamClass stream, NodeWork work) {
+  NodeSpec s;
+  s.kind = kind;
+  s.name = std::move(name);
+  s.stream = stream;
+  s.work = std::move(work);
+  return s;
+}
+
+// `count` 4096^3 bf16 matmuls on the current stream (about 0.2 ms each on an H200).
+void matmuls(const Tensor& a, int count) {
+  Tensor out = a;
+  for (int i = 0; i < count; ++i) out = matmul(a, a);
+}
+
+struct Buffers {
+  static constexpr size_t kCopyBytes = size_t(1) << 30;  // about 20 ms over PCIe
+  Tensor a = Tensor::normal({4096, 4096}, 1, 0, 0.0, 0.01, kBFloat16).to(kGpu);
+  cuda::PinnedBuffer host{kCopyBytes};
+  void* device = nullptr;
+  Buffers() { WEFT_CUDA_CHECK(cudaMalloc(&device, kCopyBytes)); }
+  ~Buffers() { cudaFree(device); }
+  void upload(cudaStream_t stream) const {
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(device, host.data(), kCopyBytes, cudaMemcpyHostToDevice, stream));
+  }
+};
+
+TEST(CudaExecutor, CopyOverlapsMatmulsInAutoModeOnly) {
+  SKIP_WITHOUT_GPU();
+  Buffers buffers;
+  StepGraph graph;
+  const NodeId compute = graph.add_node(spec(NodeKind::kBackward, "backward", StreamClass::kCompute,
+                                             task([&] { matmuls(buffers.a, 100); })));
+  const NodeId comm = graph.add_node(spec(NodeKind::kCollective, "upload", StreamClass::kDpComm,
+                                          [&](const NodeContext& ctx) -> CompletionPtr {
+                                            buffers.upload(ctx.cuda_stream());
+                                            return nullptr;
+                                          }));
+  Executor executor(kGpu);
+  executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto));  // warm-up: cuBLAS handles, caches
+  const StepTimeline overlapped = executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto));
+  const StepTimeline serial = executor.execute(graph, Scheduler::plan(graph, CommMode::kManual));
+  const auto& o = overlapped.nodes;
+  std::printf("auto: step %.2f ms, compute %.2f, comm %.2f, exposed %.2f, overlap %.2f\n", overlapped.step_ms,
+              overlapped.compute_ms, overlapped.comm_ms, overlapped.exposed_comm_ms, overlapped.overlap_ratio);
+  std::printf("manual: step %.2f ms, compute %.2f, comm %.2f, exposed %.2f, overlap %.2f\n", serial.step_ms,
+              serial.compute_ms, serial.comm_ms, serial.exposed_comm_ms, serial.overlap_ratio);
+  EXPECT_GT(o[compute].duration_ms(), 5.0);
+  EXPECT_GT(o[comm].duration_ms(), 5.0);
+  EXPECT_LT(overlapped.step_ms, 0.85 * (o[compute].duration_ms() + o[comm].duration_ms()));
+  EXPECT_LT(overlapped.exposed_comm_ms, overlapped.comm_ms);
+  EXPECT_GE(serial.step_ms, 0.95 * (serial.nodes[compute].duration_ms() + serial.nodes[comm].duration_ms()));
+  EXPECT_GE(serial.exposed_comm_ms, 0.95 * serial.comm_ms);
+  EXPECT_GE(serial.nodes[comm].start_ms, serial.nodes[compute].end_ms - 0.01);
+  const std::string trace = overlapped.to_chrome_trace_json();
+  EXPECT_NE(trace.find("\"upload\""), std::string::npos);
+}
+
+// compute: matmuls, then sets a device buffer to 7s; dp_comm (depends on it): copies the buffer to
+// the host; compute (depends on the copy): overwrites the buffer with 0s. The host sees 7s only if
+// the comm stream waited for the first node and the last node waited for the copy.
+TEST(CudaExecutor, CrossStreamDependenciesAreEvents) {
+  SKIP_WITHOUT_GPU();
+  Buffers buffers;
+  constexpr size_t kBytes = 64 << 20;
+  std::memset(buffers.host.data(), 1, kBytes);
+  WEFT_CUDA_CHECK(cudaMemset(buffers.device, 1, kBytes));
+  StepGraph graph;
+  const NodeId produce = graph.add_node(spec(NodeKind::kBackward, "produce", StreamClass::kCompute,
+                                             [&](const NodeContext& ctx) -> CompletionPtr {
+                                               matmuls(buffers.a, 50);
+                                               WEFT_CUDA_CHECK(cudaMemsetAsync(buffers.device, 7, kBytes, ctx.cuda_stream()));
+                                               return nullptr;
+                                             }));
+  const NodeId copy = graph.add_node(spec(NodeKind::kCollective, "download", StreamClass::kDpComm,
+                                          [&](const NodeContext& ctx) -> CompletionPtr {
+                                            WEFT_CUDA_CHECK(cudaMemcpyAsync(buffers.host.data(), buffers.device, kBytes,
+                                                                            cudaMemcpyDeviceToHost, ctx.cuda_stream()));
+                                            return nullptr;
+                                          }),
+                                     {produce});
+  graph.add_node(spec(NodeKind::kOptimizer, "overwrite", StreamClass::kCompute, [&](const NodeContext& ctx) -> CompletionPtr {
+                   WEFT_CUDA_CHECK(cudaMemsetAsync(buffers.device, 0, kBytes, ctx.cuda_stream()));
+                   return nullptr;
+                 }),
+                 {copy});
+  Executor executor(kGpu);
+  const StepTimeline timeline = executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto));
+  const auto* bytes = buffers.host.data_as<unsigned char>();
+  size_t wrong = 0;
+  for (size_t i = 0; i < kBytes; ++i) wrong += bytes[i] != 7;
+  EXPECT_EQ(wrong, 0u);
+  for (const Node& node : graph.nodes()) {
+    for (NodeId dependency : node.dependencies) {
+      EXPECT_GE(timeline.nodes[node.id].start_ms, timeline.nodes[dependency].end_ms - 0.01) << node.name;
+    }
+  }
+}
+
+// backward: matmuls, buffer := 7, fire "bucket ready", more matmuls. The download (dp_comm) waits
+// for the signal only: it must start before backward ends, and still see the 7s.
+TEST(CudaExecutor, SignalStartsCommunicationInsideItsProducer) {
+  SKIP_WITHOUT_GPU();
+  Buffers buffers;
+  constexpr size_t kBytes = 256 << 20;
+  WEFT_CUDA_CHECK(cudaMemset(buffers.device, 1, kBytes));
+  StepGraph graph;
+  NodeId ready = -1;
+  const NodeId backward = graph.add_node(spec(NodeKind::kBackward, "backward", StreamClass::kCompute,
+                                              [&](const NodeContext& ctx) -> CompletionPtr {
+                                                matmuls(buffers.a, 30);
+                                                WEFT_CUDA_CHECK(cudaMemsetAsync(buffers.device, 7, kBytes, ctx.cuda_stream()));
+                                                ctx.fire(ready);
+                                                matmuls(buffers.a, 100);
+                                                return nullptr;
+                                              }));
+  ready = graph.add_signal("bucket ready", backward);
+  const NodeId copy = graph.add_node(spec(NodeKind::kCollective, "download bucket", StreamClass::kDpComm,
+                                          [&](const NodeContext& ctx) -> CompletionPtr {
+                                            WEFT_CUDA_CHECK(cudaMemcpyAsync(buffers.host.data(), buffers.device, kBytes,
+                                                                            cudaMemcpyDeviceToHost, ctx.cuda_stream()));
+                                            return nullptr;
+                                          }),
+                                     {ready});
+  graph.add_node(spec(NodeKind::kOptimizer, "optimizer", StreamClass::kCompute, nullptr), {copy});
+  Executor executor(kGpu);
+  executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto));  // warm-up
+  std::memset(buffers.host.data(), 1, kBytes);
+  const StepTimeline timeline = executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto));
+  const auto& t = timeline.nodes;
+  std::printf("backward [%.2f, %.2f], signal %.2f, download [%.2f, %.2f], step %.2f, exposed %.2f\n",
+              t[backward].start_ms, t[backward].end_ms, t[ready].start_ms, t[copy].start_ms, t[copy].end_ms,
+              timeline.step_ms, timeline.exposed_comm_ms);
+  EXPECT_LT(t[copy].start_ms, t[backward].end_ms - 1.0);
+  EXPECT_GE(t[copy].start_ms, t[ready].end_ms - 0.01);
+  EXPECT_GT(t[ready].start_ms, t[backward].start_ms + 1.0);
+  const auto* bytes = buffers.host.data_as<unsigned char>();
+  size_t wrong = 0;
+  for (size_t i = 0; i < kBytes; ++i) wrong += bytes[i] != 7;
+  EXPECT_EQ(wrong, 0u);
+}
+
+TEST(CudaExecutor, ExceptionPropagatesAndExecutorStaysUsable) {
+  SKIP_WITHOUT_GPU();
+  Buffers buffers;
+  StepGraph graph;
+  const NodeId compute = graph.add_node(spec(NodeKind::kForward, "forward", StreamClass::kCompute,
+                                             task([&] { matmuls(buffers.a, 5); })));
+  graph.add_node(spec(NodeKind::kCollective, "broken", StreamClass::kDpComm,
+                      task([] { throw std::runtime_error("collective failed"); })),
+                 {compute});
+  Executor executor(kGpu);
+  EXPECT_THROW(executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto)), std::runtime_error);
+  StepGraph healthy;
+  healthy.add_node(spec(NodeKind::kForward, "forward", StreamClass::kCompute, task([&] { matmuls(buffers.a, 2); })));
+  healthy.add_node(spec(NodeKind::kCollective, "upload", StreamClass::kDpComm, [&](const NodeContext& ctx) -> CompletionPtr {
+                     WEFT_CUDA_CHECK(cudaMemcpyAsync(buffers.device, buffers.host.data(), 1 << 20,
+                                                     cudaMemcpyHostToDevice, ctx.cuda_stream()));
+                     return nullptr;
+                   }));
+  const StepTimeline timeline = executor.execute(healthy, Scheduler::plan(healthy, CommMode::kAuto));
+  EXPECT_GT(timeline.step_ms, 0.0);
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+#else
+
+TEST(CudaExecutor, NeedsACudaBuild) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace weft::graph
