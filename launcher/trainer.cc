@@ -181,8 +181,9 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
                "; resume with the same parallel.dp and parallel.zero");
     model_->load_state_dict(strip_prefix(checkpoint.tensors, kModelPrefix));
     if (s.data_parallel) {
+      // The shard from the loaded parameters, then the checkpoint's f32 master values over it.
+      s.data_parallel->load_shard_from_parameters();
       s.data_parallel->scatter_optimizer_state(*s.optimizer, strip_prefix(checkpoint.tensors, kOptimizerPrefix));
-      s.data_parallel->finish_step();  // the shards become the parameters: both from the checkpoint
     } else {
       s.optimizer->load_state_dict(strip_prefix(checkpoint.tensors, kOptimizerPrefix));
     }

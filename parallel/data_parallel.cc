@@ -65,15 +65,21 @@ DataParallel::DataParallel(const Module& model, std::shared_ptr<ProcessGroup> gr
     const int64_t end = std::min(flat_offsets_[i] + parameters_[i].tensor.numel(), shard_end);
     if (begin >= end) continue;
     Piece piece{i, begin - flat_offsets_[i], begin - shard_begin, end - begin};
-    // The shard starts from the parameter's current values, widened to f32 (the master weights).
-    shard_parameters_.narrow(0, piece.shard_start, piece.count)
-        .copy_(parameters_[i].tensor.reshape({-1}).narrow(0, piece.parameter_start, piece.count));
     Tensor view = shard_parameters_.narrow(0, piece.shard_start, piece.count);
     view.set_requires_grad(true);
     shard_views_.push_back({str(parameters_[i].name, "[", piece.parameter_start, ":",
                                 piece.parameter_start + piece.count, "]"),
                             view, parameters_[i].layout});
     pieces_.push_back(piece);
+  }
+  load_shard_from_parameters();  // the shard starts from the parameters, widened to f32
+}
+
+void DataParallel::load_shard_from_parameters() {
+  autograd::NoGradGuard no_grad;
+  for (const Piece& piece : pieces_) {
+    shard_parameters_.narrow(0, piece.shard_start, piece.count)
+        .copy_(parameters_[piece.parameter].tensor.reshape({-1}).narrow(0, piece.parameter_start, piece.count));
   }
 }
 
@@ -245,6 +251,10 @@ std::map<std::string, Tensor> DataParallel::gather_optimizer_state(const Optimiz
     wait(group_->all_gather(shard, flat, stream_));
     flat_state[kind + ".flat"] = flat;
   }
+  // The f32 weights the shards hold (for a bf16 model, more precise than its parameters).
+  Tensor master = Tensor::empty({flat_elements_}, kFloat32, group_->device());
+  wait(group_->all_gather(shard_parameters_, master, stream_));
+  flat_state["master.flat"] = master;
   flat_state["parameter.step"] = Tensor::full({}, static_cast<double>(step_count), kInt64);
   flat_state["step"] = state.at("step");
   return flat_state;
@@ -280,6 +290,9 @@ void DataParallel::scatter_optimizer_state(Optimizer& optimizer, const std::map<
   }
   local["step"] = state.at("step");
   optimizer.load_state_dict(local);
+  if (state.count("master.flat") == 1) {
+    shard_parameters_.copy_(state.at("master.flat").to(group_->device()).narrow(0, shard_begin, shard_elements_));
+  }
 }
 
 }  // namespace weft

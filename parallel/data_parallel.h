@@ -73,6 +73,9 @@ class DataParallel {
   void finish_step();
   // Drops every gradient (model parameters and shards).
   void zero_grad();
+  // Copies the model parameters' current values into this rank's shard (zero 1 and 2), after they
+  // were loaded from a checkpoint: the shard holds the f32 weights the optimizer updates.
+  void load_shard_from_parameters();
 
   // The mean over the dp group of a per-rank scalar (the loss), for logging.
   double average(double value);
@@ -81,7 +84,8 @@ class DataParallel {
 
   // For checkpoints: the optimizer state is per rank in zero 1 and 2. gather_optimizer_state
   // returns, on every rank, the full state in the layout of the unsharded flat parameters
-  // ("<state>.flat" tensors of N elements plus "step"), and scatter_optimizer_state restores it.
+  // ("<state>.flat" tensors of N elements, "master.flat" for the shards' f32 weights, and "step"),
+  // and scatter_optimizer_state restores it (the optimizer state and this rank's shard).
   // zero 0 returns the optimizer's own state_dict.
   std::map<std::string, Tensor> gather_optimizer_state(const Optimizer& optimizer);
   void scatter_optimizer_state(Optimizer& optimizer, const std::map<std::string, Tensor>& state);

@@ -142,10 +142,12 @@ TEST_P(Collectives, ExchangeAroundARing) {
 }
 
 TEST_P(Collectives, BarrierWaitsForTheLastRank) {
-  if (world->rank() == world->size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  world->barrier(stream)->wait();
+  // The last rank arrives 500 ms after the others (the margin allows for a loaded machine).
+  if (world->rank() == world->size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const double before = host_clock_ms();
   world->barrier(stream)->wait();
-  if (world->rank() == 0) EXPECT_GE(host_clock_ms() - before, 200.0);
+  if (world->rank() == 0) EXPECT_GE(host_clock_ms() - before, 250.0);
 }
 
 TEST_P(Collectives, CallsOnOneStreamRunInOrder) {
@@ -293,7 +295,7 @@ TEST(Overlap, HandleIsNotDoneWhileAPeerIsLate) {
   }
   handle->wait();
   EXPECT_TRUE(handle->timing().has_value());
-  if (world->rank() == 0) EXPECT_GE(handle->timing()->duration_ms(), 300.0);
+  if (world->rank() == 0) EXPECT_GE(handle->timing()->duration_ms(), 250.0);
   EXPECT_EQ(tensor.at({0}), world->size());
 }
 
