@@ -23,11 +23,14 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/weft.h"
+#include "tests/golden/tensor_json.h"
 
 namespace {
 
 using nlohmann::ordered_json;
 using weft::Tensor;
+using weft::golden::index_json;
+using weft::golden::tensor_json;
 
 constexpr int64_t kBatch = 2;      // B
 constexpr int64_t kTime = 8;       // T
@@ -130,22 +133,6 @@ Result forward(const Parameters& p, const Tensor& ids, const Tensor& targets) {
   result.logits = weft::linear(final_x, p["wte"]);  // [B*T, V]
   result.loss = weft::cross_entropy(result.logits, targets, kIgnoreIndex);
   return result;
-}
-
-ordered_json tensor_json(const Tensor& tensor) {
-  ordered_json entry;
-  entry["shape"] = std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end());
-  entry["values"] = tensor.to_vector();
-  return entry;
-}
-
-ordered_json index_json(const Tensor& tensor) {
-  ordered_json entry;
-  entry["shape"] = std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end());
-  std::vector<int64_t> values;
-  for (double value : tensor.to_vector()) values.push_back(static_cast<int64_t>(value));
-  entry["values"] = values;
-  return entry;
 }
 
 ordered_json run(weft::DType dtype, const Tensor& ids, const Tensor& targets) {

@@ -21,11 +21,14 @@
 
 #include "layers/language_model.h"
 #include "runtime/weft.h"
+#include "tests/golden/tensor_json.h"
 
 namespace {
 
 using nlohmann::ordered_json;
 using weft::Tensor;
+using weft::golden::index_json;
+using weft::golden::tensor_json;
 
 constexpr int64_t kBatch = 2;   // B
 constexpr int64_t kTime = 16;   // T
@@ -55,22 +58,6 @@ weft::ModelConfig llama_config() {
   config.kv_heads = 2;
   config.rope_theta = 500.0;  // small, so the rotation angles vary a lot over 16 positions
   return config;
-}
-
-ordered_json tensor_json(const Tensor& tensor) {
-  ordered_json entry;
-  entry["shape"] = std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end());
-  entry["values"] = tensor.to_vector();
-  return entry;
-}
-
-ordered_json index_json(const Tensor& tensor) {
-  ordered_json entry;
-  entry["shape"] = std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end());
-  std::vector<int64_t> values;
-  for (double value : tensor.to_vector()) values.push_back(static_cast<int64_t>(value));
-  entry["values"] = values;
-  return entry;
 }
 
 // ids [B, T] in [0, V) with repeats, targets [B, T] = the next token, one of them ignored.

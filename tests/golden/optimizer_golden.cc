@@ -23,22 +23,20 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "runtime/weft.h"
+#include "tests/golden/tensor_json.h"
 
 namespace {
 
 using nlohmann::ordered_json;
 using weft::NamedParameter;
 using weft::Tensor;
+using weft::golden::tensor_json;
 
 constexpr uint64_t kSeed = 20240612;
 constexpr int kSteps = 5;
 constexpr double kPeakLr = 1e-2;
 constexpr int64_t kWarmupSteps = 2;
 constexpr double kMinLrRatio = 0.1;
-
-ordered_json tensor_json(const Tensor& tensor) {
-  return ordered_json{{"shape", tensor.shape()}, {"values", tensor.to_vector()}};
-}
 
 std::vector<NamedParameter> make_parameters() {
   std::vector<NamedParameter> parameters;
