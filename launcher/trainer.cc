@@ -346,7 +346,8 @@ TrainResult Trainer::run() {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     metrics.step_ms = 1000.0 * seconds;
     metrics.tokens_per_s = tokens_per_step / seconds;
-    if (s.device.is_cuda()) metrics.mfu = step_flops / seconds / kGpuPeakFlops;
+    // Against the peak of every GPU of the run (one per rank).
+    if (s.device.is_cuda()) metrics.mfu = step_flops / seconds / (kGpuPeakFlops * s.world_size);
     metrics.memory_mb = memory_megabytes(s.device);
     logger.log_step(metrics);
     result.losses.push_back(metrics.loss);

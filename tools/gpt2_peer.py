@@ -11,12 +11,17 @@ TFLOP/s, the H200's dense bf16 datasheet figure.
 
 Usage: python tools/gpt2_peer.py [--layers 12 --dim 768 --heads 12 --vocab 50304 --seq 1024
                                    --batch 16 --steps 30 --modes eager,compile] [--out FILE]
+Under torchrun (WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel over NCCL, --batch
+is per GPU, and tokens/s counts every rank's tokens (rank 0 prints).
 """
 import argparse
 import math
 import time
 
+import os
+
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -61,9 +66,12 @@ class Gpt(nn.Module):
 
 def measure(mode, args):
     torch.manual_seed(0)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     model = Gpt(args.layers, args.dim, args.heads, args.vocab, args.seq).cuda()
     parameters = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
     step_model = torch.compile(model) if mode == "compile" else model
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), device="cuda")
     targets = torch.randint(0, args.vocab, (args.batch, args.seq), device="cuda")
@@ -85,9 +93,9 @@ def measure(mode, args):
         step()
     torch.cuda.synchronize()
     seconds = (time.perf_counter() - start) / args.steps
-    tokens = args.batch * args.seq
+    tokens = args.batch * args.seq * world
     flops = tokens * (6 * parameters + 6 * args.layers * args.seq * args.dim)
-    return tokens / seconds, 1000 * seconds, flops / seconds / 989e12, torch.cuda.max_memory_allocated() / 2**20
+    return tokens / seconds, 1000 * seconds, flops / seconds / 989e12 / world, torch.cuda.max_memory_allocated() / 2**20
 
 
 def main():
@@ -98,11 +106,21 @@ def main():
     parser.add_argument("--modes", default="eager,compile")
     parser.add_argument("--out")
     args = parser.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl")
     lines = []
     for mode in args.modes.split(","):
         tokens_per_s, step_ms, mfu, memory = measure(mode, args)
-        lines.append(f"pytorch-{mode} {tokens_per_s:.0f} {step_ms:.2f} {mfu:.4f} {memory:.0f}")
-        print(lines[-1], flush=True)
+        name = f"pytorch-ddp-{mode}" if world > 1 else f"pytorch-{mode}"
+        lines.append(f"{name} {tokens_per_s:.0f} {step_ms:.2f} {mfu:.4f} {memory:.0f}")
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(lines[-1], flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+        if int(os.environ.get("RANK", "0")) != 0:
+            return
     if args.out:
         with open(args.out, "w") as out:
             out.write("\n".join(lines) + "\n")
