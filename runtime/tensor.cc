@@ -144,6 +144,7 @@ Tensor Tensor::from_vector(absl::Span<const int64_t> values, absl::Span<const in
 Tensor Tensor::scalar(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
 
 Tensor Tensor::arange(int64_t count, DType dtype, Device device) {
+  WEFT_CHECK(count >= 0, "arange: count ", count, " is negative");
   std::vector<int64_t> values(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) values[i] = i;
   return from_vector(absl::Span<const int64_t>(values), {count}, dtype, device);
@@ -152,6 +153,8 @@ Tensor Tensor::arange(int64_t count, DType dtype, Device device) {
 Tensor Tensor::uniform(absl::Span<const int64_t> shape, uint64_t seed, uint64_t offset, double low, double high,
                        DType dtype, Device device) {
   WEFT_CHECK(is_floating(dtype), "uniform: dtype ", dtype_name(dtype), " is not floating");
+  WEFT_CHECK(std::isfinite(low) && std::isfinite(high) && low < high, "uniform: the range [", low, ", ", high,
+             ") is empty or not finite");
   Tensor out = empty(shape, dtype, device);
   backend_for(device).fill_random(out, RandomDistribution::kUniform, seed, offset, low, high);
   return out;
@@ -160,6 +163,8 @@ Tensor Tensor::uniform(absl::Span<const int64_t> shape, uint64_t seed, uint64_t 
 Tensor Tensor::normal(absl::Span<const int64_t> shape, uint64_t seed, uint64_t offset, double mean, double std,
                       DType dtype, Device device) {
   WEFT_CHECK(is_floating(dtype), "normal: dtype ", dtype_name(dtype), " is not floating");
+  WEFT_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, "normal: mean ", mean, " and std ", std,
+             " must be finite, std >= 0");
   Tensor out = empty(shape, dtype, device);
   backend_for(device).fill_random(out, RandomDistribution::kNormal, seed, offset, mean, std);
   return out;
@@ -301,6 +306,9 @@ bool Tensor::is_leaf() const { return impl_->autograd == nullptr || impl_->autog
 Tensor Tensor::grad() const { return impl_->autograd == nullptr ? Tensor() : impl_->autograd->grad; }
 
 void Tensor::set_grad(const Tensor& grad) {
+  WEFT_CHECK(!grad.defined() || (grad.shape() == shape() && grad.device() == device() && is_floating(grad.dtype())),
+             "set_grad: gradient ", grad.describe(), " does not fit ", describe(),
+             " (same shape and device, floating dtype)");
   if (impl_->autograd == nullptr) impl_->autograd = std::make_shared<autograd::AutogradMeta>();
   impl_->autograd->grad = grad;
 }

@@ -242,6 +242,7 @@ Tensor Tensor::expand(absl::Span<const int64_t> requested) const {
     }
     const int64_t own = this->shape()[d - lead];
     const int64_t want = requested[d] == -1 ? own : requested[d];
+    WEFT_CHECK(want >= 0, "expand: invalid size ", requested[d], " for dim ", d, " in ", shape_string(requested));
     WEFT_CHECK(own == want || own == 1, "expand: cannot expand ", describe(), " to ", shape_string(requested),
                " (dim ", d, ": ", own, " to ", want, ")");
     shape[d] = want;

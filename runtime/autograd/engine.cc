@@ -1,5 +1,6 @@
 #include "runtime/autograd/engine.h"
 
+#include <algorithm>
 #include <queue>
 #include <unordered_map>
 
@@ -52,8 +53,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
                  root.describe());
       gradient = Tensor::ones(root.shape(), root.dtype(), root.device());
     }
-    WEFT_CHECK(gradient.shape() == root.shape(), "backward: gradient ", gradient.describe(),
-               " does not match root ", root.describe());
+    WEFT_CHECK(gradient.shape() == root.shape() && gradient.dtype() == root.dtype() &&
+                   gradient.device() == root.device(),
+               "backward: gradient ", gradient.describe(), " does not match root ", root.describe(),
+               " (shape, dtype and device must agree; convert it with .to())");
     root_edges.push_back(gradient_edge(root));
     owners[root_edges.back().node.get()] = root_edges.back().node;
     deposit(root_edges.back(), gradient);
@@ -96,7 +99,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
     std::vector<Tensor> inputs = std::move(buffers[node]);
     buffers.erase(node);
     if (inputs.empty()) inputs.resize(node->num_outputs());
-    std::vector<Tensor> outputs = node->run_backward(std::move(inputs));
+    // A node that received no gradient at all (a custom op returned none for this path) passes none
+    // on: built-in backwards expect at least one gradient, and zeros would only cost time.
+    const bool any_gradient = std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined(); });
+    std::vector<Tensor> outputs = any_gradient ? node->run_backward(std::move(inputs)) : std::vector<Tensor>();
     if (!retain_graph) node->release_saved();
     WEFT_CHECK(outputs.size() == node->next_edges.size() || outputs.empty(), node->name(), " returned ",
                outputs.size(), " gradients for ", node->next_edges.size(), " inputs");
