@@ -280,7 +280,7 @@ std::vector<ConfigOption> build_options() {
   add(make_option("train.eps", &R::train, &TrainConfig::eps, "adamw epsilon", above(0)));
   add(make_option("train.momentum", &R::train, &TrainConfig::momentum, "sgd momentum", between(0, 1, /*maximum_exclusive=*/true)));
   add(make_option("train.grad_clip", &R::train, &TrainConfig::grad_clip, "global gradient-norm clip (0: off)", at_least(0)));
-  add(make_option("train.seed", &R::train, &TrainConfig::seed, "seed of the data order and dropout"));
+  add(make_option("train.seed", &R::train, &TrainConfig::seed, "seed of the data order (model.seed draws the weights and the dropout masks)"));
   add(make_option("train.on_nan", &R::train, &TrainConfig::on_nan, "on a NaN or infinite loss: stop the run, or skip the step", one_of({"stop", "skip"})));
 
   // data
@@ -308,7 +308,7 @@ std::vector<ConfigOption> build_options() {
   // log
   add(make_option("log.every", &R::log, &LogConfig::every, "steps between printed lines", at_least(1)));
   add(make_option("log.metrics_file", &R::log, &LogConfig::metrics_file, "JSON-lines file, one object per step (empty: none)"));
-  add(make_option("log.trace_file", &R::log, &LogConfig::trace_file, "timeline trace file (empty: none)"));
+  add(make_option("log.trace_file", &R::log, &LogConfig::trace_file, "write every step's timeline here, in the Chrome trace event format (empty: none)"));
   add(make_option("log.graph_file", &R::log, &LogConfig::graph_file,
                   "write the first step's graph here: .json, or .dot for Graphviz (empty: none)"));
   add(make_option("log.progress", &R::log, &LogConfig::progress, "progress display: auto (a bar on a terminal), bar, or plain lines", one_of({"auto", "bar", "plain"})));

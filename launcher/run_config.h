@@ -62,7 +62,7 @@ struct CheckpointConfig {
 struct LogConfig {
   int64_t every = 10;                 // steps between printed lines
   std::string metrics_file;           // JSON lines, one object per step
-  std::string trace_file;             // timeline trace (later issues)
+  std::string trace_file;             // every step's timeline (Chrome trace event JSON)
   std::string graph_file;             // the first step's graph: .json or .dot (Graphviz)
   std::string progress = "auto";      // auto | bar | plain
 };

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -76,6 +78,17 @@ double memory_megabytes(Device device) {
   return static_cast<double>(memory.peak_allocated_bytes) / (1024.0 * 1024.0);
 }
 
+// A value of a checkpoint's state.json, or an error naming the file and the key.
+template <class Value>
+Value state_value(const LoadedCheckpoint& checkpoint, const std::string& key) {
+  try {
+    return checkpoint.state.at(key).get<Value>();
+  } catch (const nlohmann::json::exception& error) {
+    WEFT_FAIL("checkpoint ", checkpoint.path, ": state.json has no valid '", key, "' (", error.what(),
+              "); the checkpoint is corrupt or was not written by weft-train");
+  }
+}
+
 // Bytes of every tensor of an optimizer state dict (what one rank keeps), in MB.
 double state_megabytes(const std::map<std::string, Tensor>& state) {
   double bytes = 0;
@@ -148,6 +161,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   }
 
   model_ = build_model(model_config);
+  model_->set_random_shard(dp_rank, mesh.dp());  // the dropout masks one process would use
   if (s.compute_dtype != kFloat32) model_->to(s.compute_dtype);
   if (!s.device.is_cpu()) model_->to(s.device);
 
@@ -170,11 +184,26 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
                                                       config_.train.steps, config_.train.schedule,
                                                       config_.train.min_lr_ratio);
 
+  if (!config_.checkpoint.dir.empty()) {
+    // Found now, not after a whole run: a folder that cannot take checkpoints, and a folder that
+    // holds another run's checkpoints, which a fresh run would overwrite.
+    const std::filesystem::path dir = config_.checkpoint.dir;
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    WEFT_CHECK(std::filesystem::is_directory(dir) && access(dir.c_str(), W_OK) == 0, "checkpoint.dir: cannot write "
+               "checkpoints into '", config_.checkpoint.dir, "'", error ? str(" (", error.message(), ")") : "",
+               "; choose a writable folder");
+    WEFT_CHECK(!config_.checkpoint.resume.empty() || latest_checkpoint(config_.checkpoint.dir).empty(),
+               "checkpoint.dir '", config_.checkpoint.dir, "' already holds checkpoints (latest: ",
+               latest_checkpoint(config_.checkpoint.dir), "); set checkpoint.resume: latest to continue that run, "
+               "or choose another folder");
+  }
   const std::string resume_path = resolve_resume_path(config_);
   if (!resume_path.empty()) {
     LoadedCheckpoint checkpoint = load_checkpoint(resume_path);
-    const int64_t saved_dp = checkpoint.state.value("parallel_dp", int64_t{1});
-    const int64_t saved_zero = checkpoint.state.value("parallel_zero", int64_t{0});
+    const int64_t saved_dp = checkpoint.state.contains("parallel_dp") ? state_value<int64_t>(checkpoint, "parallel_dp") : 1;
+    const int64_t saved_zero =
+        checkpoint.state.contains("parallel_zero") ? state_value<int64_t>(checkpoint, "parallel_zero") : 0;
     WEFT_CHECK(saved_dp == config_.parallel.dp && saved_zero == config_.parallel.zero, "checkpoint ",
                checkpoint.path, " was saved with parallel.dp = ", saved_dp, " and parallel.zero = ", saved_zero,
                ", this run has dp = ", config_.parallel.dp, " and zero = ", config_.parallel.zero,
@@ -187,8 +216,8 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
     } else {
       s.optimizer->load_state_dict(strip_prefix(checkpoint.tensors, kOptimizerPrefix));
     }
-    s.train_data->seek(checkpoint.state.at("train_data").get<DatasetPosition>());
-    model_->load_random_state(checkpoint.state.at("random_state").get<std::map<std::string, uint64_t>>());
+    s.train_data->seek(state_value<DatasetPosition>(checkpoint, "train_data"));
+    model_->load_random_state(state_value<std::map<std::string, uint64_t>>(checkpoint, "random_state"));
     s.start_step = checkpoint.step;
     WEFT_CHECK(s.start_step <= config_.train.steps, "checkpoint ", checkpoint.path, " is at step ", s.start_step,
                ", past train.steps = ", config_.train.steps, "; raise train.steps to continue training");
@@ -224,7 +253,11 @@ TrainResult Trainer::run() {
   if (s.start_step > 0) {
     logger.log_event(absl::StrFormat("resumed from %s at step %lld", resolve_resume_path(config_),
                                      static_cast<long long>(s.start_step)));
+  } else if (config_.checkpoint.resume == "latest") {
+    logger.log_event(absl::StrFormat("no checkpoint in %s yet; starting at step 1", config_.checkpoint.dir));
   }
+  std::string trace_events;  // log.trace_file: every step's timeline, laid end to end
+  double trace_offset_ms = 0;
 
   TrainResult result;
   result.first_step = s.start_step + 1;
@@ -248,17 +281,23 @@ TrainResult Trainer::run() {
     // Every rank takes part in gathering sharded optimizer state; rank 0 writes.
     const std::map<std::string, Tensor> optimizer_state =
         s.data_parallel ? s.data_parallel->gather_optimizer_state(*s.optimizer) : s.optimizer->state_dict();
-    if (!leader) return;
-    std::map<std::string, Tensor> tensors = with_prefix(model_->state_dict(), kModelPrefix);
-    for (auto& [name, tensor] : with_prefix(optimizer_state, kOptimizerPrefix)) tensors[name] = tensor;
-    nlohmann::json state = {{"train_data", s.train_data->position()},
-                            {"random_state", model_->random_state()},
-                            {"parallel_dp", config_.parallel.dp},
-                            {"parallel_zero", config_.parallel.zero},
-                            {"config", dump_config(config_)}};
-    save_checkpoint(config_.checkpoint.dir, step, tensors, state);
-    logger.log_event(absl::StrFormat("step %lld  checkpoint saved to %s/%s", static_cast<long long>(step),
-                                     config_.checkpoint.dir, checkpoint_folder_name(step)));
+    if (leader) {
+      std::map<std::string, Tensor> tensors = with_prefix(model_->state_dict(), kModelPrefix);
+      for (auto& [name, tensor] : with_prefix(optimizer_state, kOptimizerPrefix)) tensors[name] = tensor;
+      nlohmann::json state = {{"train_data", s.train_data->position()},
+                              {"random_state", model_->random_state()},
+                              {"parallel_dp", config_.parallel.dp},
+                              {"parallel_zero", config_.parallel.zero},
+                              {"config", dump_config(config_)}};
+      save_checkpoint(config_.checkpoint.dir, step, tensors, state);
+      logger.log_event(absl::StrFormat("step %lld  checkpoint saved to %s/%s", static_cast<long long>(step),
+                                       config_.checkpoint.dir, checkpoint_folder_name(step)));
+    }
+    // The other ranks wait here, without the collectives' deadline, however long the write takes.
+    if (s.world_size > 1) {
+      MpiCallLock lock;
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
   };
 
   model_->train();
@@ -339,6 +378,11 @@ TrainResult Trainer::run() {
     if (step == s.start_step + 1 && !config_.log.graph_file.empty() && leader) {
       write_graph(step_graph, config_.log.graph_file);
     }
+    if (!config_.log.trace_file.empty() && leader) {
+      const std::string events = timeline.chrome_trace_events(s.world_rank, "rank 0", trace_offset_ms);
+      if (!events.empty()) trace_events += (trace_events.empty() ? "" : ",") + events;
+      trace_offset_ms += timeline.step_ms;
+    }
     backend_for(s.device).synchronize(s.device);  // step times measure the work, not its launch
     metrics.comm_ms = timeline.comm_ms;
     metrics.exposed_comm_ms = timeline.exposed_comm_ms;
@@ -364,6 +408,12 @@ TrainResult Trainer::run() {
   if (!config_.checkpoint.dir.empty() && result.last_step > 0 &&
       (config_.checkpoint.every == 0 || result.last_step % config_.checkpoint.every != 0)) {
     save(result.last_step);
+  }
+  if (!config_.log.trace_file.empty() && leader) {
+    // The Chrome trace event format: chrome://tracing or ui.perfetto.dev draw one row per stream.
+    std::ofstream trace(config_.log.trace_file);
+    trace << "{\"traceEvents\": [" << trace_events << "]}\n";
+    WEFT_CHECK(trace.good(), "log.trace_file: cannot write '", config_.log.trace_file, "'");
   }
   return result;
 }

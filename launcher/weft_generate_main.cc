@@ -6,6 +6,7 @@
 // The model is rebuilt from the config stored in the checkpoint. Byte-level (data.format: text)
 // models print text; token-shard models print token ids, since weft ships no BPE tokenizer.
 #include <cstdio>
+#include <exception>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
     std::printf("%s\n", sampler.generate(absl::GetFlag(FLAGS_prompt), options).c_str());
   } catch (const weft::Error& error) {
     std::fprintf(stderr, "weft-generate: error: %s\n", error.what());
+    return 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "weft-generate: internal error: %s\n", error.what());
     return 1;
   }
   return 0;

@@ -8,12 +8,14 @@
 // ends the whole job at once (parallel/fault_handler.h), naming itself, so no rank is left waiting.
 #include <cstdio>
 #include <exception>
+#include <memory>
 
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
 #include "launcher/config_options.h"
 #include "launcher/trainer.h"
 #include "parallel/fault_handler.h"
+#include "parallel/mesh.h"
 #include "parallel/mpi_environment.h"
 #include "runtime/error.h"
 
@@ -37,9 +39,15 @@ int main(int argc, char** argv) {
     if (mpi.world_rank() == 0) std::fprintf(stderr, "weft-train: error: %s\n", error.what());
     return 2;
   }
+  // A world size that does not fit the mesh: every rank exits at once (status 2), rank 0 says why.
+  weft::make_mesh_or_exit(static_cast<int>(config.parallel.dp), static_cast<int>(config.parallel.pp),
+                          static_cast<int>(config.parallel.tp));
+  // Outside the try: a failing rank aborts the job before the trainer's process groups are torn
+  // down, since their teardown may wait for peers that are still running.
+  std::unique_ptr<weft::Trainer> trainer;
   try {
-    weft::Trainer trainer(config);
-    trainer.run();
+    trainer = std::make_unique<weft::Trainer>(config);
+    trainer->run();
   } catch (const weft::Error& error) {
     weft::abort_all_if_distributed(std::string("weft-train: error: ") + error.what());
     std::fprintf(stderr, "\nweft-train: error: %s\n", error.what());

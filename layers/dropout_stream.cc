@@ -25,9 +25,16 @@ DropoutStream::DropoutStream(double probability, uint64_t seed, uint64_t stream)
 
 Tensor DropoutStream::apply(const Tensor& x, bool training) {
   if (!training || probability_ == 0.0) return x;
-  const uint64_t offset = offset_;
-  offset_ += static_cast<uint64_t>(x.numel());
+  const uint64_t local = static_cast<uint64_t>(x.numel());
+  const uint64_t offset = offset_ + static_cast<uint64_t>(shard_rank_) * local;
+  offset_ += static_cast<uint64_t>(shard_world_) * local;
   return dropout(x, probability_, key_, offset, true);
+}
+
+void DropoutStream::set_shard(int64_t rank, int64_t world) {
+  WEFT_CHECK(world >= 1 && rank >= 0 && rank < world, "dropout: shard ", rank, " of ", world, " is not valid");
+  shard_rank_ = rank;
+  shard_world_ = world;
 }
 
 }  // namespace weft

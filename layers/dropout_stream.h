@@ -22,11 +22,18 @@ class DropoutStream {
   double probability() const { return probability_; }
   uint64_t offset() const { return offset_; }
   void set_offset(uint64_t offset) { offset_ = offset; }
+  // Data parallelism: this rank holds rows [rank * n, (rank + 1) * n) of a global batch split evenly
+  // over `world` ranks (batch dim first, as every dropout input is). Each call then draws the part
+  // of the global mask those rows get in one process, and the counter advances by the global size,
+  // so N ranks together use exactly the masks of one process.
+  void set_shard(int64_t rank, int64_t world);
 
  private:
   double probability_;
   uint64_t key_;        // Philox key for this layer's masks
-  uint64_t offset_ = 0; // counter of the next mask's first element
+  uint64_t offset_ = 0; // counter of the next (global) mask's first element
+  int64_t shard_rank_ = 0;
+  int64_t shard_world_ = 1;
 };
 
 }  // namespace weft

@@ -258,4 +258,9 @@ void Module::load_random_state(const std::map<std::string, uint64_t>& state) {
   for (const auto& [name, stream] : streams) stream->set_offset(state.at(name));
 }
 
+void Module::set_random_shard(int64_t rank, int64_t world) {
+  for (auto& [name, stream] : random_streams_) stream->set_shard(rank, world);
+  for (auto& [name, child] : children_) child->set_random_shard(rank, world);
+}
+
 }  // namespace weft

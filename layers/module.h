@@ -102,6 +102,9 @@ class Module {
   // Restores random_state() output; a missing or unexpected name is an error naming it, and nothing
   // is changed unless every name matches.
   void load_random_state(const std::map<std::string, uint64_t>& state);
+  // Data parallelism: every dropout stream of this module and its children draws this rank's part
+  // of the one-process masks (DropoutStream::set_shard).
+  void set_random_shard(int64_t rank, int64_t world);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);

@@ -26,6 +26,8 @@ DataParallel::DataParallel(const Module& model, std::shared_ptr<ProcessGroup> gr
   WEFT_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, "parallel.zero = ", options.zero_stage,
              " is not one of 0, 1, 2");
   WEFT_CHECK(!parameters_.empty(), "data parallel: the model has no parameters");
+  WEFT_CHECK(!stream_.is_cuda(), "data parallel: collectives run on the caller's stream (CommStream()); a "
+             "separate CUDA stream would need event ordering that this manual-mode implementation does not do");
   const DType dtype = parameters_[0].tensor.dtype();
   for (const NamedParameter& parameter : parameters_) {
     WEFT_CHECK(parameter.tensor.dtype() == dtype && parameter.tensor.device() == group_->device(),
@@ -100,7 +102,12 @@ std::unique_ptr<Optimizer> DataParallel::make_optimizer(
   return make(std::move(groups));
 }
 
-void DataParallel::record(const CollectiveHandlePtr& handle) { pending_timings_.push_back(handle); }
+// Keeps the timing only: a handle holds its tensors alive, and a step's buckets must be freed.
+void DataParallel::record(const CollectiveHandlePtr& handle) {
+  const std::optional<CollectiveTiming> timing = handle->timing();
+  records_.push_back({handle->description(), timing ? timing->start_ms : 0.0, timing ? timing->end_ms : 0.0,
+                      handle->bytes()});
+}
 
 void DataParallel::wait(const CollectiveHandlePtr& handle) {
   // Manual mode: compute waits for each collective at once.
@@ -214,13 +221,7 @@ double DataParallel::average(double value) {
 
 std::vector<CommunicationRecord> DataParallel::take_records() {
   std::vector<CommunicationRecord> records;
-  for (const CollectiveHandlePtr& handle : pending_timings_) {
-    handle->synchronize();
-    const std::optional<CollectiveTiming> timing = handle->timing();
-    records.push_back({handle->description(), timing ? timing->start_ms : 0.0, timing ? timing->end_ms : 0.0,
-                       handle->bytes()});
-  }
-  pending_timings_.clear();
+  records.swap(records_);
   return records;
 }
 

@@ -19,10 +19,10 @@
 // f32 views of the rank's shard buffer, one per piece of a model parameter, with that parameter's
 // weight decay group; in zero 0 it sees the model parameters themselves.
 //
-// The comm mode decides where collectives run: `manual` issues each bucket's collective on the
-// dp comm stream and waits for it at once (a hand-written program's behaviour); the timings of
-// every collective are kept for the step metrics (comm_ms; exposed_comm_ms = the part with no
-// compute running beside it, which in manual mode is all of it).
+// Collectives run on the CommStream given at construction and are waited for at once (the manual
+// comm mode: a hand-written program's behaviour). The buffers are filled on the caller's stream
+// without an event, so on CUDA that stream must be the caller's (CommStream()); the constructor
+// refuses another CUDA stream. The timings of every collective are kept for the step metrics.
 #pragma once
 
 #include <cstdint>
@@ -126,8 +126,7 @@ class DataParallel {
   Tensor shard_gradients_;                  // [shard_elements_] f32 (zero 1, 2)
   std::vector<Piece> pieces_;
   std::vector<NamedParameter> shard_views_; // one f32 view of shard_parameters_ per piece
-  std::vector<CommunicationRecord> records_;
-  std::vector<CollectiveHandlePtr> pending_timings_;
+  std::vector<CommunicationRecord> records_;  // since the last take_records()
 };
 
 }  // namespace weft

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism through weft-train itself: N ranks with parallel.dp = N and parallel.zero = Z
-# train the same global batches as one process, so the losses of every step and the final weights
-# must agree to f32 reduction tolerance. SGD (with momentum) keeps rounding differences at rounding
+# train the same global batches, with the same dropout masks, as one process, so the losses of every
+# step and the final weights must agree to f32 reduction tolerance. SGD (with momentum) keeps rounding differences at rounding
 # level; AdamW's first steps are sign-like (lr * g / |g|), so there a gradient element near zero whose
 # sign differs in the last bit moves a weight by 2 lr, and runs drift apart by more than rounding.
 #   usage: data_parallel_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR RANKS ZERO [MPIRUN...]
@@ -12,7 +12,7 @@ mpirun=("$@")
 rm -rf "$work" && mkdir -p "$work"
 # A small repetitive text: the run must not depend on packages being installed.
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 7))."; done > "$work/text.txt"
-common=(--set model.layers=2 --set model.dim=32 --set model.heads=2 --set model.seq_len=32
+common=(--set model.layers=2 --set model.dim=32 --set model.heads=2 --set model.seq_len=32 --set model.dropout=0.1
         --set train.batch_size=8 --set train.micro_batches=2 --set train.steps=6 --set train.warmup_steps=2
         --set train.optimizer=sgd --set train.lr=0.5 --set data.train="$work/text.txt" --set data.val_every=0 --set log.progress=plain)
 config=$work/run.yaml

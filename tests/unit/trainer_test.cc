@@ -114,6 +114,33 @@ TEST_F(TrainerTest, CheckpointFromAnotherModelIsRefusedByName) {
   }
 }
 
+TEST_F(TrainerTest, AFreshRunDoesNotOverwriteAnotherRunsCheckpoints) {
+  RunConfig config = tiny_config();
+  config.train.steps = 1;
+  config.train.warmup_steps = 0;
+  config.checkpoint.dir = (root_ / "run").string();
+  Trainer(config).run();
+  try {
+    Trainer again(config);  // no checkpoint.resume: would start over and replace step 1
+    FAIL() << "a fresh run was allowed to write over another run's checkpoints";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("already holds checkpoints"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("checkpoint.resume"), std::string::npos) << error.what();
+  }
+}
+
+TEST_F(TrainerTest, UnwritableCheckpointFolderIsRefusedBeforeTraining) {
+  std::ofstream((root_ / "a-file").string()) << "not a folder";
+  RunConfig config = tiny_config();
+  config.checkpoint.dir = (root_ / "a-file").string();
+  try {
+    Trainer trainer(config);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("checkpoint.dir"), std::string::npos) << error.what();
+  }
+}
+
 TEST_F(TrainerTest, TextVocabularyLargerThanModelIsAnError) {
   RunConfig config = tiny_config();
   config.model.vocab = 100;
