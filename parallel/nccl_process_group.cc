@@ -256,11 +256,17 @@ CollectiveHandlePtr NcclProcessGroup::exchange(const Tensor& send_tensor, int se
                 send_tensor.numel() * send_tensor.element_size(), {send_tensor, recv_tensor},
                 [&](ncclComm_t comm, cudaStream_t cuda_stream) {
                   WEFT_NCCL_CHECK(ncclGroupStart());
-                  WEFT_NCCL_CHECK(ncclSend(send_tensor.raw_data(), count_of(send_tensor), nccl_type(send_tensor.dtype()),
-                                           send_peer, comm, cuda_stream));
-                  WEFT_NCCL_CHECK(ncclRecv(recv_tensor.raw_data(), count_of(recv_tensor), nccl_type(recv_tensor.dtype()),
-                                           recv_peer, comm, cuda_stream));
-                  WEFT_NCCL_CHECK(ncclGroupEnd());
+                  // Close the group whatever happens, or every later NCCL call of this thread would
+                  // be folded into a group that never launches.
+                  ncclResult_t result = ncclSend(send_tensor.raw_data(), count_of(send_tensor),
+                                                 nccl_type(send_tensor.dtype()), send_peer, comm, cuda_stream);
+                  if (result == ncclSuccess) {
+                    result = ncclRecv(recv_tensor.raw_data(), count_of(recv_tensor), nccl_type(recv_tensor.dtype()),
+                                      recv_peer, comm, cuda_stream);
+                  }
+                  const ncclResult_t ended = ncclGroupEnd();
+                  WEFT_NCCL_CHECK(result);
+                  WEFT_NCCL_CHECK(ended);
                 });
 }
 
