@@ -284,10 +284,10 @@ std::vector<ConfigOption> build_options() {
   add(make_option("train.on_nan", &R::train, &TrainConfig::on_nan, "on a NaN or infinite loss: stop the run, or skip the step", one_of({"stop", "skip"})));
 
   // data
-  add(make_option("data.train", &R::data, &DataConfig::train, "training data: a file or a folder (tokens: a glob is allowed)", non_empty()));
+  add(make_option("data.train", &R::data, &DataConfig::train, "training data: text: a file or a folder of files; tokens: a .bin shard or a glob of shards", non_empty()));
   add(make_option("data.val", &R::data, &DataConfig::val, "validation data (empty: hold out the tail of data.train)"));
   add(make_option("data.format", &R::data, &DataConfig::format, "text (bytes as tokens) or tokens (llm.c .bin shards)", one_of({"text", "tokens"})));
-  add(make_option("data.val_fraction", &R::data, &DataConfig::val_fraction, "fraction of text held out for validation when data.val is empty", between(0, 0.5)));
+  add(make_option("data.val_fraction", &R::data, &DataConfig::val_fraction, "fraction of the training data held out (its tail) for validation when data.val is empty", between(0, 0.5)));
   add(make_option("data.val_every", &R::data, &DataConfig::val_every, "steps between validation losses (0: never)", at_least(0)));
   add(make_option("data.val_batches", &R::data, &DataConfig::val_batches, "batches per validation loss", at_least(1)));
 
