@@ -141,6 +141,9 @@ class ConfigBuilder {
   void apply_file(const std::string& path);
   void apply_override(const std::string& assignment);
   void check_cross_fields() const;
+  // Keys a model type fixes take its values where the user left them at their defaults, so the
+  // config (and --dump-config, and checkpoints) says what is in effect.
+  void apply_model_type_settings();
   RunConfig take() { return std::move(config_); }
 
  private:
@@ -318,6 +321,19 @@ void check_related_fields(const RunConfig& config,
              " is not a multiple of ", show("model.kv_heads"),
              ": each key/value head serves heads / kv_heads query heads; set kv_heads to a divisor "
              "of heads, or 0 for one per head");
+  if (model.type == "llama") {
+    // The llama model type fixes these (layers/llama.h); a value set to something else would be
+    // ignored silently.
+    const std::vector<std::pair<std::string, std::string>> fixed = {
+        {"model.norm", "rms_norm"}, {"model.mlp", "swiglu_mlp"}, {"model.positions", "rope"},
+        {"model.bias", "false"}, {"model.tie_embeddings", "false"}};
+    for (const auto& [key, value] : fixed) {
+      const std::string origin = origin_of(key);
+      WEFT_CHECK(origin.empty() || origin == "default" || find_config_option(key)->format(config) == value,
+                 show(key), ": model.type llama always uses ", value,
+                 "; remove the key, or use model.type: gpt to combine layers freely");
+    }
+  }
   const TrainConfig& train = config.train;
   WEFT_CHECK(train.batch_size % train.micro_batches == 0, show("train.batch_size"),
              " is not a multiple of ", show("train.micro_batches"),
@@ -338,6 +354,15 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(config.checkpoint.resume != "latest" || !config.checkpoint.dir.empty(),
              show("checkpoint.resume"), " needs checkpoint.dir, the folder to look in; set "
              "checkpoint.dir or give resume a checkpoint path");
+}
+
+void ConfigBuilder::apply_model_type_settings() {
+  if (config_.model.type != "llama") return;
+  config_.model.norm = "rms_norm";
+  config_.model.mlp = "swiglu_mlp";
+  config_.model.positions = "rope";
+  config_.model.bias = false;
+  config_.model.tie_embeddings = false;
 }
 
 void ConfigBuilder::check_cross_fields() const {
@@ -370,6 +395,7 @@ RunConfig load_config(const std::vector<std::string>& yaml_files,
   for (const std::string& path : yaml_files) builder.apply_file(path);
   for (const std::string& assignment : set_overrides) builder.apply_override(assignment);
   builder.check_cross_fields();
+  builder.apply_model_type_settings();
   return builder.take();
 }
 

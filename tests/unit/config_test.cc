@@ -293,6 +293,18 @@ TEST_F(ConfigTest, ValidateConfigChecksConfigsBuiltInCode) {
   expect_contains(error_of([&] { validate_config(config); }), {"model.dim = 66 is not a multiple of model.heads = 4"});
 }
 
+TEST_F(ConfigTest, LlamaTypeFillsItsFixedSettingsAndRefusesOthers) {
+  const RunConfig config = load_config({}, {"model.type=llama"});
+  EXPECT_EQ(config.model.norm, "rms_norm");
+  EXPECT_EQ(config.model.mlp, "swiglu_mlp");
+  EXPECT_EQ(config.model.positions, "rope");
+  EXPECT_FALSE(config.model.bias);
+  EXPECT_FALSE(config.model.tie_embeddings);
+  expect_contains(error_of([] { load_config({}, {"model.type=llama", "model.mlp=gelu_mlp"}); }),
+                  {"model.mlp = gelu_mlp (--set model.mlp=gelu_mlp)", "llama always uses swiglu_mlp"});
+  EXPECT_NO_THROW(load_config({}, {"model.type=llama", "model.mlp=swiglu_mlp"}));
+}
+
 TEST_F(ConfigTest, DumpConfigRoundTrips) {
   RunConfig config;
   config.model.type = "llama";
@@ -300,7 +312,10 @@ TEST_F(ConfigTest, DumpConfigRoundTrips) {
   config.model.dim = 768;
   config.model.heads = 12;
   config.model.kv_heads = 4;
-  config.model.positions = "rope";
+  config.model.positions = "rope";  // the llama type's fixed settings, as load_config fills them in
+  config.model.norm = "rms_norm";
+  config.model.mlp = "swiglu_mlp";
+  config.model.tie_embeddings = false;
   config.model.rope_theta = 500000.0;
   config.model.norm_eps = 1e-6;
   config.model.bias = false;
