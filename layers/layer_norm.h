@@ -22,6 +22,7 @@ class LayerNorm : public Module {
 
   Tensor weight() const { return parameter("weight"); }  // [dim]
   Tensor bias() const;                                             // [dim], undefined without bias
+  double eps() const { return eps_; }
 
  private:
   int64_t dim_;

@@ -3,6 +3,7 @@
 
 #include "runtime/error.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/matmul.h"
 
 namespace weft {
 int64_t swiglu_hidden_dim(int64_t dim, int64_t hidden_dim) {
@@ -26,7 +27,8 @@ GeluMlp::GeluMlp(const LayerContext& context)
 std::string GeluMlp::settings() const { return str(dim_, " -> ", hidden_dim_, " -> ", dim_); }
 
 Tensor GeluMlp::forward(const Tensor& x) {
-  const Tensor hidden = gelu(fc_->forward(x));  // [..., hidden]
+  // fc and GELU as one op (on CUDA the bias and GELU ride the GEMM's epilogue).
+  const Tensor hidden = linear_gelu(x, fc_->weight(), fc_->bias());  // [..., hidden]
   return dropout_.apply(projection_->forward(hidden), is_training());
 }
 

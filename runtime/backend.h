@@ -86,6 +86,16 @@ class Backend {
     matmul(a, bm, out, 1.0, 0.0);
     binary(BinaryOp::kAdd, out, bias.view({1, 1, bias.size(0)}).expand(out.shape()), out);
   }
+  // out[b] = gelu(a[b] @ bm[b] + bias) (tanh form, UnaryOp::kGelu), and pre_activation [B, M, N]
+  // (contiguous, out's dtype) = a[b] @ bm[b] + bias, which the backward needs. Operands as for
+  // matmul_bias. The default (the CPU reference) is matmul_bias into pre_activation, then unary gelu
+  // of the rounded pre_activation; a backend may fuse it (CUDA: cuBLASLt's GELU_AUX_BIAS epilogue,
+  // which applies GELU to the f32 sum before rounding, and writes the rounded sum as pre_activation).
+  virtual void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
+                                const Tensor& pre_activation) {
+    matmul_bias(a, bm, bias, pre_activation);
+    unary(UnaryOp::kGelu, pre_activation, out);
+  }
 
   // --- Softmax over the last dim (contiguous [N, C]) --------------------------------------
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
@@ -100,6 +110,16 @@ class Backend {
   virtual void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
                                    const Tensor& grad_bias) = 0;
+  // sum_out = x + residual (rounded to x's dtype), then out = layer_norm(sum_out) as layer_norm above,
+  // with the statistics of the rounded sum. x, residual, sum_out, out [N, C] contiguous, one dtype.
+  // The default (the CPU reference) is binary add, then layer_norm; a backend may fuse the two (CUDA:
+  // one pass that reads x and residual once, runtime/cuda/add_layer_norm.cu).
+  virtual void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                              double eps, const Tensor& sum_out, const Tensor& out, const Tensor& mean,
+                              const Tensor& rstd) {
+    binary(BinaryOp::kAdd, x, residual, sum_out);
+    layer_norm(sum_out, weight, bias, eps, out, mean, rstd);
+  }
   // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd [N].
   virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
                         const Tensor& rstd) = 0;

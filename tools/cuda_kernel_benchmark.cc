@@ -173,6 +173,15 @@ int main(int argc, char** argv) {
                         backend.layer_norm(x, weight, bias, 1e-5, out, mean, rstd);
                       }),
                       2 * rows_by_columns * kElement + 2 * n * kStatistic + 2 * c * kElement});
+      {
+        // The residual add fused with the norm: reads x and residual, writes the sum and the output.
+        const Tensor residual = Tensor::normal({n, c}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+        const Tensor sum = Tensor::empty({n, c}, bf16, gpu);
+        rows.push_back({"add_layer_norm forward", shape, mean_ms(device, warmup, iters, [&] {
+                          backend.add_layer_norm(x, residual, weight, bias, 1e-5, sum, out, mean, rstd);
+                        }),
+                        4 * rows_by_columns * kElement + 2 * n * kStatistic + 2 * c * kElement});
+      }
       rows.push_back({"layer_norm backward", shape, mean_ms(device, warmup, iters, [&] {
                         backend.layer_norm_backward(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias);
                       }),

@@ -4,9 +4,9 @@
 // nothing here synchronizes the host except copies to host memory. Floating tensors are f32 or
 // bf16 (f16 where noted) with f32 accumulation; results must agree with the CPU backend within the
 // tolerances of tests/unit/cuda_*_test.cc. Files: elementwise.cu (fill, copy, random, unary,
-// binary, affine), reduction.cu, softmax.cu, normalization.cu, embedding.cu, cross_entropy.cu,
-// dropout.cu, matmul.cu (cuBLASLt), attention.cu (fused causal attention that never writes T x T
-// scores to device memory).
+// binary, affine), reduction.cu, softmax.cu, normalization.cu, add_layer_norm.cu, embedding.cu,
+// cross_entropy.cu, dropout.cu, matmul.cu (cuBLASLt), attention.cu (fused causal attention that
+// never writes T x T scores to device memory).
 #pragma once
 
 #include "runtime/backend.h"
@@ -34,6 +34,8 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
   void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;
+  void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
+                        const Tensor& pre_activation) override;
 
   void softmax(const Tensor& x, const Tensor& out, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, bool log) override;
@@ -43,6 +45,8 @@ class CudaBackend final : public Backend {
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                            const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
                            const Tensor& grad_bias) override;
+  void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
+                      const Tensor& sum_out, const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) override;
   void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
                          const Tensor& grad_x, const Tensor& grad_weight) override;

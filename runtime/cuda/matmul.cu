@@ -384,4 +384,21 @@ void CudaBackend::matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& b
   cuda::matmul_bias(a, bm, bias, out);
 }
 
+// GELU and the bias ride cuBLASLt's GELU_AUX_BIAS epilogue (aux = the pre-activation, needing N a
+// multiple of 8) in the linear-layer case; other cases take the default (matmul_bias, then gelu).
+void CudaBackend::matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
+                                   const Tensor& pre_activation) {
+  const bool fused = out.numel() > 0 && out.dim() == 3 && out.size(0) == 1 && a.dim() == 3 && a.size(2) > 0 &&
+                     out.is_contiguous() && out.size(2) % 8 == 0 && bias.defined() && bias.dim() == 1 &&
+                     bias.size(0) == out.size(2) && bias.is_contiguous() && bias.dtype() == out.dtype() &&
+                     bias.device() == out.device() && out.dtype() != kFloat64 && pre_activation.defined() &&
+                     pre_activation.shape() == out.shape() && pre_activation.is_contiguous() &&
+                     pre_activation.dtype() == out.dtype() && pre_activation.device() == out.device();
+  if (!fused) {
+    Backend::matmul_bias_gelu(a, bm, bias, out, pre_activation);
+    return;
+  }
+  cuda::matmul_bias_gelu(a, bm, bias, out, pre_activation);
+}
+
 }  // namespace weft

@@ -169,6 +169,18 @@ __device__ __forceinline__ float block_sum(float value, float* scratch) {
   return warp_sum(lane < warps ? scratch[lane] : 0.0f);
 }
 
+// Block-wide maximum of one value; all threads get it. `scratch` holds 32 floats of shared memory
+// (it may be the same scratch as block_sum's: each call synchronizes before writing).
+__device__ __forceinline__ float block_max(float value, float* scratch) {
+  value = warp_max(value);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  return warp_max(lane < warps ? scratch[lane] : -INFINITY);
+}
+
 // --- Host side ---------------------------------------------------------------------------------
 
 inline bool is_aligned_16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }

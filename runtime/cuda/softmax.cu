@@ -2,12 +2,15 @@
 // backward (CudaBackend::softmax, softmax_backward; the CPU reference is runtime/cpu/softmax.cc).
 //
 // C <= 1024: one warp per row, the row held in registers, so each element is read once and written
-// once; the row maximum and sum are warp shuffles. C > 1024: one block per row; one pass keeps each
-// thread's running (maximum, sum of exp) online, a block merge combines them, and a second pass
-// re-reads the row (from L1/L2 at these sizes) and writes it. Math is f32; outputs are rounded once.
+// once; the row maximum and sum are warp shuffles. 1024 < C <= 8192 (16-byte packs): one block of
+// several warps per row, each thread holding 2 (bf16/f16) or up to 4 (f32) packs in registers, so the
+// row is again read once; the maximum and sum are block reductions. Otherwise (longer rows, or no
+// packs): one block per row; one pass keeps each thread's running (maximum, sum of exp) online, a block
+// merge combines them, and a second pass re-reads the row (from L1/L2 at these sizes) and writes it.
+// Math is f32; outputs are rounded once.
 //
 // Backward, from the forward output y: softmax: gx = y * (gy - sum(gy * y)); log-softmax:
-// gx = gy - exp(y) * sum(gy). Same split between the warp and the block kernel.
+// gx = gy - exp(y) * sum(gy). Same split between the warp, the register block and the block kernel.
 #include <cmath>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -23,6 +26,8 @@ namespace {
 constexpr int kWarpRowColumns = 1024;  // the largest C a warp keeps in registers
 constexpr int kWarpKernelThreads = 128;  // 4 rows per block
 constexpr int kBlockKernelThreads = 512;
+constexpr int kRowBlockMaxColumns = 8192;  // the largest C a block keeps in registers
+constexpr int kRowBlockMaxThreads = 512;
 
 // One warp per row; each lane holds kPacks packs of kVec elements (columns (k * 32 + lane) * kVec ...).
 template <class T, int kVec, int kPacks>
@@ -69,6 +74,65 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int column = (k * 32 + lane) * kVec;
+      if (column < columns) {
+        Pack<T, kVec> pack;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          pack.set(j, log ? (values[k][j] - maximum) - log_total : values[k][j] * inverse_total);
+        }
+        store_pack(row_out + column, pack);
+      }
+    }
+  }
+}
+
+// One block per row for 1024 < C <= 8192 with packs: blockDim.x threads (a multiple of 32) each hold
+// kPacks packs (columns (k * blockDim.x + t) * kVec ...), so the row is read once and written once.
+template <class T, int kVec, int kPacks>
+__global__ void __launch_bounds__(kRowBlockMaxThreads)
+    softmax_row_block_kernel(const T* __restrict__ x,  // [rows, columns]
+                             T* __restrict__ out,      // [rows, columns]
+                             int64_t rows, int columns, bool log) {
+  __shared__ float scratch[32];
+  const int t = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* row_in = x + row * columns;
+    T* row_out = out + row * columns;
+    float values[kPacks][kVec];
+    float maximum = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * threads + t) * kVec;
+      if (column < columns) {
+        const Pack<T, kVec> pack = load_pack<T, kVec>(row_in + column);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          values[k][j] = pack.get(j);
+          maximum = fmaxf(maximum, values[k][j]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) values[k][j] = -INFINITY;
+      }
+    }
+    maximum = block_max(maximum, scratch);
+    float total = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        // 0 for the padding (-inf), and for a row of all -inf the result is NaN as in the warp kernel.
+        const float e = expf(values[k][j] - maximum);
+        total += e;
+        if (!log) values[k][j] = e;
+      }
+    }
+    total = block_sum(total, scratch);
+    const float log_total = logf(total), inverse_total = 1.0f / total;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * threads + t) * kVec;
       if (column < columns) {
         Pack<T, kVec> pack;
 #pragma unroll
@@ -161,6 +225,47 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
   }
 }
 
+// Backward counterpart of softmax_row_block_kernel: one block per row, y and grad_y held in registers.
+template <class T, int kVec, int kPacks>
+__global__ void __launch_bounds__(kRowBlockMaxThreads)
+    softmax_backward_row_block_kernel(const T* __restrict__ y,       // [rows, columns] forward output
+                                      const T* __restrict__ grad_y,  // [rows, columns]
+                                      T* __restrict__ grad_x,        // [rows, columns]
+                                      int64_t rows, int columns, bool log) {
+  __shared__ float scratch[32];
+  const int t = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t base = row * columns;
+    Pack<T, kVec> outputs[kPacks], grads[kPacks];
+    float reduction = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * threads + t) * kVec;
+      if (column < columns) {
+        outputs[k] = load_pack<T, kVec>(y + base + column);
+        grads[k] = load_pack<T, kVec>(grad_y + base + column);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) reduction += log ? grads[k].get(j) : grads[k].get(j) * outputs[k].get(j);
+      }
+    }
+    reduction = block_sum(reduction, scratch);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * threads + t) * kVec;
+      if (column < columns) {
+        Pack<T, kVec> result;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const float value = outputs[k].get(j), g = grads[k].get(j);
+          result.set(j, log ? g - expf(value) * reduction : value * (g - reduction));
+        }
+        store_pack(grad_x + base + column, result);
+      }
+    }
+  }
+}
+
 template <class T, int kVec>
 __global__ void __launch_bounds__(kBlockKernelThreads)
     softmax_backward_block_kernel(const T* __restrict__ y,       // [rows, columns] forward output
@@ -197,10 +302,17 @@ __global__ void __launch_bounds__(kBlockKernelThreads)
   }
 }
 
-// Calls body.template operator()<kPacks>() with the smallest power of two kPacks >= packs_per_lane
-// (packs_per_lane <= kMaxPacks).
+// Calls body.template operator()<kPacks>() with kPacks = packs_per_lane when that is 3 or 6, else the
+// smallest power of two kPacks >= packs_per_lane (packs_per_lane <= kMaxPacks).
 template <int kPacks, int kMaxPacks, class Body>
 void dispatch_packs_per_lane(int packs_per_lane, Body&& body) {
+  // Also exactly 3 and 6 packs (C = 768 at bf16 / f32): no registers and exps spent on padding.
+  if constexpr (kPacks == 1 && kMaxPacks >= 4) {
+    if (packs_per_lane == 3) return body.template operator()<3>();
+  }
+  if constexpr (kPacks == 1 && kMaxPacks >= 8) {
+    if (packs_per_lane == 6) return body.template operator()<6>();
+  }
   if constexpr (kPacks >= kMaxPacks) {
     body.template operator()<kMaxPacks>();
   } else {
@@ -244,6 +356,20 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
               <<<cuda::grid_for(shape.rows, cuda::kWarpKernelThreads / 32), cuda::kWarpKernelThreads, 0, stream>>>(
                   in, data, shape.rows, shape.columns, log);
         });
+      } else if (kVec > 1 && shape.columns <= cuda::kRowBlockMaxColumns) {
+        // 2 packs per thread (32 bytes in flight), 4 when the row would need more than 512 threads.
+        const int packs = shape.columns / kVec;
+        constexpr int kMaxPacks = kVec == 1 ? 1 : cuda::kRowBlockMaxColumns / (cuda::kRowBlockMaxThreads * kVec);
+        auto launch = [&]<int kPacks>() {
+          const int threads = ((packs + kPacks - 1) / kPacks + 31) / 32 * 32;
+          cuda::softmax_row_block_kernel<T, kVec, kPacks>
+              <<<cuda::grid_for(shape.rows, 1), threads, 0, stream>>>(in, data, shape.rows, shape.columns, log);
+        };
+        if (kMaxPacks <= 2 || packs <= 2 * cuda::kRowBlockMaxThreads) {
+          launch.template operator()<(kMaxPacks < 2 ? kMaxPacks : 2)>();
+        } else {
+          launch.template operator()<kMaxPacks>();
+        }
       } else {
         cuda::softmax_block_kernel<T, kVec>
             <<<cuda::grid_for(shape.rows, 1), cuda::kBlockKernelThreads, 0, stream>>>(in, data, shape.rows,
@@ -273,6 +399,20 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const 
               <<<cuda::grid_for(shape.rows, cuda::kWarpKernelThreads / 32), cuda::kWarpKernelThreads, 0, stream>>>(
                   out, gy, gx, shape.rows, shape.columns, log);
         });
+      } else if (kVec > 1 && shape.columns <= cuda::kRowBlockMaxColumns) {
+        // As the forward: 2 packs per thread, 4 when the row would need more than 512 threads.
+        const int packs = shape.columns / kVec;
+        constexpr int kMaxPacks = kVec == 1 ? 1 : cuda::kRowBlockMaxColumns / (cuda::kRowBlockMaxThreads * kVec);
+        auto launch = [&]<int kPacks>() {
+          const int threads = ((packs + kPacks - 1) / kPacks + 31) / 32 * 32;
+          cuda::softmax_backward_row_block_kernel<T, kVec, kPacks>
+              <<<cuda::grid_for(shape.rows, 1), threads, 0, stream>>>(out, gy, gx, shape.rows, shape.columns, log);
+        };
+        if (kMaxPacks <= 2 || packs <= 2 * cuda::kRowBlockMaxThreads) {
+          launch.template operator()<(kMaxPacks < 2 ? kMaxPacks : 2)>();
+        } else {
+          launch.template operator()<kMaxPacks>();
+        }
       } else {
         cuda::softmax_backward_block_kernel<T, kVec>
             <<<cuda::grid_for(shape.rows, 1), cuda::kBlockKernelThreads, 0, stream>>>(out, gy, gx, shape.rows,

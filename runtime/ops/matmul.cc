@@ -67,8 +67,17 @@ class MatmulFunction final : public autograd::Function {
   }
 };
 
-// linear with a bias: one product with the bias fused (Backend::matmul_bias), and the gradients
-// dX = dY W, dW = dY^T X (contiguous, the weight's layout), db = dY summed over rows.
+// The gradients of linear from dY ([R, N]): dX = dY W (viewed as x_shape), dW = dY^T X (contiguous,
+// the weight's layout), db = dY summed over rows.
+std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& rows, const Tensor& weight, const Shape& x_shape) {
+  const int64_t n = weight.size(0);
+  Tensor grad_x = product(g, weight).view(x_shape);
+  Tensor grad_weight = product(g.transpose(0, 1), rows);
+  Tensor grad_bias = sum_to_shape(g, {n});
+  return {grad_x, grad_weight, grad_bias};
+}
+
+// linear with a bias: one product with the bias fused (Backend::matmul_bias), and linear_backward.
 class LinearFunction final : public autograd::Function {
  public:
   std::string name() const override { return "LinearBackward"; }
@@ -92,10 +101,43 @@ class LinearFunction final : public autograd::Function {
     const Tensor& weight = saved()[1];  // [N, K]
     const int64_t n = weight.size(0);
     const Tensor g = grad_or_zeros(grads, 0).reshape({-1, n});  // [R, N]
-    Tensor grad_x = product(g, weight).view(x_shape_);
-    Tensor grad_weight = product(g.transpose(0, 1), rows);
-    Tensor grad_bias = sum_to_shape(g, {n});
-    return {grad_x, grad_weight, grad_bias};
+    return linear_backward(g, rows, weight, x_shape_);
+  }
+
+ private:
+  Shape x_shape_;
+};
+
+// gelu(linear(x, weight, bias)) from one Backend::matmul_bias_gelu call, which also writes the
+// pre-activation; backward: dPre = gelu'(pre) * dY (Backend::unary_backward), then linear_backward.
+class LinearGeluFunction final : public autograd::Function {
+ public:
+  std::string name() const override { return "LinearGeluBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    const Tensor& x = inputs[0];
+    const Tensor& weight = inputs[1];  // [N, K]
+    const Tensor& bias = inputs[2];    // [N]
+    const int64_t k = x.size(-1), n = weight.size(0);
+    x_shape_ = x.shape();
+    Shape out_shape = x.shape();
+    out_shape.back() = n;
+    const Tensor rows = x.reshape({-1, k});
+    Tensor out = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
+    Tensor pre_activation = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
+    backend_for(x.device()).matmul_bias_gelu(rows.unsqueeze(0), weight.transpose(0, 1).unsqueeze(0),
+                                             bias.contiguous(), out, pre_activation);
+    save_for_backward({rows, weight, pre_activation.view({rows.size(0), n})});
+    return {out.view(out_shape)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& rows = saved()[0];            // [R, K]
+    const Tensor& weight = saved()[1];          // [N, K]
+    const Tensor& pre_activation = saved()[2];  // [R, N]
+    const int64_t n = weight.size(0);
+    const Tensor g = grad_or_zeros(grads, 0).reshape({-1, n});  // [R, N]
+    Tensor grad_pre = Tensor::empty(pre_activation.shape(), pre_activation.dtype(), pre_activation.device());
+    backend_for(g.device()).unary_backward(UnaryOp::kGelu, pre_activation, g, grad_pre);
+    return linear_backward(grad_pre, rows, weight, x_shape_);
   }
 
  private:
@@ -122,22 +164,40 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return autograd::apply<MatmulFunction>({a, b})[0];
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  ops::check_floating("linear", x, "input");
-  ops::check_floating("linear", weight, "weight");
-  ops::check_compatible("linear", x, "input", weight, "weight");
-  ops::check_rank("linear", weight, "weight", 2);
-  WEFT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.describe(),
+namespace {
+
+void check_linear_arguments(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  ops::check_floating(op, x, "input");
+  ops::check_floating(op, weight, "weight");
+  ops::check_compatible(op, x, "input", weight, "weight");
+  ops::check_rank(op, weight, "weight", 2);
+  WEFT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), op, ": input ", x.describe(),
              " does not match weight ", weight.describe(), " (expected last dim ", weight.size(1), ")");
+  if (bias.defined()) {
+    ops::check_compatible(op, x, "input", bias, "bias");
+    ops::check_shape(op, bias, "bias", {weight.size(0)});
+  }
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear_arguments("linear", x, weight, bias);
   const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x;
   Tensor out;
   if (bias.defined()) {
-    ops::check_compatible("linear", x, "input", bias, "bias");
-    ops::check_shape("linear", bias, "bias", {weight.size(0)});
     out = autograd::apply<LinearFunction>({rows, weight, bias})[0];
   } else {
     out = matmul(rows, weight.transpose(0, 1));
   }
+  return x.dim() == 1 ? out.squeeze(0) : out;
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear_arguments("linear_gelu", x, weight, bias);
+  if (!bias.defined()) return gelu(linear(x, weight));
+  const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x;
+  const Tensor out = autograd::apply<LinearGeluFunction>({rows, weight, bias})[0];
   return x.dim() == 1 ? out.squeeze(0) : out;
 }
 

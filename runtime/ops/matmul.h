@@ -4,6 +4,9 @@
 // shared by every batch without a copy. Transposed views are passed to BLAS as they are (no copy).
 // linear(x [..., In], weight [Out, In], bias [Out] or undefined) -> [..., Out] = x weight^T + bias,
 // the convention of torch.nn.Linear.
+// linear_gelu(x, weight, bias) = gelu(linear(x, weight, bias)) (tanh form) as one op: on CUDA the bias
+// and GELU ride the product's cuBLASLt epilogue (Backend::matmul_bias_gelu), which also keeps the
+// pre-activation for the backward. Without a bias it is gelu(linear(x, weight)).
 #pragma once
 
 #include "runtime/tensor.h"
@@ -12,5 +15,6 @@ namespace weft {
 
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 }  // namespace weft

@@ -73,6 +73,52 @@ class RmsNormFunction final : public autograd::Function {
   double eps_;
 };
 
+// sum = x + residual and out = layer_norm(sum) from one backend call; saves the sum (not x and
+// residual) with the statistics, so the backward is layer_norm's on the sum.
+class AddLayerNormFunction final : public autograd::Function {
+ public:
+  explicit AddLayerNormFunction(double eps) : eps_(eps) {}
+  std::string name() const override { return "AddLayerNormBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    const Tensor x = as_rows(inputs[0]);
+    const Tensor residual = as_rows(inputs[1]);
+    const Tensor weight = inputs[2].contiguous();
+    const Tensor& bias = inputs[3];
+    Tensor sum = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor mean = Tensor::empty({x.size(0)}, statistic_dtype(x.dtype()), x.device());
+    Tensor rstd = Tensor::empty({x.size(0)}, statistic_dtype(x.dtype()), x.device());
+    backend_for(x.device()).add_layer_norm(x, residual, weight, bias.defined() ? bias.contiguous() : Tensor(), eps_,
+                                           sum, out, mean, rstd);
+    save_for_backward({sum, weight, mean, rstd});
+    has_bias_ = bias.defined();
+    return {sum.view(inputs[0].shape()), out.view(inputs[0].shape())};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& sum = saved()[0];
+    const Tensor& weight = saved()[1];
+    Tensor grad_sum;
+    Tensor grad_weight, grad_bias;
+    if (grads[1].defined()) {
+      grad_sum = Tensor::empty(sum.shape(), sum.dtype(), sum.device());
+      grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+      grad_bias = has_bias_ ? Tensor::empty(weight.shape(), weight.dtype(), weight.device()) : Tensor();
+      Backend& backend = backend_for(sum.device());
+      backend.layer_norm_backward(sum, weight, saved()[2], saved()[3], as_rows(grads[1]), grad_sum, grad_weight,
+                                  grad_bias);
+      if (grads[0].defined()) backend.binary(BinaryOp::kAdd, grad_sum, as_rows(grads[0]), grad_sum);
+    } else {
+      grad_sum = grad_or_zeros(grads, 0).contiguous().view(sum.shape());
+    }
+    const Tensor grad = grad_sum.view(output_shapes[0]);
+    return {grad, grad, grad_weight, grad_bias};
+  }
+
+ private:
+  double eps_;
+  bool has_bias_ = false;
+};
+
 void check_norm_arguments(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                           double eps) {
   ops::check_floating(op, x, "x");
@@ -91,6 +137,16 @@ void check_norm_arguments(std::string_view op, const Tensor& x, const Tensor& we
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   check_norm_arguments("layer_norm", x, weight, bias, eps);
   return autograd::apply<LayerNormFunction>({x, weight, bias}, eps)[0];
+}
+
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                         const Tensor& bias, double eps) {
+  check_norm_arguments("add_layer_norm", x, weight, bias, eps);
+  ops::check_compatible("add_layer_norm", x, "x", residual, "residual");
+  WEFT_CHECK(residual.shape() == x.shape(), "add_layer_norm: residual ", residual.describe(),
+             " must have the shape of x ", x.describe());
+  std::vector<Tensor> outputs = autograd::apply<AddLayerNormFunction>({x, residual, weight, bias}, eps);
+  return {outputs[0], outputs[1]};
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {

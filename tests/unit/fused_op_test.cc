@@ -1,0 +1,168 @@
+// The fused ops add_layer_norm and linear_gelu on the CPU (the reference backend): backward against
+// central finite differences in double precision, and forward equal to the unfused composition.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "layers/layer_norm.h"
+#include "layers/registry.h"
+#include "layers/transformer_block.h"
+#include "runtime/weft.h"
+#include "tests/support/gradient_check.h"
+
+namespace weft {
+namespace {
+
+using testing::expect_gradients_match;
+using testing::max_abs_difference;
+using testing::random_leaf;
+
+TEST(FusedOps, AddLayerNormForwardEqualsAddThenLayerNorm) {
+  for (bool with_bias : {true, false}) {
+    Tensor x = random_leaf({2, 3, 7}, 1), r = random_leaf({2, 3, 7}, 2);
+    Tensor w = random_leaf({7}, 3), b = with_bias ? random_leaf({7}, 4) : Tensor();
+    auto [sum, out] = add_layer_norm(x, r, w, b, 1e-5);
+    const Tensor expected_sum = add(x, r);
+    const Tensor expected_out = layer_norm(expected_sum, w, b, 1e-5);
+    ASSERT_EQ(sum.shape(), x.shape());
+    ASSERT_EQ(out.shape(), x.shape());
+    EXPECT_LE(max_abs_difference(sum, expected_sum), 1e-12);
+    EXPECT_LE(max_abs_difference(out, expected_out), 1e-12);
+    EXPECT_TRUE(sum.requires_grad());
+    EXPECT_TRUE(out.requires_grad());
+  }
+}
+
+TEST(FusedOps, AddLayerNormGradients) {
+  Tensor x = random_leaf({2, 3, 7}, 5), r = random_leaf({2, 3, 7}, 6);
+  Tensor w = random_leaf({7}, 7), b = random_leaf({7}, 8);
+  // Both outputs carry gradient (the sum through a nonlinear use, as a residual stream does).
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        auto [sum, out] = add_layer_norm(in[0], in[1], in[2], in[3]);
+        return add(mul(sum, sum), out);
+      },
+      {x, r, w, b});
+  // No bias.
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        auto [sum, out] = add_layer_norm(in[0], in[1], in[2], Tensor());
+        return add(tanh(sum), out);
+      },
+      {x, r, w});
+  // Only the normalized output used.
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) { return add_layer_norm(in[0], in[1], in[2], in[3], 1e-3).second; },
+      {x, r, w, b});
+  // Only the sum used (weight and bias get no gradient).
+  const Tensor fixed_w = random_leaf({7}, 9, false);
+  expect_gradients_match(
+      [&](const std::vector<Tensor>& in) { return square(add_layer_norm(in[0], in[1], fixed_w, Tensor()).first); },
+      {x, r});
+  // Non-contiguous inputs.
+  Tensor xt = random_leaf({7, 4}, 10), rt = random_leaf({4, 7}, 11);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        auto [sum, out] = add_layer_norm(in[0].transpose(0, 1), in[1], in[2], in[3]);
+        return add(sum, out);
+      },
+      {xt, rt, w, b});
+}
+
+TEST(FusedOps, AddLayerNormRejectsMismatchedResidual) {
+  Tensor x = random_leaf({2, 7}, 12), w = random_leaf({7}, 13);
+  EXPECT_THROW(add_layer_norm(x, random_leaf({1, 7}, 14), w, Tensor()), Error);
+  EXPECT_THROW(add_layer_norm(x, random_leaf({2, 7}, 15).to(kFloat32), w, Tensor()), Error);
+}
+
+TEST(FusedOps, LinearGeluForwardEqualsGeluOfLinear) {
+  Tensor x = random_leaf({2, 3, 4}, 20), w = random_leaf({6, 4}, 21), b = random_leaf({6}, 22);
+  const Tensor out = linear_gelu(x, w, b);
+  ASSERT_EQ(out.shape(), Shape({2, 3, 6}));
+  EXPECT_LE(max_abs_difference(out, gelu(linear(x, w, b))), 1e-12);
+  EXPECT_LE(max_abs_difference(linear_gelu(x, w, Tensor()), gelu(linear(x, w))), 1e-12);
+  Tensor v = random_leaf({4}, 23);
+  EXPECT_LE(max_abs_difference(linear_gelu(v, w, b), gelu(linear(v, w, b))), 1e-12);
+  EXPECT_EQ(linear_gelu(v, w, b).shape(), Shape({6}));
+}
+
+TEST(FusedOps, LinearGeluGradients) {
+  Tensor x = random_leaf({2, 3, 4}, 24), w = random_leaf({6, 4}, 25), b = random_leaf({6}, 26);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return linear_gelu(in[0], in[1], in[2]); }, {x, w, b});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return linear_gelu(in[0], in[1], Tensor()); }, {x, w});
+  Tensor v = random_leaf({4}, 27);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return linear_gelu(in[0], in[1], in[2]); }, {v, w, b});
+  // Transposed input view.
+  Tensor xt = random_leaf({4, 5}, 28);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) { return linear_gelu(in[0].transpose(0, 1), in[1], in[2]); }, {xt, w, b});
+}
+
+TEST(FusedOps, LinearGeluRejectsBadShapes) {
+  Tensor x = random_leaf({2, 4}, 29), w = random_leaf({6, 4}, 30);
+  EXPECT_THROW(linear_gelu(x, w, random_leaf({5}, 31)), Error);
+  EXPECT_THROW(linear_gelu(random_leaf({2, 5}, 32), w, random_leaf({6}, 33)), Error);
+}
+
+// A LayerNorm of another type: TransformerBlock then takes the unfused path (add, then norm2).
+class UnfusedLayerNorm final : public LayerNorm {
+ public:
+  using LayerNorm::LayerNorm;
+};
+
+WEFT_REGISTER_LAYER("unfused_layer_norm_for_test", [](const LayerContext& context) {
+  return std::make_shared<UnfusedLayerNorm>(context.config.dim, context.config.norm_eps, context.config.bias);
+});
+
+// The block with add_layer_norm gives the unfused block's output and gradients (f64, same weights).
+TEST(FusedOps, TransformerBlockMatchesTheUnfusedBlock) {
+  for (bool bias : {true, false}) {
+    ModelConfig config;
+    config.layers = 2;
+    config.dim = 8;
+    config.heads = 2;
+    config.vocab = 7;
+    config.seq_len = 6;
+    config.init_std = 0.4;
+    config.seed = 5;
+    config.bias = bias;
+    ModelConfig unfused_config = config;
+    unfused_config.norm = "unfused_layer_norm_for_test";
+    uint64_t offset = 0, unfused_offset = 0;
+    TransformerBlock fused(LayerContext{config, &offset});
+    TransformerBlock unfused(LayerContext{unfused_config, &unfused_offset});
+    fused.to(kFloat64);
+    unfused.to(kFloat64);
+    std::map<std::string, Tensor> state;
+    uint64_t noise_offset = 0;
+    for (const NamedParameter& entry : fused.named_parameters()) {
+      const Tensor noise = Tensor::normal(entry.tensor.shape(), 77, noise_offset, 0.0, 0.3, kFloat64);
+      noise_offset += static_cast<uint64_t>(entry.tensor.numel());
+      state.emplace(entry.name, add(entry.tensor.detach(), noise));
+    }
+    fused.load_state_dict(state);
+    unfused.load_state_dict(state);
+
+    const Tensor x = random_leaf({2, 5, 8}, 78), x_unfused = random_leaf({2, 5, 8}, 78);
+    const Tensor y = fused.forward(x);
+    const Tensor y_unfused = unfused.forward(x_unfused);
+    EXPECT_LE(max_abs_difference(y, y_unfused), 1e-12);
+    const Tensor weights = random_leaf({2, 5, 8}, 79, false);
+    sum(mul(y, weights)).backward();
+    sum(mul(y_unfused, weights)).backward();
+    EXPECT_LE(max_abs_difference(x.grad(), x_unfused.grad()), 1e-12);
+    const auto fused_parameters = fused.named_parameters();
+    const auto unfused_parameters = unfused.named_parameters();
+    ASSERT_EQ(fused_parameters.size(), unfused_parameters.size());
+    for (size_t i = 0; i < fused_parameters.size(); ++i) {
+      ASSERT_TRUE(fused_parameters[i].tensor.grad().defined()) << fused_parameters[i].name;
+      EXPECT_LE(max_abs_difference(fused_parameters[i].tensor.grad(), unfused_parameters[i].tensor.grad()), 1e-12)
+          << fused_parameters[i].name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft
