@@ -24,12 +24,24 @@ nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::js
 }  // namespace
 
 MetricsLogger::MetricsLogger(int64_t total_steps, int64_t print_every, const std::string& metrics_file,
-                             const std::string& progress, bool enabled)
+                             const std::string& progress, bool enabled, int64_t first_step)
     : total_steps_(total_steps), enabled_(enabled), print_every_(std::max<int64_t>(print_every, 1)),
       start_(std::chrono::steady_clock::now()) {
   bar_ = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO));
   if (!metrics_file.empty()) {
-    metrics_.open(metrics_file, std::ios::app);
+    std::string kept;  // a resumed run keeps the lines of the steps before it
+    if (first_step > 1) {
+      std::ifstream previous(metrics_file);
+      for (std::string line; std::getline(previous, line);) {
+        const nlohmann::json entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (entry.is_object() && entry.contains("step") && entry["step"].is_number_integer() &&
+            entry["step"].get<int64_t>() < first_step) {
+          kept += line + "\n";
+        }
+      }
+    }
+    metrics_.open(metrics_file, std::ios::trunc);
+    metrics_ << kept;
     WEFT_CHECK(metrics_.good(), "log.metrics_file: cannot open '", metrics_file, "' for writing");
   }
 }

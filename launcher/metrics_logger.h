@@ -34,8 +34,10 @@ class MetricsLogger {
  public:
   // progress: "auto" (bar on a terminal), "bar" or "plain". A logger that is not enabled (ranks
   // other than 0 of a distributed run) prints and writes nothing.
+  // A run that starts at step 1 starts a new metrics file; a resumed run (first_step > 1) appends
+  // to it after dropping the lines of steps it will run again, so every step appears once.
   MetricsLogger(int64_t total_steps, int64_t print_every, const std::string& metrics_file,
-                const std::string& progress, bool enabled = true);
+                const std::string& progress, bool enabled = true, int64_t first_step = 1);
   ~MetricsLogger();
   void log_step(const StepMetrics& metrics);
   void log_validation(int64_t step, double loss);

@@ -238,7 +238,7 @@ TrainResult Trainer::run() {
   const bool leader = s.world_rank == 0;  // prints, writes metrics and checkpoints
 
   MetricsLogger logger(train.steps, config_.log.every, leader ? config_.log.metrics_file : "",
-                       config_.log.progress, /*enabled=*/leader);
+                       config_.log.progress, /*enabled=*/leader, s.start_step + 1);
   logger.log_event(absl::StrFormat("weft-train: %s model, %lld parameters, %s on %s, %s; %lld steps of %lld x %lld "
                                    "tokens",
                                    config_.model.type, static_cast<long long>(model_->parameter_count()),

@@ -141,6 +141,25 @@ TEST_F(TrainerTest, UnwritableCheckpointFolderIsRefusedBeforeTraining) {
   }
 }
 
+TEST_F(TrainerTest, AResumedRunRewritesTheMetricsOfTheStepsItRepeats) {
+  RunConfig config = tiny_config();
+  config.checkpoint.dir = (root_ / "first").string();
+  config.checkpoint.every = 3;
+  config.log.metrics_file = (root_ / "metrics.jsonl").string();
+  Trainer(config).run();
+  config.checkpoint.dir = (root_ / "second").string();
+  config.checkpoint.resume = (root_ / "first" / checkpoint_folder_name(3)).string();
+  Trainer(config).run();
+  std::vector<int64_t> steps;
+  std::ifstream metrics(config.log.metrics_file);
+  for (std::string line; std::getline(metrics, line);) {
+    const size_t at = line.find("\"step\":");
+    ASSERT_NE(at, std::string::npos) << line;
+    steps.push_back(std::stoll(line.substr(at + 7)));
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
 TEST_F(TrainerTest, TextVocabularyLargerThanModelIsAnError) {
   RunConfig config = tiny_config();
   config.model.vocab = 100;
