@@ -27,7 +27,7 @@ namespace weft {
 
 // The dtype of optimizer state for a parameter of `parameter_dtype`.
 inline DType optimizer_state_dtype(DType parameter_dtype) {
-  return parameter_dtype == kFloat64 ? kFloat64 : kFloat32;
+  return statistic_dtype(parameter_dtype);
 }
 
 inline bool needs_master_weights(DType parameter_dtype) {

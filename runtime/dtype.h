@@ -100,6 +100,12 @@ inline float round_to_odd_float(double value) {
   return narrowed;
 }
 
+// The dtype of per-row statistics (mean, rstd, log-sum-exp, per-row losses) and of optimizer state:
+// f64 for f64 tensors, f32 for every other floating dtype. StatisticType<T> is its C++ type.
+inline DType statistic_dtype(DType dtype) { return dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
+template <class T>
+using StatisticType = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
 // Load one stored element as its compute type, and store a computed value back (rounding once).
 template <class T>
 inline ComputeType<T> load_element(const T& value) {

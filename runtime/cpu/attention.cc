@@ -12,13 +12,6 @@
 #include "runtime/cpu/kernel_support.h"
 
 namespace weft {
-namespace {
-
-template <class S>
-using Statistic = std::conditional_t<std::is_same_v<S, double>, double, float>;
-
-}  // namespace
-
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                            const Tensor& lse) {
   const int64_t heads_total = q.size(0) * q.size(1), steps = q.size(2), head_dim = q.size(3);
@@ -28,7 +21,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, do
     const T* k_data = k.data<T>();
     const T* v_data = v.data<T>();
     T* o_data = out.data<T>();
-    auto* lse_data = lse.data<Statistic<T>>();
+    auto* lse_data = lse.data<StatisticType<T>>();
     std::vector<C> scores(static_cast<size_t>(steps));
     std::vector<C> accumulator(static_cast<size_t>(head_dim));
     for (int64_t h = 0; h < heads_total; ++h) {
@@ -72,7 +65,7 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
     const T* v_data = v.data<T>();
     const T* o_data = out.data<T>();
     const T* go_data = grad_out.data<T>();
-    const auto* lse_data = lse.data<Statistic<T>>();
+    const auto* lse_data = lse.data<StatisticType<T>>();
     // Accumulate in the compute type, then store once (bf16 outputs round once).
     const int64_t per_head = steps * head_dim;
     std::vector<C> dq(static_cast<size_t>(per_head)), dk(static_cast<size_t>(per_head)),

@@ -7,13 +7,6 @@
 #include "runtime/cpu/kernel_support.h"
 
 namespace weft {
-namespace {
-
-template <class S>
-using Statistic = std::conditional_t<std::is_same_v<S, double>, double, float>;
-
-}  // namespace
-
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                const Tensor& losses, const Tensor& lse) {
   const int64_t rows = logits.size(0), vocabulary = logits.size(1);
@@ -27,8 +20,8 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int6
     cpu::dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
       using C = ComputeType<T>;
       const T* data = logits.data<T>();
-      auto* loss_data = losses.data<Statistic<T>>();
-      auto* lse_data = lse.data<Statistic<T>>();
+      auto* loss_data = losses.data<StatisticType<T>>();
+      auto* lse_data = lse.data<StatisticType<T>>();
       for (int64_t n = 0; n < rows; ++n) {
         const T* row = data + n * vocabulary;
         C maximum = -std::numeric_limits<C>::infinity();
@@ -53,8 +46,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     cpu::dispatch_floating(logits.dtype(), "cross_entropy_backward", [&]<class T>() {
       using C = ComputeType<T>;
       const T* data = logits.data<T>();
-      const auto* lse_data = lse.data<Statistic<T>>();
-      const auto* grad_loss_data = grad_losses.data<Statistic<T>>();
+      const auto* lse_data = lse.data<StatisticType<T>>();
+      const auto* grad_loss_data = grad_losses.data<StatisticType<T>>();
       T* out = grad_logits.data<T>();
       for (int64_t n = 0; n < rows; ++n) {
         const int64_t target = static_cast<int64_t>(target_data[n]);

@@ -11,13 +11,6 @@
 #include "runtime/cpu/kernel_support.h"
 
 namespace weft {
-namespace {
-
-template <class S>
-using Statistic = std::conditional_t<std::is_same_v<S, double>, double, float>;
-
-}  // namespace
-
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
                             const Tensor& mean, const Tensor& rstd) {
   const int64_t columns = x.size(-1);
@@ -28,8 +21,8 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
     const T* w = weight.data<T>();
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
     T* data = out.data<T>();
-    auto* mean_out = mean.data<Statistic<T>>();
-    auto* rstd_out = rstd.data<Statistic<T>>();
+    auto* mean_out = mean.data<StatisticType<T>>();
+    auto* rstd_out = rstd.data<StatisticType<T>>();
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = in + r * columns;
       C total = 0;
@@ -62,8 +55,8 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
     const T* in = x.data<T>();
     const T* w = weight.data<T>();
     const T* gy = grad_out.data<T>();
-    const auto* row_means = mean.data<Statistic<T>>();
-    const auto* row_rstds = rstd.data<Statistic<T>>();
+    const auto* row_means = mean.data<StatisticType<T>>();
+    const auto* row_rstds = rstd.data<StatisticType<T>>();
     T* gx = grad_x.data<T>();
     std::vector<double> weight_sums(static_cast<size_t>(columns), 0.0), bias_sums(static_cast<size_t>(columns), 0.0);
     for (int64_t r = 0; r < rows; ++r) {
@@ -103,7 +96,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, con
     const T* in = x.data<T>();
     const T* w = weight.data<T>();
     T* data = out.data<T>();
-    auto* rstd_out = rstd.data<Statistic<T>>();
+    auto* rstd_out = rstd.data<StatisticType<T>>();
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = in + r * columns;
       C squares = 0;
@@ -126,7 +119,7 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
     const T* in = x.data<T>();
     const T* w = weight.data<T>();
     const T* gy = grad_out.data<T>();
-    const auto* row_rstds = rstd.data<Statistic<T>>();
+    const auto* row_rstds = rstd.data<StatisticType<T>>();
     T* gx = grad_x.data<T>();
     std::vector<double> weight_sums(static_cast<size_t>(columns), 0.0);
     for (int64_t r = 0; r < rows; ++r) {

@@ -18,7 +18,7 @@ class AttentionFunction final : public autograd::Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const Tensor q = inputs[0].contiguous(), k = inputs[1].contiguous(), v = inputs[2].contiguous();
     Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
-    Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, q.dtype() == kFloat64 ? kFloat64 : kFloat32,
+    Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, statistic_dtype(q.dtype()),
                                q.device());
     backend_for(q.device()).attention(q, k, v, scale_, out, lse);
     save_for_backward({q, k, v, out, lse});

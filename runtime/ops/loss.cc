@@ -19,7 +19,7 @@ class CrossEntropyFunction final : public autograd::Function {
     const Tensor logits = inputs[0].contiguous();
     const Tensor targets = inputs[1].contiguous();
     const int64_t rows = logits.size(0);
-    const DType statistic = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;
+    const DType statistic = statistic_dtype(logits.dtype());
     Tensor losses = Tensor::empty({rows}, statistic, logits.device());
     Tensor lse = Tensor::empty({rows}, statistic, logits.device());
     backend_for(logits.device()).cross_entropy(logits, targets, ignore_index_, losses, lse);

@@ -9,8 +9,6 @@
 namespace weft {
 namespace {
 
-DType statistic_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
-
 // [..., C] as [rows, C].
 Tensor as_rows(const Tensor& x) { return x.contiguous().view({-1, x.size(-1)}); }
 
