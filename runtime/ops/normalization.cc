@@ -18,14 +18,14 @@ class LayerNormFunction final : public autograd::Function {
   std::string name() const override { return "LayerNormBackward"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const Tensor x = as_rows(inputs[0]);
-    const Tensor& weight = inputs[1];
+    const Tensor weight = inputs[1].contiguous();
     const Tensor& bias = inputs[2];
     Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
     Tensor mean = Tensor::empty({x.size(0)}, statistic_dtype(x.dtype()), x.device());
     Tensor rstd = Tensor::empty({x.size(0)}, statistic_dtype(x.dtype()), x.device());
-    backend_for(x.device()).layer_norm(x, weight.contiguous(), bias.defined() ? bias.contiguous() : Tensor(), eps_,
-                                       out, mean, rstd);
-    save_for_backward({x, weight.contiguous(), mean, rstd});
+    backend_for(x.device()).layer_norm(x, weight, bias.defined() ? bias.contiguous() : Tensor(), eps_, out, mean,
+                                       rstd);
+    save_for_backward({x, weight, mean, rstd});
     has_bias_ = bias.defined();
     return {out.view(inputs[0].shape())};
   }
