@@ -8,25 +8,19 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/error_expectations.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
 
 namespace weft {
 namespace {
 
+using testing::error_message;
+using testing::expect_contains;
+
 using testing::expect_gradients_match;
 using testing::max_abs_difference;
 using testing::random_leaf;
-
-std::string error_message(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a weft::Error";
-  return "";
-}
 
 bool mentions(const std::string& message, const std::string& part) { return message.find(part) != std::string::npos; }
 

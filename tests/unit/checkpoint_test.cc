@@ -14,11 +14,15 @@
 #include <unistd.h>
 
 #include "gtest/gtest.h"
+#include "tests/support/error_expectations.h"
 #include "launcher/checkpoint.h"
 #include "runtime/error.h"
 
 namespace weft {
 namespace {
+
+using testing::error_message;
+using testing::expect_contains;
 
 namespace fs = std::filesystem;
 
@@ -45,22 +49,6 @@ class CheckpointTest : public ::testing::Test {
   fs::path folder_;
   std::string dir_;
 };
-
-std::string error_message(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a weft::Error";
-  return "";
-}
-
-void expect_contains(const std::string& text, std::initializer_list<std::string> parts) {
-  for (const std::string& part : parts) {
-    EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
-  }
-}
 
 std::map<std::string, Tensor> sample_tensors(float scale) {
   const std::vector<float> weights = {1.5f * scale, -2.25f, 3.0f, 0.1f, -0.0f, 1e-20f};

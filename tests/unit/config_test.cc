@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gtest/gtest.h"
+#include "tests/support/error_expectations.h"
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
 #include "launcher/config_options.h"
@@ -23,6 +24,9 @@
 
 namespace weft {
 namespace {
+
+using testing::error_message;
+using testing::expect_contains;
 
 // A fresh folder per test, so the files can have the plain names ("run.yaml") that messages show.
 class ConfigTest : public ::testing::Test {
@@ -43,23 +47,6 @@ class ConfigTest : public ::testing::Test {
 
   std::filesystem::path folder_;
 };
-
-// The message of the weft::Error that `action` throws; fails the test when it throws none.
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a weft::Error";
-  return "";
-}
-
-void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
-  for (const std::string& part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' missing from: " << message;
-  }
-}
 
 // Equal in every declared key (the dump prints every key with a text that parses back exactly).
 void expect_same_config(const RunConfig& a, const RunConfig& b) {
@@ -138,159 +125,159 @@ TEST_F(ConfigTest, UnknownKeyNamesFileLineAndNearestKey) {
                                  "  steps: 10\n"
                                  "\n"
                                  "  lrr: 0.1\n");
-  EXPECT_EQ(error_of([&] { load_config({file}, {}); }),
+  EXPECT_EQ(error_message([&] { load_config({file}, {}); }),
             file + ":7: unknown key 'train.lrr'; did you mean 'train.lr'?");
   // The right name under the wrong section.
   const std::string misplaced = write("misplaced.yaml", "train:\n  vocab: 50304\n");
-  expect_contains(error_of([&] { load_config({misplaced}, {}); }),
+  expect_contains(error_message([&] { load_config({misplaced}, {}); }),
                   {"misplaced.yaml:2", "unknown key 'train.vocab'", "did you mean 'model.vocab'?"});
   // Nothing close: list the section's keys.
   const std::string far = write("far.yaml", "comm:\n  overlap_everything: true\n");
-  expect_contains(error_of([&] { load_config({far}, {}); }),
+  expect_contains(error_message([&] { load_config({far}, {}); }),
                   {"far.yaml:2", "unknown key 'comm.overlap_everything'", "the keys of 'comm' are: mode"});
 }
 
 TEST_F(ConfigTest, UnknownSectionNamesFileLineAndNearestSection) {
   const std::string typo = write("run.yaml", "model:\n  dim: 64\ntrian:\n  lr: 0.1\n");
-  EXPECT_EQ(error_of([&] { load_config({typo}, {}); }),
+  EXPECT_EQ(error_message([&] { load_config({typo}, {}); }),
             typo + ":3: unknown section 'trian'; did you mean 'train'?");
   const std::string flat = write("flat.yaml", "\nlr: 0.1\n");
-  expect_contains(error_of([&] { load_config({flat}, {}); }),
+  expect_contains(error_message([&] { load_config({flat}, {}); }),
                   {"flat.yaml:2", "unknown section 'lr'", "did you mean 'train.lr'?"});
   const std::string dotted = write("dotted.yaml", "train.lr: 0.1\n");
-  expect_contains(error_of([&] { load_config({dotted}, {}); }),
+  expect_contains(error_message([&] { load_config({dotted}, {}); }),
                   {"dotted.yaml:1", "unknown section 'train.lr'", "'train:' and under it 'lr: ...'"});
   const std::string nothing_close = write("other.yaml", "optimizer_settings:\n  x: 1\n");
-  expect_contains(error_of([&] { load_config({nothing_close}, {}); }),
+  expect_contains(error_message([&] { load_config({nothing_close}, {}); }),
                   {"other.yaml:1", "the sections are model, train, data, parallel, comm, checkpoint, log"});
 }
 
 TEST_F(ConfigTest, WrongTypeNamesKeyValueAndFileLine) {
   const std::string file = write("run.yaml", "train:\n  lr: 0.1\n\n\n  steps: ten\n");
-  EXPECT_EQ(error_of([&] { load_config({file}, {}); }),
+  EXPECT_EQ(error_message([&] { load_config({file}, {}); }),
             "train.steps: expected an integer, got 'ten' (" + file + ":5)");
-  expect_contains(error_of([&] { load_config({write("a.yaml", "train:\n  steps: 1.5\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("a.yaml", "train:\n  steps: 1.5\n")}, {}); }),
                   {"train.steps: expected an integer, got '1.5'", "a.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("b.yaml", "train:\n  lr: fast\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("b.yaml", "train:\n  lr: fast\n")}, {}); }),
                   {"train.lr: expected a number, got 'fast'", "b.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("c.yaml", "model:\n  bias: maybe\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("c.yaml", "model:\n  bias: maybe\n")}, {}); }),
                   {"model.bias: expected true or false, got 'maybe'", "c.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("d.yaml", "model:\n  dim: [1, 2]\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("d.yaml", "model:\n  dim: [1, 2]\n")}, {}); }),
                   {"model.dim: expected an integer, got a list", "d.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("e.yaml", "model:\n  dim:\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("e.yaml", "model:\n  dim:\n")}, {}); }),
                   {"model.dim: expected an integer, got nothing", "e.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("f.yaml", "train:\n  seed: -1\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("f.yaml", "train:\n  seed: -1\n")}, {}); }),
                   {"train.seed: expected a non-negative integer, got '-1'", "f.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("g.yaml", "model:\n  options: [a]\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("g.yaml", "model:\n  options: [a]\n")}, {}); }),
                   {"model.options: expected a map of NAME: VALUE, got a list", "g.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("h.yaml", "train: 3\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("h.yaml", "train: 3\n")}, {}); }),
                   {"h.yaml:1", "section 'train' must be a map of keys", "got '3'"});
-  expect_contains(error_of([&] { load_config({write("i.yaml", "- train\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("i.yaml", "- train\n")}, {}); }),
                   {"i.yaml:1", "expected a map of sections", "got a list"});
 }
 
 TEST_F(ConfigTest, ValuesOutOfRangeOrNotAllowedSayWhatIsAllowed) {
-  expect_contains(error_of([&] { load_config({write("run.yaml", "train:\n  lr: -0.1\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("run.yaml", "train:\n  lr: -0.1\n")}, {}); }),
                   {"train.lr: must be > 0, got -0.1", "run.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("a.yaml", "train:\n  schedule: cosin\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("a.yaml", "train:\n  schedule: cosin\n")}, {}); }),
                   {"train.schedule: must be one of cosine|linear|constant, got 'cosin'", "a.yaml:2"});
-  expect_contains(error_of([&] { load_config({write("b.yaml", "train:\n  device: gpu\n")}, {}); }),
+  expect_contains(error_message([&] { load_config({write("b.yaml", "train:\n  device: gpu\n")}, {}); }),
                   {"train.device: must be one of cpu|cuda|cuda:N, got 'gpu'", "b.yaml:2"});
-  expect_contains(error_of([] { load_config({}, {"train.device=cuda:x"}); }),
+  expect_contains(error_message([] { load_config({}, {"train.device=cuda:x"}); }),
                   {"train.device: must be one of cpu|cuda|cuda:N, got 'cuda:x'"});
-  expect_contains(error_of([] { load_config({}, {"train.dtype=fp16"}); }), {"one of f32|bf16"});
-  expect_contains(error_of([] { load_config({}, {"train.optimizer=adam"}); }), {"one of adamw|sgd"});
-  expect_contains(error_of([] { load_config({}, {"data.format=json"}); }), {"one of text|tokens"});
-  expect_contains(error_of([] { load_config({}, {"comm.mode=magic"}); }), {"one of manual|auto"});
-  expect_contains(error_of([] { load_config({}, {"log.progress=fancy"}); }), {"one of auto|bar|plain"});
-  expect_contains(error_of([] { load_config({}, {"train.on_nan=ignore"}); }), {"one of stop|skip"});
-  expect_contains(error_of([] { load_config({}, {"parallel.zero=3"}); }),
+  expect_contains(error_message([] { load_config({}, {"train.dtype=fp16"}); }), {"one of f32|bf16"});
+  expect_contains(error_message([] { load_config({}, {"train.optimizer=adam"}); }), {"one of adamw|sgd"});
+  expect_contains(error_message([] { load_config({}, {"data.format=json"}); }), {"one of text|tokens"});
+  expect_contains(error_message([] { load_config({}, {"comm.mode=magic"}); }), {"one of manual|auto"});
+  expect_contains(error_message([] { load_config({}, {"log.progress=fancy"}); }), {"one of auto|bar|plain"});
+  expect_contains(error_message([] { load_config({}, {"train.on_nan=ignore"}); }), {"one of stop|skip"});
+  expect_contains(error_message([] { load_config({}, {"parallel.zero=3"}); }),
                   {"parallel.zero: must be one of 0|1|2, got '3'"});
-  expect_contains(error_of([] { load_config({}, {"data.val_fraction=0.6"}); }),
+  expect_contains(error_message([] { load_config({}, {"data.val_fraction=0.6"}); }),
                   {"data.val_fraction: must be in [0, 0.5], got 0.6", "(--set data.val_fraction=0.6)"});
-  expect_contains(error_of([] { load_config({}, {"model.dropout=1"}); }), {"must be in [0, 1), got 1.0"});
-  expect_contains(error_of([] { load_config({}, {"model.layers=0"}); }), {"model.layers: must be >= 1, got 0"});
-  expect_contains(error_of([] { load_config({}, {"data.train="}); }), {"data.train: must not be empty"});
+  expect_contains(error_message([] { load_config({}, {"model.dropout=1"}); }), {"must be in [0, 1), got 1.0"});
+  expect_contains(error_message([] { load_config({}, {"model.layers=0"}); }), {"model.layers: must be >= 1, got 0"});
+  expect_contains(error_message([] { load_config({}, {"data.train="}); }), {"data.train: must not be empty"});
   EXPECT_EQ(load_config({}, {"train.device=cuda:3"}).train.device, "cuda:3");
   EXPECT_EQ(load_config({}, {"data.val_fraction=0.5"}).data.val_fraction, 0.5);
 }
 
 TEST_F(ConfigTest, YamlSyntaxErrorNamesFileAndLine) {
   const std::string file = write("run.yaml", "train:\n  lr: 0.1\n  steps: [1, 2\n\n");
-  expect_contains(error_of([&] { load_config({file}, {}); }), {file + ":", "YAML syntax error"});
+  expect_contains(error_message([&] { load_config({file}, {}); }), {file + ":", "YAML syntax error"});
   const std::string brace = write("brace.yaml", "model:\n  dim: 64\n  heads: {\n");
-  const std::string message = error_of([&] { load_config({brace}, {}); });
+  const std::string message = error_message([&] { load_config({brace}, {}); });
   expect_contains(message, {"brace.yaml:", "YAML syntax error"});
   EXPECT_EQ(message.find("brace.yaml:0"), std::string::npos) << "lines are 1-based: " << message;
   const std::string tabs = write("tabs.yaml", "model:\n\tdim: 3\n");
-  expect_contains(error_of([&] { load_config({tabs}, {}); }),
+  expect_contains(error_message([&] { load_config({tabs}, {}); }),
                   {tabs + ":2:", "YAML syntax error", "tab: YAML indents with spaces only"});
 }
 
 TEST_F(ConfigTest, MissingFileIsNamed) {
   const std::string missing = (folder_ / "nope.yaml").string();
-  expect_contains(error_of([&] { load_config({missing}, {}); }),
+  expect_contains(error_message([&] { load_config({missing}, {}); }),
                   {"cannot read config file '" + missing + "'", "No such file"});
 }
 
 TEST_F(ConfigTest, DuplicateKeyNamesBothLines) {
   const std::string file = write("run.yaml", "train:\n  lr: 0.1\n  steps: 3\n  lr: 0.2\n");
-  expect_contains(error_of([&] { load_config({file}, {}); }),
+  expect_contains(error_message([&] { load_config({file}, {}); }),
                   {file + ":4: duplicate key 'train.lr'", "first set at " + file + ":2"});
 }
 
 TEST_F(ConfigTest, SetErrorsNameTheOverride) {
-  expect_contains(error_of([] { load_config({}, {"train.lr"}); }), {"--set 'train.lr': expected key=value"});
-  expect_contains(error_of([] { load_config({}, {"=3"}); }), {"expected key=value"});
-  EXPECT_EQ(error_of([] { load_config({}, {"train.lrr=0.1"}); }),
+  expect_contains(error_message([] { load_config({}, {"train.lr"}); }), {"--set 'train.lr': expected key=value"});
+  expect_contains(error_message([] { load_config({}, {"=3"}); }), {"expected key=value"});
+  EXPECT_EQ(error_message([] { load_config({}, {"train.lrr=0.1"}); }),
             "--set train.lrr=0.1: unknown key 'train.lrr'; did you mean 'train.lr'?");
-  expect_contains(error_of([] { load_config({}, {"trian.lr=0.1"}); }),
+  expect_contains(error_message([] { load_config({}, {"trian.lr=0.1"}); }),
                   {"unknown key 'trian.lr'", "did you mean 'train.lr'?"});
-  expect_contains(error_of([] { load_config({}, {"modle.dim=3"}); }),
+  expect_contains(error_message([] { load_config({}, {"modle.dim=3"}); }),
                   {"unknown key 'modle.dim'", "did you mean 'model.dim'?"});
-  EXPECT_EQ(error_of([] { load_config({}, {"lr=0.1"}); }),
+  EXPECT_EQ(error_message([] { load_config({}, {"lr=0.1"}); }),
             "--set lr=0.1: unknown key 'lr'; did you mean 'train.lr'?");
-  expect_contains(error_of([] { load_config({}, {"optimizer_settings.x=1"}); }),
+  expect_contains(error_message([] { load_config({}, {"optimizer_settings.x=1"}); }),
                   {"unknown key 'optimizer_settings.x'", "the sections are model, train"});
-  EXPECT_EQ(error_of([] { load_config({}, {"trian.foo=1"}); }),
+  EXPECT_EQ(error_message([] { load_config({}, {"trian.foo=1"}); }),
             "--set trian.foo=1: unknown key 'trian.foo'; did you mean section 'train'?");
-  EXPECT_EQ(error_of([] { load_config({}, {"train.steps=ten"}); }),
+  EXPECT_EQ(error_message([] { load_config({}, {"train.steps=ten"}); }),
             "train.steps: expected an integer, got 'ten' (--set train.steps=ten)");
-  expect_contains(error_of([] { load_config({}, {"model.options=x"}); }),
+  expect_contains(error_message([] { load_config({}, {"model.options=x"}); }),
                   {"model.options is a map", "--set model.options.NAME=VALUE"});
 }
 
 TEST_F(ConfigTest, CrossFieldErrorsNameBothKeysValuesAndOrigins) {
   const std::string file = write("run.yaml", "model:\n  dim: 65\n");
-  expect_contains(error_of([&] { load_config({file}, {}); }),
+  expect_contains(error_message([&] { load_config({file}, {}); }),
                   {"model.dim = 65 (" + file + ":2)", "model.heads = 4 (default)", "not a multiple"});
-  expect_contains(error_of([] { load_config({}, {"model.kv_heads=3"}); }),
+  expect_contains(error_message([] { load_config({}, {"model.kv_heads=3"}); }),
                   {"model.heads = 4 (default)", "model.kv_heads = 3 (--set model.kv_heads=3)"});
   EXPECT_NO_THROW(load_config({}, {"model.kv_heads=2"}));
-  expect_contains(error_of([] { load_config({}, {"train.micro_batches=3"}); }),
+  expect_contains(error_message([] { load_config({}, {"train.micro_batches=3"}); }),
                   {"train.batch_size = 8 (default)", "train.micro_batches = 3"});
-  expect_contains(error_of([] { load_config({}, {"parallel.dp=2", "parallel.tp=2"}); }),
+  expect_contains(error_message([] { load_config({}, {"parallel.dp=2", "parallel.tp=2"}); }),
                   {"parallel.tp = 2 (--set parallel.tp=2)", "not built yet", "set it to 1"});
   EXPECT_NO_THROW(load_config({}, {"parallel.dp=4"}));
-  expect_contains(error_of([] { load_config({}, {"parallel.dp=3"}); }),
+  expect_contains(error_message([] { load_config({}, {"parallel.dp=3"}); }),
                   {"train.batch_size = 8 (default)", "parallel.dp = 3 (--set parallel.dp=3)", "split evenly"});
-  expect_contains(error_of([] { load_config({}, {"train.warmup_steps=300"}); }),
+  expect_contains(error_message([] { load_config({}, {"train.warmup_steps=300"}); }),
                   {"train.warmup_steps = 300", "train.steps = 200 (default)"});
-  expect_contains(error_of([] { load_config({}, {"checkpoint.resume=latest"}); }),
+  expect_contains(error_message([] { load_config({}, {"checkpoint.resume=latest"}); }),
                   {"checkpoint.resume = latest", "needs checkpoint.dir"});
   // The origin is where the key was set last.
   const std::string heads = write("heads.yaml", "model:\n  heads: 5\n");
-  expect_contains(error_of([&] { load_config({heads}, {"model.dim=96"}); }),
+  expect_contains(error_message([&] { load_config({heads}, {"model.dim=96"}); }),
                   {"model.dim = 96 (--set model.dim=96)", "model.heads = 5 (" + heads + ":2)"});
 }
 
 TEST_F(ConfigTest, ValidateConfigChecksConfigsBuiltInCode) {
   RunConfig config;
   config.train.schedule = "step";
-  expect_contains(error_of([&] { validate_config(config); }), {"train.schedule: must be one of"});
+  expect_contains(error_message([&] { validate_config(config); }), {"train.schedule: must be one of"});
   config = RunConfig{};
   config.model.dim = 66;
-  expect_contains(error_of([&] { validate_config(config); }), {"model.dim = 66 is not a multiple of model.heads = 4"});
+  expect_contains(error_message([&] { validate_config(config); }), {"model.dim = 66 is not a multiple of model.heads = 4"});
 }
 
 TEST_F(ConfigTest, LlamaTypeFillsItsFixedSettingsAndRefusesOthers) {
@@ -300,7 +287,7 @@ TEST_F(ConfigTest, LlamaTypeFillsItsFixedSettingsAndRefusesOthers) {
   EXPECT_EQ(config.model.positions, "rope");
   EXPECT_FALSE(config.model.bias);
   EXPECT_FALSE(config.model.tie_embeddings);
-  expect_contains(error_of([] { load_config({}, {"model.type=llama", "model.mlp=gelu_mlp"}); }),
+  expect_contains(error_message([] { load_config({}, {"model.type=llama", "model.mlp=gelu_mlp"}); }),
                   {"model.mlp = gelu_mlp (--set model.mlp=gelu_mlp)", "llama always uses swiglu_mlp"});
   EXPECT_NO_THROW(load_config({}, {"model.type=llama", "model.mlp=swiglu_mlp"}));
 }
@@ -400,11 +387,11 @@ TEST(CommandLineTest, SortsFilesOverridesAndFlags) {
 
 TEST(CommandLineTest, ErrorsNameTheFlagAndShowUsage) {
   const char* unknown[] = {"weft-train", "run.yaml", "--sett", "train.lr=1"};
-  expect_contains(error_of([&] { parse_command_line(4, unknown); }), {"unknown flag '--sett'", "usage: weft-train"});
+  expect_contains(error_message([&] { parse_command_line(4, unknown); }), {"unknown flag '--sett'", "usage: weft-train"});
   const char* dangling[] = {"weft-train", "run.yaml", "--set"};
-  expect_contains(error_of([&] { parse_command_line(3, dangling); }), {"--set needs a key=value", "usage:"});
+  expect_contains(error_message([&] { parse_command_line(3, dangling); }), {"--set needs a key=value", "usage:"});
   const char* nothing[] = {"weft-train"};
-  expect_contains(error_of([&] { parse_command_line(1, nothing); }), {"no config file given", "usage:"});
+  expect_contains(error_message([&] { parse_command_line(1, nothing); }), {"no config file given", "usage:"});
   EXPECT_NE(command_line_usage().find("--set"), std::string::npos);
 }
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gtest/gtest.h"
+#include "tests/support/error_expectations.h"
 #include "launcher/dataset.h"
 #include "launcher/text_dataset.h"
 #include "launcher/token_shard_dataset.h"
@@ -21,6 +22,9 @@
 
 namespace weft {
 namespace {
+
+using testing::error_message;
+using testing::expect_contains;
 
 namespace fs = std::filesystem;
 
@@ -64,23 +68,6 @@ std::vector<std::vector<int64_t>> rows(const Tensor& tensor) {
   std::vector<std::vector<int64_t>> result;
   for (int64_t index = 0; index < tensor.size(0); ++index) result.push_back(row(tensor, index));
   return result;
-}
-
-// The message of the weft::Error `action` throws; fails the test when it throws nothing.
-std::string error_message(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a weft::Error";
-  return "";
-}
-
-void expect_contains(const std::string& text, std::initializer_list<std::string> parts) {
-  for (const std::string& part : parts) {
-    EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
-  }
 }
 
 std::unique_ptr<TextDataset> text_dataset(const std::string& file, int64_t steps, uint64_t seed) {

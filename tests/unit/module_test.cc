@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/error_expectations.h"
 #include "layers/gpt.h"
 #include "layers/language_model.h"
 #include "layers/linear.h"
@@ -18,6 +19,9 @@
 
 namespace weft {
 namespace {
+
+using testing::error_message;
+using testing::expect_contains;
 
 // gmock is not linked into the unit tests; this is the one matcher they need.
 #define EXPECT_CONTAINS(text, part)                                                     \
@@ -43,15 +47,6 @@ std::vector<std::string> names_of(const Module& module) {
   std::vector<std::string> names;
   for (const NamedParameter& entry : module.named_parameters()) names.push_back(entry.name);
   return names;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 // Two levels of hand-made modules, to pin down naming without the built-in layers.
@@ -119,10 +114,10 @@ TEST(ModuleTest, RegisterParameterDetachesResultsOfOps) {
 
 TEST(ModuleTest, NamesAreRegisteredOnce) {
   Tree tree;
-  EXPECT_CONTAINS(error_of([&] { tree.register_parameter("root", Tensor::zeros({1})); }), "'root'");
-  EXPECT_CONTAINS(error_of([&] { tree.register_module("first", std::make_shared<Leaf>(1)); }), "'first'");
-  EXPECT_CONTAINS(error_of([&] { tree.register_parameter("a.b", Tensor::zeros({1})); }), "'.'");
-  EXPECT_CONTAINS(error_of([&] { tree.register_parameter("ids", Tensor::zeros({1}, kInt64)); }),
+  EXPECT_CONTAINS(error_message([&] { tree.register_parameter("root", Tensor::zeros({1})); }), "'root'");
+  EXPECT_CONTAINS(error_message([&] { tree.register_module("first", std::make_shared<Leaf>(1)); }), "'first'");
+  EXPECT_CONTAINS(error_message([&] { tree.register_parameter("a.b", Tensor::zeros({1})); }), "'.'");
+  EXPECT_CONTAINS(error_message([&] { tree.register_parameter("ids", Tensor::zeros({1}, kInt64)); }),
               "floating");
 }
 
@@ -176,18 +171,18 @@ TEST(ModuleTest, LoadStateDictErrorsModifyNothing) {
 
   auto missing = other->state_dict();
   missing.erase("blocks.1.mlp.fc.bias");
-  EXPECT_CONTAINS(error_of([&] { model->load_state_dict(missing); }), "missing parameter 'blocks.1.mlp.fc.bias'");
+  EXPECT_CONTAINS(error_message([&] { model->load_state_dict(missing); }), "missing parameter 'blocks.1.mlp.fc.bias'");
   expect_unchanged();
 
   auto unexpected = other->state_dict();
   unexpected.emplace("blocks.9.mlp.fc.bias", Tensor::zeros({4}));
-  EXPECT_CONTAINS(error_of([&] { model->load_state_dict(unexpected); }),
+  EXPECT_CONTAINS(error_message([&] { model->load_state_dict(unexpected); }),
               "unexpected parameter 'blocks.9.mlp.fc.bias'");
   expect_unchanged();
 
   auto wrong_shape = other->state_dict();
   wrong_shape["final_norm.weight"] = Tensor::ones({9});
-  const std::string message = error_of([&] { model->load_state_dict(wrong_shape); });
+  const std::string message = error_message([&] { model->load_state_dict(wrong_shape); });
   EXPECT_CONTAINS(message, "'final_norm.weight' has shape [9]");
   EXPECT_CONTAINS(message, "expects [8]");
   expect_unchanged();
@@ -282,22 +277,22 @@ TEST(RegistryTest, UnknownNameListsNamesAndNearest) {
   const ModelConfig config = tiny_config();
   uint64_t offset = 0;
   const LayerContext context{config, &offset};
-  const std::string message = error_of([&] { LayerRegistry::global().create("swiglu_mpl", context); });
+  const std::string message = error_message([&] { LayerRegistry::global().create("swiglu_mpl", context); });
   EXPECT_CONTAINS(message, "unknown layer type 'swiglu_mpl'");
   EXPECT_CONTAINS(message, "gelu_mlp, gpt");
   EXPECT_CONTAINS(message, "did you mean 'swiglu_mlp'?");
 
   ModelConfig typo = tiny_config();
   typo.norm = "rmsnorm";
-  EXPECT_CONTAINS(error_of([&] { build_model(typo); }), "did you mean 'rms_norm'?");
+  EXPECT_CONTAINS(error_message([&] { build_model(typo); }), "did you mean 'rms_norm'?");
 }
 
 TEST(RegistryTest, DuplicateRegistrationIsAnError) {
   LayerRegistry registry;
   const LayerFactory factory = [](const LayerContext& context) { return std::make_shared<Leaf>(1); };
   registry.add("leaf", factory);
-  EXPECT_CONTAINS(error_of([&] { registry.add("leaf", factory); }), "'leaf' is already registered");
-  EXPECT_CONTAINS(error_of([&] { LayerRegistry::global().add("gpt", factory); }), "'gpt' is already registered");
+  EXPECT_CONTAINS(error_message([&] { registry.add("leaf", factory); }), "'leaf' is already registered");
+  EXPECT_CONTAINS(error_message([&] { LayerRegistry::global().add("gpt", factory); }), "'gpt' is already registered");
 }
 
 // A user's MLP plugs into the built-in block by name, exactly like the built-in MLPs.
@@ -333,7 +328,7 @@ TEST(BuildModelTest, ValidationNamesTheKey) {
   const auto message_for = [](const std::function<void(ModelConfig&)>& change) {
     ModelConfig config = tiny_config();
     change(config);
-    return error_of([&] { build_model(config); });
+    return error_message([&] { build_model(config); });
   };
   EXPECT_CONTAINS(message_for([](ModelConfig& c) { c.dim = 64, c.heads = 5; }),
               "model.heads = 5 does not divide model.dim = 64");
@@ -370,7 +365,7 @@ TEST(BuildModelTest, LogitsShapeAndSequenceLimit) {
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(model->logits(ids).shape(), (Shape{2, 3, 11}));
   const Tensor too_long = Tensor::zeros({1, 7}, kInt64);
-  EXPECT_CONTAINS(error_of([&] { model->logits(too_long); }), "model.seq_len = 6");
+  EXPECT_CONTAINS(error_message([&] { model->logits(too_long); }), "model.seq_len = 6");
 }
 
 TEST(DropoutTest, OnlyInTrainingAndFreshMaskPerCall) {

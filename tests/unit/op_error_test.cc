@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/error_expectations.h"
 #if defined(WEFT_HAVE_CUDA)
 #include "runtime/cuda/stream.h"
 #endif
@@ -19,22 +20,8 @@
 namespace weft {
 namespace {
 
-// The weft::Error message `body` throws; records a failure when it throws nothing or another type.
-std::string error_message(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  } catch (const std::exception& other) {
-    ADD_FAILURE() << "threw a non-weft exception: " << other.what();
-    return "";
-  } catch (...) {
-    ADD_FAILURE() << "threw a non-std exception";
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
+using testing::error_message;
+using testing::expect_contains;
 
 // Expects `body` to throw weft::Error whose message contains every one of `parts`.
 void expect_error(const std::function<void()>& body, std::initializer_list<std::string> parts) {

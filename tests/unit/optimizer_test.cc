@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/error_expectations.h"
 #include "optim/adamw.h"
 #include "optim/gradient_accumulation.h"
 #include "optim/gradient_clipping.h"
@@ -22,6 +23,9 @@
 
 namespace weft {
 namespace {
+
+using testing::error_message;
+using testing::expect_contains;
 
 NamedParameter make_parameter(const std::string& name, std::vector<double> values, std::vector<int64_t> shape,
                               DType dtype = kFloat64) {
@@ -43,16 +47,6 @@ std::vector<ParameterGroup> one_group(std::vector<NamedParameter> parameters, do
 Tensor synthetic_gradient(const Tensor& parameter, int step, int index) {
   return Tensor::normal(parameter.shape(), /*seed=*/77, /*offset=*/static_cast<uint64_t>(1000 * step + 100 * index),
                         0.0, 1.0, kFloat32);
-}
-
-template <class Function>
-std::string error_message(Function&& function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 template <class Function>
