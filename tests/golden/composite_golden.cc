@@ -172,16 +172,7 @@ int main(int argc, char** argv) {
     document["targets"] = index_json(targets);
     document["runs"] = ordered_json::array({run(weft::kFloat64, ids, targets), run(weft::kFloat32, ids, targets)});
 
-    std::ofstream file(argv[1]);
-    if (!file) {
-      std::cerr << "composite_golden: cannot open " << argv[1] << " for writing\n";
-      return 1;
-    }
-    file << document.dump() << "\n";
-    if (!file) {
-      std::cerr << "composite_golden: writing " << argv[1] << " failed\n";
-      return 1;
-    }
+    weft::golden::write_document(document, argv[1]);
     std::cout << "composite_golden: wrote " << argv[1] << "\n";
   } catch (const std::exception& error) {
     std::cerr << "composite_golden: " << error.what() << "\n";

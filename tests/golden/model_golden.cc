@@ -133,16 +133,7 @@ int main(int argc, char** argv) {
     document["targets"] = index_json(targets);
     document["models"] = ordered_json::array({run(gpt_config(), ids, targets), run(llama_config(), ids, targets)});
 
-    std::ofstream file(argv[1]);
-    if (!file) {
-      std::cerr << "model_golden: cannot open " << argv[1] << " for writing\n";
-      return 1;
-    }
-    file << document.dump() << "\n";
-    if (!file) {
-      std::cerr << "model_golden: writing " << argv[1] << " failed\n";
-      return 1;
-    }
+    weft::golden::write_document(document, argv[1]);
     std::cout << "model_golden: wrote " << argv[1] << "\n";
   } catch (const std::exception& error) {
     std::cerr << "model_golden: " << error.what() << "\n";

@@ -121,13 +121,7 @@ int main(int argc, char** argv) {
         run("sgd", [&](auto groups) { return weft::make_sgd(std::move(groups), sgd); }, 0.01,
             {{"momentum", sgd.momentum}, {"nesterov", sgd.nesterov}}),
     });
-    std::ofstream file(argv[1]);
-    // Full precision, so that the comparison at 1e-12 measures the optimizer and not the printing.
-    file << output.dump(1) << "\n";
-    if (!file) {
-      std::cerr << "optimizer_golden: cannot write " << argv[1] << "\n";
-      return 1;
-    }
+    weft::golden::write_document(output, argv[1]);
   } catch (const std::exception& error) {
     std::cerr << "optimizer_golden: " << error.what() << "\n";
     return 1;

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +29,15 @@ inline nlohmann::ordered_json index_json(const Tensor& tensor) {
   for (double value : tensor.to_vector()) values.push_back(static_cast<int64_t>(value));
   entry["values"] = values;
   return entry;
+}
+
+// Writes `document` to `path` (nlohmann prints doubles with full precision); throws on failure, so
+// the golden program's main reports it and exits non-zero.
+inline void write_document(const nlohmann::ordered_json& document, const std::string& path) {
+  std::ofstream file(path);
+  if (!file) throw std::runtime_error("cannot open " + path + " for writing");
+  file << document.dump() << "\n";
+  if (!file) throw std::runtime_error("writing " + path + " failed");
 }
 
 }  // namespace weft::golden
