@@ -15,10 +15,10 @@
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "tests/support/cuda_expectations.h"
 
 #ifdef WEFT_HAVE_CUDA
 #include "runtime/cuda/cudnn_attention.h"
-#include "runtime/cuda/stream.h"
 #endif
 
 namespace weft {
@@ -26,25 +26,16 @@ namespace {
 
 #ifdef WEFT_HAVE_CUDA
 
+using testing::poisoned;
+using testing::relative_l2_error;
+
 #define SKIP_WITHOUT_CUDNN()                                                                      \
   do {                                                                                            \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is present";                  \
+    WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");                                   \
     if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "weft was built without cuDNN";           \
   } while (0)
 
 const Device kGpu = Device::cuda(0);
-
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  const std::vector<double> a = actual.to_vector(), e = expected.to_vector();
-  EXPECT_EQ(a.size(), e.size());
-  double difference = 0.0, reference = 0.0;
-  for (size_t i = 0; i < a.size() && i < e.size(); ++i) {
-    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
-    difference += (a[i] - e[i]) * (a[i] - e[i]);
-    reference += e[i] * e[i];
-  }
-  return std::sqrt(difference) / std::max(std::sqrt(reference), 1e-30);
-}
 
 double max_abs_error(const Tensor& actual, const Tensor& expected) {
   const std::vector<double> a = actual.to_vector(), e = expected.to_vector();
@@ -55,12 +46,6 @@ double max_abs_error(const Tensor& actual, const Tensor& expected) {
     worst = std::max(worst, std::abs(a[i] - e[i]));
   }
   return worst;
-}
-
-Tensor poisoned(absl::Span<const int64_t> shape, DType dtype) {
-  Tensor out = Tensor::empty(shape, dtype, kGpu);
-  out.fill_(std::numeric_limits<double>::quiet_NaN());
-  return out;
 }
 
 // Restores the attention implementation a test changed.
@@ -113,7 +98,7 @@ void check_against_cpu(const Case& c, DType dtype, uint64_t seed) {
   Tensor out = poisoned(in.shape, io), lse = poisoned(in.stat_shape, kFloat32);
   ASSERT_TRUE(cuda::cudnn_attention_forward(in.q_gpu, in.k_gpu, in.v_gpu, in.scale, out, lse))
       << "cuDNN refused the forward: " << cuda::cudnn_attention_last_error();
-  EXPECT_LE(relative_error(out, out_cpu), 2e-2) << "out";
+  EXPECT_LE(relative_l2_error(out, out_cpu), 2e-2) << "out";
   EXPECT_LE(max_abs_error(lse, lse_cpu), 1e-3) << "lse (max abs)";
 
   // Backward from the CPU's out and lse, so that only the backward is compared.
@@ -124,9 +109,9 @@ void check_against_cpu(const Case& c, DType dtype, uint64_t seed) {
   ASSERT_TRUE(cuda::cudnn_attention_backward(in.q_gpu, in.k_gpu, in.v_gpu, out_cpu.to(kGpu), lse_cpu.to(kGpu),
                                              in.grad_out_gpu, in.scale, gq, gk, gv))
       << "cuDNN refused the backward: " << cuda::cudnn_attention_last_error();
-  EXPECT_LE(relative_error(gq, gq_cpu), 2e-2) << "grad_q";
-  EXPECT_LE(relative_error(gk, gk_cpu), 2e-2) << "grad_k";
-  EXPECT_LE(relative_error(gv, gv_cpu), 2e-2) << "grad_v";
+  EXPECT_LE(relative_l2_error(gq, gq_cpu), 2e-2) << "grad_q";
+  EXPECT_LE(relative_l2_error(gk, gk_cpu), 2e-2) << "grad_k";
+  EXPECT_LE(relative_l2_error(gv, gv_cpu), 2e-2) << "grad_v";
 }
 
 TEST(CudnnAttention, Bf16MatchesCpu) {
@@ -165,17 +150,17 @@ TEST(CudnnAttention, MatchesFlashThroughTheBackend) {
     };
     const Result flash = run(cuda::AttentionImpl::kFlash);
     const Result cudnn = run(cuda::AttentionImpl::kCudnn);
-    EXPECT_LE(relative_error(cudnn.out, flash.out), 2e-2) << "out";
+    EXPECT_LE(relative_l2_error(cudnn.out, flash.out), 2e-2) << "out";
     EXPECT_LE(max_abs_error(cudnn.lse, flash.lse), 1e-3) << "lse (max abs)";
-    EXPECT_LE(relative_error(cudnn.gq, flash.gq), 2e-2) << "grad_q";
-    EXPECT_LE(relative_error(cudnn.gk, flash.gk), 2e-2) << "grad_k";
-    EXPECT_LE(relative_error(cudnn.gv, flash.gv), 2e-2) << "grad_v";
+    EXPECT_LE(relative_l2_error(cudnn.gq, flash.gq), 2e-2) << "grad_q";
+    EXPECT_LE(relative_l2_error(cudnn.gk, flash.gk), 2e-2) << "grad_k";
+    EXPECT_LE(relative_l2_error(cudnn.gv, flash.gv), 2e-2) << "grad_v";
 
     // The backend's cuDNN dispatch ran cuDNN: the same call made directly gives the same bits.
     Tensor out = poisoned(in.shape, kBFloat16), lse = poisoned(in.stat_shape, kFloat32);
     ASSERT_TRUE(cuda::cudnn_attention_forward(in.q_gpu, in.k_gpu, in.v_gpu, in.scale, out, lse))
         << cuda::cudnn_attention_last_error();
-    EXPECT_EQ(relative_error(out, cudnn.out), 0.0) << "backend dispatch did not run cuDNN";
+    EXPECT_EQ(relative_l2_error(out, cudnn.out), 0.0) << "backend dispatch did not run cuDNN";
   }
 }
 

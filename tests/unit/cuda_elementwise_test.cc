@@ -17,22 +17,31 @@
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/weft.h"
+#include "tests/support/cuda_expectations.h"
 
 #ifdef WEFT_HAVE_CUDA
 #include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/stream.h"
-#define WEFT_REQUIRE_CUDA()                                                    \
-  do {                                                                         \
-    if (::weft::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";   \
-  } while (0)
-inline int visible_cuda_devices() { return ::weft::cuda::device_count(); }
-#else
-#define WEFT_REQUIRE_CUDA() GTEST_SKIP() << "weft was built without CUDA"
-inline int visible_cuda_devices() { return 0; }
 #endif
 
 namespace weft {
 namespace {
+
+using testing::expect_close;
+using testing::poisoned;
+using testing::relative_l2_error;
+using testing::tolerance_for;
+
+// Why a test of this program skips: this file's tests also compile in a build without CUDA.
+#ifdef WEFT_HAVE_CUDA
+constexpr char kSkipMessage[] = "no CUDA device";
+#else
+constexpr char kSkipMessage[] = "weft was built without CUDA";
+#endif
+
+// Errors in the L2 norm; where the CPU gives NaN or an infinity (a reduction of NaN or -inf), the
+// GPU must give the same in the same place.
+const testing::Comparison kComparison = {testing::ErrorNorm::kL2, testing::NonFinite::kMustMatch};
 
 const Device kGpu = Device::cuda(0);
 const Device kHost = Device::cpu();
@@ -40,43 +49,10 @@ const Device kHost = Device::cpu();
 Backend& gpu() { return backend_for(kGpu); }
 Backend& cpu() { return backend_for(kHost); }
 
-double tolerance(DType dtype) { return dtype == kBFloat16 || dtype == kFloat16 ? 1e-2 : 1e-5; }
-
 // Fresh values in [low, high) (a different seed per call).
 Tensor random_host(absl::Span<const int64_t> shape, DType dtype, double low = -2.0, double high = 2.0) {
   static uint64_t seed = 20261130;
   return Tensor::uniform(shape, ++seed, 0, low, high, dtype, kHost);
-}
-
-Tensor poisoned(absl::Span<const int64_t> shape, DType dtype, Device device) {
-  Tensor out = Tensor::empty(shape, dtype, device);
-  out.fill_(is_floating(dtype) ? NAN : -7.0);
-  return out;
-}
-
-// ||got - expected|| / ||expected||; infinity when got has a NaN where expected has none.
-double relative_error(const Tensor& got, const Tensor& expected) {
-  const std::vector<double> a = got.to_vector(), b = expected.to_vector();
-  EXPECT_EQ(a.size(), b.size());
-  double difference = 0.0, norm = 0.0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::isnan(b[i])) {
-      if (!std::isnan(a[i])) return INFINITY;
-      continue;
-    }
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
-      if (a[i] != b[i]) return INFINITY;
-      continue;
-    }
-    difference += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm == 0.0 ? std::sqrt(difference) : std::sqrt(difference / norm);
-}
-
-void expect_close(const Tensor& got, const Tensor& expected, DType dtype, const std::string& what) {
-  const double error = relative_error(got, expected);
-  EXPECT_LE(error, tolerance(dtype)) << what << " (" << dtype_name(dtype) << "): relative error " << error;
 }
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
@@ -126,7 +102,7 @@ Tensor make_view(const Tensor& base, View view) {
 // --- Fill ---------------------------------------------------------------------------------------
 
 TEST(CudaFill, MatchesCpuForEveryDtypeContiguousAndStrided) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64, kInt32, kInt64}) {
     for (double value : {0.0, 1.5, -3.25, 0.1}) {
       for (View view : kAllViews) {
@@ -151,7 +127,7 @@ TEST(CudaFill, MatchesCpuForEveryDtypeContiguousAndStrided) {
 // --- Copies ----------------------------------------------------------------------------------
 
 TEST(CudaCopy, RoundTripsEveryDtype) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64, kInt32, kInt64}) {
     for (int64_t size : {1, 7, 1000, 100003}) {
       const Tensor host = random_host({size}, kFloat64, -1000.0, 1000.0).to(dtype);
@@ -163,7 +139,7 @@ TEST(CudaCopy, RoundTripsEveryDtype) {
 }
 
 TEST(CudaCopy, StridedConvertingAndBroadcastCopiesMatchCpu) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   const DType dtypes[] = {kFloat32, kBFloat16, kFloat16, kFloat64, kInt32, kInt64};
   for (DType from : dtypes) {
     for (DType to : dtypes) {
@@ -207,8 +183,8 @@ TEST(CudaCopy, StridedConvertingAndBroadcastCopiesMatchCpu) {
 }
 
 TEST(CudaCopy, CopiesBetweenDevices) {
-  WEFT_REQUIRE_CUDA();
-  if (visible_cuda_devices() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
+  if (testing::cuda_device_count() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
   const Tensor host = random_host({kColumns, kRows}, kFloat32);
   const Tensor on_first = host.to(Device::cuda(0));
   Tensor on_second = poisoned({kRows, kColumns}, kBFloat16, Device::cuda(1));
@@ -221,7 +197,7 @@ TEST(CudaCopy, CopiesBetweenDevices) {
 // --- Random ----------------------------------------------------------------------------------
 
 TEST(CudaRandom, UniformAndNormalAreBitIdenticalToCpuInF32) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (uint64_t seed : {0ull, 42ull, 0x123456789abcdefull}) {
     for (uint64_t offset : {0ull, 12345ull, 0xfffffffffull}) {
       const std::vector<int64_t> shape = {100003};
@@ -236,7 +212,7 @@ TEST(CudaRandom, UniformAndNormalAreBitIdenticalToCpuInF32) {
 }
 
 TEST(CudaRandom, SixteenBitAndDoubleDrawsMatchCpuAndStayBelowHigh) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kBFloat16, kFloat16, kFloat64}) {
     const std::vector<int64_t> shape = {65537};
     const Tensor device_uniform = Tensor::uniform(shape, 7, 99, 0.0, 1.0, dtype, kGpu);
@@ -246,9 +222,9 @@ TEST(CudaRandom, SixteenBitAndDoubleDrawsMatchCpuAndStayBelowHigh) {
       ASSERT_GE(value, 0.0);
       ASSERT_LT(value, 1.0) << dtype_name(dtype) << ": uniform reached high";
     }
-    EXPECT_LE(relative_error(Tensor::normal(shape, 8, 5, -1.0, 2.0, dtype, kGpu),
-                             Tensor::normal(shape, 8, 5, -1.0, 2.0, dtype, kHost)),
-              tolerance(dtype))
+    EXPECT_LE(relative_l2_error(Tensor::normal(shape, 8, 5, -1.0, 2.0, dtype, kGpu),
+                                Tensor::normal(shape, 8, 5, -1.0, 2.0, dtype, kHost), testing::NonFinite::kMustMatch),
+              tolerance_for(dtype))
         << dtype_name(dtype);
   }
   // A range narrower than one f32 step near high: every draw must still be below high.
@@ -267,7 +243,7 @@ bool needs_positive(UnaryOp op) {
 }
 
 TEST(CudaElementwise, UnaryAndBackwardMatchCpuOnEveryView) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16}) {
     for (UnaryOp op : kUnaryOps) {
       for (View view : kAllViews) {
@@ -282,23 +258,24 @@ TEST(CudaElementwise, UnaryAndBackwardMatchCpuOnEveryView) {
         cpu().unary(op, x_cpu, expected);
         Tensor got = poisoned({kRows, kColumns}, dtype, kGpu);
         gpu().unary(op, x_gpu, got);
-        expect_close(got, expected, dtype, what);
+        expect_close(got, expected, dtype, what, kComparison);
         // Into a strided output too.
         Tensor got_strided_base = poisoned({kColumns, kRows}, dtype, kGpu);
         gpu().unary(op, x_gpu, got_strided_base.transpose(0, 1));
-        expect_close(got_strided_base.transpose(0, 1), expected, dtype, what + " into a transposed output");
+        expect_close(got_strided_base.transpose(0, 1), expected, dtype, what + " into a transposed output",
+                     kComparison);
 
         cpu().unary_backward(op, x_cpu, grad_cpu, expected);
         got = poisoned({kRows, kColumns}, dtype, kGpu);
         gpu().unary_backward(op, x_gpu, grad_gpu, got);
-        expect_close(got, expected, dtype, what + " backward");
+        expect_close(got, expected, dtype, what + " backward", kComparison);
       }
     }
   }
 }
 
 TEST(CudaElementwise, BinaryMatchesCpuWithBroadcastAndTransposedOperands) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16}) {
     for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
       for (View view : kAllViews) {
@@ -320,7 +297,8 @@ TEST(CudaElementwise, BinaryMatchesCpuWithBroadcastAndTransposedOperands) {
           cpu().binary(op, a_cpu, b_cpu, expected);
           Tensor got = poisoned({kRows, kColumns}, dtype, kGpu);
           gpu().binary(op, a_gpu, b_gpu, got);
-          expect_close(got, expected, dtype, str("binary op ", static_cast<int>(op), " ", view_name(view), " ", kind));
+          expect_close(got, expected, dtype, str("binary op ", static_cast<int>(op), " ", view_name(view), " ", kind),
+                       kComparison);
         }
       }
     }
@@ -328,7 +306,7 @@ TEST(CudaElementwise, BinaryMatchesCpuWithBroadcastAndTransposedOperands) {
 }
 
 TEST(CudaElementwise, AffineMatchesCpuAndLargeSizesCoverVectorBodyAndTail) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16}) {
     for (View view : kAllViews) {
       const Tensor x_base = random_host(base_shape(view), dtype);
@@ -336,7 +314,7 @@ TEST(CudaElementwise, AffineMatchesCpuAndLargeSizesCoverVectorBodyAndTail) {
       cpu().affine(make_view(x_base, view), 0.37, -1.25, expected);
       Tensor got = poisoned({kRows, kColumns}, dtype, kGpu);
       gpu().affine(make_view(x_base.to(kGpu), view), 0.37, -1.25, got);
-      expect_close(got, expected, dtype, str("affine ", view_name(view)));
+      expect_close(got, expected, dtype, str("affine ", view_name(view)), kComparison);
       if (dtype == kFloat32) EXPECT_TRUE(bitwise_equal(got, expected)) << "affine is exact in f32";
     }
     for (int64_t size : {int64_t{1}, int64_t{3}, int64_t{9}, (int64_t{1} << 22) + 5}) {
@@ -349,7 +327,7 @@ TEST(CudaElementwise, AffineMatchesCpuAndLargeSizesCoverVectorBodyAndTail) {
       cpu().unary(UnaryOp::kGelu, a, expected);
       got = poisoned({size}, dtype, kGpu);
       gpu().unary(UnaryOp::kGelu, a.to(kGpu), got);
-      expect_close(got, expected, dtype, str("gelu size ", size));
+      expect_close(got, expected, dtype, str("gelu size ", size), kComparison);
     }
   }
 }
@@ -357,7 +335,7 @@ TEST(CudaElementwise, AffineMatchesCpuAndLargeSizesCoverVectorBodyAndTail) {
 // Views whose innermost dim is contiguous everywhere take the vectorized strided kernels: a bias row
 // broadcast over tokens, heads permuted [B, T, H, D] -> [B, H, T, D], a slice of the last dim.
 TEST(CudaElementwise, VectorizedStridedPathsMatchCpu) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16}) {
     // x [6, 40, 64] + bias [64] (stride-0 rows); also bias + x, and a slice of the last dim.
     const Tensor x = random_host({6, 40, 64}, dtype), bias = random_host({64}, dtype);
@@ -380,7 +358,7 @@ TEST(CudaElementwise, VectorizedStridedPathsMatchCpu) {
     cpu().unary_backward(UnaryOp::kGelu, slice_cpu, x, expected);
     Tensor got = poisoned({6, 40, 64}, dtype, kGpu);
     gpu().unary_backward(UnaryOp::kGelu, slice_gpu, x.to(kGpu), got);
-    expect_close(got, expected, dtype, "gelu backward of a last-dim slice");
+    expect_close(got, expected, dtype, "gelu backward of a last-dim slice", kComparison);
   }
   // Copies: heads permuted both ways, every dtype; an odd head size falls back to the element path.
   for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64, kInt32, kInt64}) {
@@ -427,13 +405,13 @@ void check_reduce(ReduceOp op, const Tensor& x_cpu, const Tensor& x_gpu, std::ve
   if (op == ReduceOp::kMax) {
     EXPECT_TRUE(bitwise_equal(got, expected)) << what << ": max is exact";
   } else {
-    expect_close(got, expected, dtype, what);
+    expect_close(got, expected, dtype, what, kComparison);
   }
   if (with_indices) EXPECT_EQ(got_indices.to_vector(), expected_indices.to_vector()) << what << ": indices";
 }
 
 TEST(CudaReduce, SumMeanMaxOverEveryDimSetMatchCpu) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   const std::vector<std::vector<int64_t>> dim_sets = {{0}, {1}, {2}, {0, 1}, {0, 2}, {1, 2}, {0, 1, 2}};
   for (DType dtype : {kFloat32, kBFloat16}) {
     for (bool transposed : {false, true}) {
@@ -464,7 +442,7 @@ TEST(CudaReduce, SumMeanMaxOverEveryDimSetMatchCpu) {
 // Few outputs over many elements take the split path (partials, then a second pass): whole-tensor
 // sums as in a gradient norm, and bias gradients over every token.
 TEST(CudaReduce, SplitSumsAndMeansOfLargeReductionsMatchCpu) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16}) {
     const Tensor flat = random_host({3, 100003}, dtype);
     const Tensor tokens = random_host({8, 512, 96}, dtype);
@@ -481,7 +459,7 @@ TEST(CudaReduce, SplitSumsAndMeansOfLargeReductionsMatchCpu) {
 }
 
 TEST(CudaReduce, MaxTakesTheFirstIndexOnTiesAndPropagatesNan) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   // Values from {0, 1, 2, 3}: every row has ties for its maximum.
   Tensor ties = random_host({67, 301}, kFloat32, 0.0, 4.0);
   for (int64_t i = 0; i < 67; ++i) {
@@ -517,7 +495,7 @@ TEST(CudaAllocator, RoundsToSizeClasses) {
 }
 
 TEST(CudaAllocator, StatisticsRiseAndFallAndTrackThePeak) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   cuda::empty_cache();
   const cuda::MemoryStats before = cuda::memory_stats(0);
   cuda::reset_peak(0);
@@ -543,7 +521,7 @@ TEST(CudaAllocator, StatisticsRiseAndFallAndTrackThePeak) {
 }
 
 TEST(CudaAllocator, AFreedBlockIsReusedOnItsStreamOnly) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   void* first = nullptr;
   {
     const Tensor a = Tensor::empty({12345}, kFloat32, kGpu);
@@ -577,7 +555,7 @@ TEST(CudaAllocator, AFreedBlockIsReusedOnItsStreamOnly) {
 }
 
 TEST(CudaAllocator, OutOfMemoryNamesTheRequestAndRecovers) {
-  WEFT_REQUIRE_CUDA();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   const int64_t absurd_bytes = 1000000000000000;  // 1e15 bytes, about 909 TiB
   try {
     [[maybe_unused]] const Tensor huge = Tensor::empty({absurd_bytes / 4}, kFloat32, kGpu);

@@ -15,24 +15,19 @@
 #include "runtime/graph/executor.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/tensor.h"
+#include "tests/support/cuda_expectations.h"
 
 #ifdef WEFT_HAVE_CUDA
 #include <cuda_runtime.h>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/pinned_buffer.h"
-#include "runtime/cuda/stream.h"
 #endif
 
 namespace weft::graph {
 namespace {
 
 #ifdef WEFT_HAVE_CUDA
-
-#define SKIP_WITHOUT_GPU()                                                       \
-  do {                                                                           \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is present"; \
-  } while (0)
 
 const Device kGpu = Device::cuda(0);
 
@@ -64,7 +59,7 @@ struct Buffers {
 };
 
 TEST(CudaExecutor, CopyOverlapsMatmulsInAutoModeOnly) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   Buffers buffers;
   StepGraph graph;
   const NodeId compute = graph.add_node(spec(NodeKind::kBackward, "backward", StreamClass::kCompute,
@@ -98,7 +93,7 @@ TEST(CudaExecutor, CopyOverlapsMatmulsInAutoModeOnly) {
 // the host; compute (depends on the copy): overwrites the buffer with 0s. The host sees 7s only if
 // the comm stream waited for the first node and the last node waited for the copy.
 TEST(CudaExecutor, CrossStreamDependenciesAreEvents) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   Buffers buffers;
   constexpr size_t kBytes = 64 << 20;
   std::memset(buffers.host.data(), 1, kBytes);
@@ -138,7 +133,7 @@ TEST(CudaExecutor, CrossStreamDependenciesAreEvents) {
 // backward: matmuls, buffer := 7, fire "bucket ready", more matmuls. The download (dp_comm) waits
 // for the signal only: it must start before backward ends, and still see the 7s.
 TEST(CudaExecutor, SignalStartsCommunicationInsideItsProducer) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   Buffers buffers;
   constexpr size_t kBytes = 256 << 20;
   WEFT_CUDA_CHECK(cudaMemset(buffers.device, 1, kBytes));
@@ -179,7 +174,7 @@ TEST(CudaExecutor, SignalStartsCommunicationInsideItsProducer) {
 }
 
 TEST(CudaExecutor, ExceptionPropagatesAndExecutorStaysUsable) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   Buffers buffers;
   StepGraph graph;
   const NodeId compute = graph.add_node(spec(NodeKind::kForward, "forward", StreamClass::kCompute,

@@ -15,11 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/weft.h"
-#include "tests/support/gradient_check.h"
-
-#ifdef WEFT_HAVE_CUDA
-#include "runtime/cuda/stream.h"
-#endif
+#include "tests/support/cuda_expectations.h"
 
 namespace weft {
 namespace {
@@ -30,48 +26,15 @@ TEST(CudaFused, SkippedWithoutCuda) { GTEST_SKIP() << "weft was built without CU
 
 #else
 
-#define WEFT_REQUIRE_GPU()                                                                  \
-  do {                                                                                      \
-    if (::weft::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is visible"; \
-  } while (0)
+using testing::describe;
+using testing::expect_close;
+using testing::poisoned;
+using testing::random_input;
+using testing::RoundedInput;
+using testing::tolerance_for;
 
 const Device kGpu = Device::cuda(0);
 const std::vector<DType> kDtypes = {kFloat32, kBFloat16};
-
-double tolerance_for(DType dtype) { return dtype == kFloat32 ? 1e-5 : 1e-2; }
-
-struct Input {
-  Tensor reference;  // f32, CPU, the rounded values
-  Tensor gpu;        // dtype, GPU
-};
-
-Input random_input(absl::Span<const int64_t> shape, uint64_t seed, DType dtype, double mean = 0.0, double std = 1.0) {
-  const Tensor stored = Tensor::normal(shape, seed, 0, mean, std, kFloat32).to(dtype);
-  return {stored.to(kFloat32), stored.to(kGpu)};
-}
-
-Tensor poisoned(absl::Span<const int64_t> shape, DType dtype) {
-  Tensor tensor = Tensor::empty(shape, dtype, kGpu);
-  tensor.fill_(std::nan(""));
-  return tensor;
-}
-
-void expect_close(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what) {
-  ASSERT_TRUE(actual.defined()) << what << ": undefined";
-  const Tensor got = actual.to(Device::cpu()).to(kFloat32);
-  const Tensor want = expected.to(Device::cpu()).to(kFloat32);
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  int64_t nans = 0;
-  for (double value : got.to_vector()) nans += std::isnan(value) ? 1 : 0;
-  ASSERT_EQ(nans, 0) << what << ": " << nans << " NaN element(s) (unwritten, or a numerical failure)";
-  EXPECT_LE(testing::relative_error(got, want), tolerance) << what;
-}
-
-std::string describe(absl::Span<const int64_t> shape, DType dtype) {
-  std::string text = std::string(dtype_name(dtype)) + "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
 
 Tensor leaf(const Tensor& tensor) { return tensor.detach().set_requires_grad(true); }
 
@@ -80,7 +43,7 @@ Tensor leaf(const Tensor& tensor) { return tensor.detach().set_requires_grad(tru
 const std::vector<std::vector<int64_t>> kNormShapes = {{16 * 64, 768}, {16 * 64, 200}, {33, 37}, {6, 13000}};
 
 TEST(CudaFused, AddLayerNormKernelMatchesCpu) {
-  WEFT_REQUIRE_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   uint64_t seed = 100;
   for (DType dtype : kDtypes) {
     for (const auto& shape : kNormShapes) {
@@ -88,10 +51,10 @@ TEST(CudaFused, AddLayerNormKernelMatchesCpu) {
         const std::string what = describe(shape, dtype) + (with_bias ? " bias" : " no bias");
         SCOPED_TRACE(what);
         const int64_t rows = shape[0], c = shape[1];
-        const Input x = random_input(shape, ++seed, dtype, 0.5, 2.0);
-        const Input r = random_input(shape, ++seed, dtype);
-        const Input w = random_input({c}, ++seed, dtype, 1.0, 0.2);
-        const Input b = random_input({c}, ++seed, dtype);
+        const RoundedInput x = random_input(shape, ++seed, dtype, 0.5, 2.0);
+        const RoundedInput r = random_input(shape, ++seed, dtype);
+        const RoundedInput w = random_input({c}, ++seed, dtype, 1.0, 0.2);
+        const RoundedInput b = random_input({c}, ++seed, dtype);
         const Tensor b_ref = with_bias ? b.reference : Tensor();
         const Tensor b_gpu = with_bias ? b.gpu : Tensor();
 
@@ -105,8 +68,8 @@ TEST(CudaFused, AddLayerNormKernelMatchesCpu) {
         backend_for(kGpu).add_layer_norm(x.gpu, r.gpu, w.gpu, b_gpu, 1e-5, sum, out, mean, rstd);
         expect_close(sum, sum_ref, tolerance_for(dtype), what + " sum");
         expect_close(out, out_ref, tolerance_for(dtype), what + " out");
-        expect_close(mean, mean_ref, dtype == kFloat32 ? 1e-5 : 1e-2, what + " mean");
-        expect_close(rstd, rstd_ref, dtype == kFloat32 ? 1e-5 : 1e-2, what + " rstd");
+        expect_close(mean, mean_ref, tolerance_for(dtype), what + " mean");
+        expect_close(rstd, rstd_ref, tolerance_for(dtype), what + " rstd");
 
         // The fused kernel agrees with the unfused GPU kernels (add, then layer_norm) on the same input.
         const Tensor sum_unfused = poisoned(shape, dtype), out_unfused = poisoned(shape, dtype);
@@ -114,26 +77,26 @@ TEST(CudaFused, AddLayerNormKernelMatchesCpu) {
         backend_for(kGpu).binary(BinaryOp::kAdd, x.gpu, r.gpu, sum_unfused);
         backend_for(kGpu).layer_norm(sum_unfused, w.gpu, b_gpu, 1e-5, out_unfused, mean_unfused, rstd_unfused);
         expect_close(sum, sum_unfused, 0.0, what + " sum vs unfused");
-        expect_close(out, out_unfused, dtype == kFloat32 ? 1e-5 : 1e-2, what + " out vs unfused");
+        expect_close(out, out_unfused, tolerance_for(dtype), what + " out vs unfused");
       }
     }
   }
 }
 
 TEST(CudaFused, AddLayerNormOpBackwardMatchesCpu) {
-  WEFT_REQUIRE_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   uint64_t seed = 200;
   for (DType dtype : kDtypes) {
     for (const auto& shape : kNormShapes) {
       const std::string what = describe(shape, dtype);
       SCOPED_TRACE(what);
       const int64_t c = shape[1];
-      const Input x = random_input(shape, ++seed, dtype, 0.5, 2.0);
-      const Input r = random_input(shape, ++seed, dtype);
-      const Input w = random_input({c}, ++seed, dtype, 1.0, 0.2);
-      const Input b = random_input({c}, ++seed, dtype);
-      const Input grad_sum = random_input(shape, ++seed, dtype);
-      const Input grad_out = random_input(shape, ++seed, dtype);
+      const RoundedInput x = random_input(shape, ++seed, dtype, 0.5, 2.0);
+      const RoundedInput r = random_input(shape, ++seed, dtype);
+      const RoundedInput w = random_input({c}, ++seed, dtype, 1.0, 0.2);
+      const RoundedInput b = random_input({c}, ++seed, dtype);
+      const RoundedInput grad_sum = random_input(shape, ++seed, dtype);
+      const RoundedInput grad_out = random_input(shape, ++seed, dtype);
 
       auto run = [&](const Tensor& xv, const Tensor& rv, const Tensor& wv, const Tensor& bv, const Tensor& gs,
                      const Tensor& go) {
@@ -164,15 +127,16 @@ struct LinearCase {
 const std::vector<LinearCase> kLinearCases = {{16 * 64, 768, 3072}, {16 * 64, 200, 200}, {37, 200, 201}};
 
 TEST(CudaFused, MatmulBiasGeluMatchesCpu) {
-  WEFT_REQUIRE_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   uint64_t seed = 300;
   for (DType dtype : kDtypes) {
     for (const LinearCase& c : kLinearCases) {
       const std::string what = describe({c.rows, c.in, c.out}, dtype);
       SCOPED_TRACE(what);
-      const Input x = random_input({1, c.rows, c.in}, ++seed, dtype);
-      const Input w = random_input({c.out, c.in}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
-      const Input b = random_input({c.out}, ++seed, dtype);
+      const RoundedInput x = random_input({1, c.rows, c.in}, ++seed, dtype);
+      const RoundedInput w =
+          random_input({c.out, c.in}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+      const RoundedInput b = random_input({c.out}, ++seed, dtype);
       const Tensor out_ref = Tensor::empty({1, c.rows, c.out}), pre_ref = Tensor::empty({1, c.rows, c.out});
       backend_for(Device::cpu())
           .matmul_bias_gelu(x.reference, w.reference.transpose(0, 1).unsqueeze(0), b.reference, out_ref, pre_ref);
@@ -185,16 +149,17 @@ TEST(CudaFused, MatmulBiasGeluMatchesCpu) {
 }
 
 TEST(CudaFused, LinearGeluOpBackwardMatchesCpu) {
-  WEFT_REQUIRE_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   uint64_t seed = 400;
   for (DType dtype : kDtypes) {
     for (const LinearCase& c : kLinearCases) {
       const std::string what = describe({c.rows, c.in, c.out}, dtype);
       SCOPED_TRACE(what);
-      const Input x = random_input({16, c.rows / 16 + (c.rows % 16 ? 1 : 0), c.in}, ++seed, dtype);
-      const Input w = random_input({c.out, c.in}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
-      const Input b = random_input({c.out}, ++seed, dtype);
-      const Input grad = random_input({16, c.rows / 16 + (c.rows % 16 ? 1 : 0), c.out}, ++seed, dtype);
+      const RoundedInput x = random_input({16, c.rows / 16 + (c.rows % 16 ? 1 : 0), c.in}, ++seed, dtype);
+      const RoundedInput w =
+          random_input({c.out, c.in}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+      const RoundedInput b = random_input({c.out}, ++seed, dtype);
+      const RoundedInput grad = random_input({16, c.rows / 16 + (c.rows % 16 ? 1 : 0), c.out}, ++seed, dtype);
       auto run = [&](const Tensor& xv, const Tensor& wv, const Tensor& bv, const Tensor& g) {
         std::vector<Tensor> leaves = {leaf(xv), leaf(wv), leaf(bv)};
         const Tensor y = linear_gelu(leaves[0], leaves[1], leaves[2]);

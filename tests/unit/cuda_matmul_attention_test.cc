@@ -6,17 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "tests/support/cuda_expectations.h"
 
 #ifdef WEFT_HAVE_CUDA
 #include "runtime/cuda/matmul.h"
-#include "runtime/cuda/stream.h"
 #endif
 
 namespace weft {
@@ -24,30 +23,11 @@ namespace {
 
 #ifdef WEFT_HAVE_CUDA
 
-#define SKIP_WITHOUT_GPU()                                                       \
-  do {                                                                           \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is present"; \
-  } while (0)
+using testing::poisoned;
+using testing::relative_l2_error;
+using testing::tolerance_for;
 
 const Device kGpu = Device::cuda(0);
-
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  const std::vector<double> a = actual.to_vector(), e = expected.to_vector();
-  EXPECT_EQ(a.size(), e.size());
-  double difference = 0.0, reference = 0.0;
-  for (size_t i = 0; i < a.size() && i < e.size(); ++i) {
-    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
-    difference += (a[i] - e[i]) * (a[i] - e[i]);
-    reference += e[i] * e[i];
-  }
-  return std::sqrt(difference) / std::max(std::sqrt(reference), 1e-30);
-}
-
-Tensor poisoned(absl::Span<const int64_t> shape, DType dtype) {
-  Tensor out = Tensor::empty(shape, dtype, kGpu);
-  out.fill_(std::numeric_limits<double>::quiet_NaN());
-  return out;
-}
 
 // --- Matmul -------------------------------------------------------------------------------------
 
@@ -93,7 +73,7 @@ void check_matmul(const MatmulCase& c, DType dtype, double tolerance, uint64_t s
   }
   backend_for(Device::cpu()).matmul(a_cpu, b_cpu, out_cpu, c.alpha, c.beta);
   backend_for(kGpu).matmul(a_gpu, b_gpu, out_gpu, c.alpha, c.beta);
-  EXPECT_LE(relative_error(out_gpu, out_cpu), tolerance);
+  EXPECT_LE(relative_l2_error(out_gpu, out_cpu), tolerance);
 }
 
 std::vector<MatmulCase> matmul_cases() {
@@ -122,35 +102,35 @@ std::vector<MatmulCase> matmul_cases() {
 }
 
 TEST(CudaMatmul, F32MatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   uint64_t seed = 100;
   for (const MatmulCase& c : matmul_cases()) check_matmul(c, kFloat32, 1e-5, seed += 3);
 }
 
 TEST(CudaMatmul, Bf16MatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   uint64_t seed = 200;
   for (const MatmulCase& c : matmul_cases()) check_matmul(c, kBFloat16, 1e-2, seed += 3);
 }
 
 TEST(CudaMatmul, F16MatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   uint64_t seed = 300;
   for (const MatmulCase& c : matmul_cases()) check_matmul(c, kFloat16, 1e-2, seed += 3);
 }
 
 TEST(CudaMatmul, RejectsF64) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   const Tensor a = Tensor::empty({1, 2, 2}, kFloat64, kGpu);
   EXPECT_THROW(backend_for(kGpu).matmul(a, a, Tensor::empty({1, 2, 2}, kFloat64, kGpu), 1.0, 0.0), weft::Error);
 }
 
 // out = gelu(a @ bm + bias) (tanh form) and the pre-gelu output, against CPU ops.
 TEST(CudaMatmul, BiasGeluEpilogue) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   for (DType dtype : {kFloat32, kBFloat16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
-    const double tolerance = dtype == kFloat32 ? 1e-5 : 1e-2;
+    const double tolerance = tolerance_for(dtype);
     const int64_t batch = 2, m = 48, k = 64, n = 96;
     const Tensor x = Tensor::normal({batch, m, k}, 7, 0, 0.0, 1.0, dtype);
     const Tensor w = Tensor::normal({n, k}, 8, 0, 0.0, 0.2, dtype);  // used as w^T
@@ -169,24 +149,24 @@ TEST(CudaMatmul, BiasGeluEpilogue) {
     const Tensor bias_gpu = bias.to(kGpu);
     Tensor out = poisoned({batch, m, n}, dtype), pre = poisoned({batch, m, n}, dtype);
     cuda::matmul_bias_gelu(x_gpu, w_gpu, bias_gpu, out, pre);
-    EXPECT_LE(relative_error(pre, biased), tolerance);
-    EXPECT_LE(relative_error(out, gelu_cpu), tolerance);
+    EXPECT_LE(relative_l2_error(pre, biased), tolerance);
+    EXPECT_LE(relative_l2_error(out, gelu_cpu), tolerance);
     Tensor out_no_aux = poisoned({batch, m, n}, dtype);
     cuda::matmul_bias_gelu(x_gpu, w_gpu, bias_gpu, out_no_aux);
-    EXPECT_LE(relative_error(out_no_aux, gelu_cpu), tolerance);
+    EXPECT_LE(relative_l2_error(out_no_aux, gelu_cpu), tolerance);
     Tensor plain = poisoned({batch, m, n}, dtype);
     cuda::matmul_bias(x_gpu, w_gpu, bias_gpu, plain);
-    EXPECT_LE(relative_error(plain, biased), tolerance);
+    EXPECT_LE(relative_l2_error(plain, biased), tolerance);
   }
 }
 
 // Backend::matmul_bias: CUDA fuses the bias (a cuBLASLt epilogue) for one product, and takes the
 // default (matmul, then add) for a batch; both against the CPU reference.
 TEST(CudaMatmul, MatmulBiasMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   for (DType dtype : {kFloat32, kBFloat16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
-    const double tolerance = dtype == kFloat32 ? 1e-5 : 1e-2;
+    const double tolerance = tolerance_for(dtype);
     for (int64_t batch : {int64_t{1}, int64_t{3}}) {
       const int64_t m = 40, k = 64, n = 96;
       const Tensor x = Tensor::normal({batch, m, k}, 17, 0, 0.0, 1.0, dtype);
@@ -197,7 +177,7 @@ TEST(CudaMatmul, MatmulBiasMatchesCpu) {
       Tensor got = poisoned({batch, m, n}, dtype);
       backend_for(kGpu).matmul_bias(x.to(kGpu), w.to(kGpu).unsqueeze(0).transpose(1, 2).expand({batch, k, n}),
                                     bias.to(kGpu), got);
-      EXPECT_LE(relative_error(got, expected), tolerance) << "batch " << batch;
+      EXPECT_LE(relative_l2_error(got, expected), tolerance) << "batch " << batch;
     }
   }
 }
@@ -227,8 +207,8 @@ void check_attention(const AttentionCase& c, DType dtype, double tolerance, uint
   const Tensor q_gpu = q.to(kGpu), k_gpu = k.to(kGpu), v_gpu = v.to(kGpu);
   Tensor out_gpu = poisoned(shape, dtype), lse_gpu = poisoned(stat_shape, kFloat32);
   gpu.attention(q_gpu, k_gpu, v_gpu, scale, out_gpu, lse_gpu);
-  EXPECT_LE(relative_error(out_gpu, out_cpu), tolerance) << "out";
-  EXPECT_LE(relative_error(lse_gpu, lse_cpu), dtype == kFloat32 ? 1e-5 : 1e-3) << "lse";
+  EXPECT_LE(relative_l2_error(out_gpu, out_cpu), tolerance) << "out";
+  EXPECT_LE(relative_l2_error(lse_gpu, lse_cpu), dtype == kFloat32 ? 1e-5 : 1e-3) << "lse";
 
   // Backward from the same out and lse (the CPU's), so that only the backward is compared.
   Tensor gq_cpu = Tensor::empty(shape, dtype), gk_cpu = Tensor::empty(shape, dtype), gv_cpu = Tensor::empty(shape, dtype);
@@ -236,13 +216,13 @@ void check_attention(const AttentionCase& c, DType dtype, double tolerance, uint
   Tensor gq = poisoned(shape, dtype), gk = poisoned(shape, dtype), gv = poisoned(shape, dtype);
   gpu.attention_backward(q_gpu, k_gpu, v_gpu, out_cpu.to(kGpu), lse_cpu.to(kGpu), grad_out.to(kGpu), scale, gq, gk,
                          gv);
-  EXPECT_LE(relative_error(gq, gq_cpu), tolerance) << "grad_q";
-  EXPECT_LE(relative_error(gk, gk_cpu), tolerance) << "grad_k";
-  EXPECT_LE(relative_error(gv, gv_cpu), tolerance) << "grad_v";
+  EXPECT_LE(relative_l2_error(gq, gq_cpu), tolerance) << "grad_q";
+  EXPECT_LE(relative_l2_error(gk, gk_cpu), tolerance) << "grad_k";
+  EXPECT_LE(relative_l2_error(gv, gv_cpu), tolerance) << "grad_v";
 }
 
 TEST(CudaAttention, Bf16MatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   uint64_t seed = 1000;
   for (const AttentionCase& c : {AttentionCase{2, 3, 77, 64}, AttentionCase{1, 2, 128, 128},
                                  AttentionCase{2, 2, 200, 64}, AttentionCase{1, 1, 17, 64}, AttentionCase{1, 2, 65, 128}}) {
@@ -251,13 +231,13 @@ TEST(CudaAttention, Bf16MatchesCpu) {
 }
 
 TEST(CudaAttention, F16MatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   check_attention({1, 2, 128, 64}, kFloat16, 2e-2, 2000);
   check_attention({2, 1, 99, 128}, kFloat16, 2e-2, 2010);
 }
 
 TEST(CudaAttention, F32MatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   uint64_t seed = 3000;
   for (const AttentionCase& c : {AttentionCase{2, 3, 77, 64}, AttentionCase{1, 2, 128, 128},
                                  AttentionCase{2, 2, 200, 64}, AttentionCase{1, 2, 50, 40}, AttentionCase{1, 1, 33, 1}}) {
@@ -266,7 +246,7 @@ TEST(CudaAttention, F32MatchesCpu) {
 }
 
 TEST(CudaAttention, UnsupportedHeadDimNamesTheSupportedOnes) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   const Tensor q = Tensor::zeros({1, 1, 8, 32}, kBFloat16, kGpu);
   const Tensor lse = Tensor::empty({1, 1, 8}, kFloat32, kGpu);
   try {

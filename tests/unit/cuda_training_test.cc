@@ -9,24 +9,11 @@
 #include "launcher/trainer.h"
 #include "optim/optimizer.h"
 #include "runtime/weft.h"
+#include "tests/support/cuda_expectations.h"
 #include "tests/support/gradient_check.h"
-#if defined(WEFT_HAVE_CUDA)
-#include "runtime/cuda/stream.h"
-#endif
 
 namespace weft {
 namespace {
-
-bool have_gpu() {
-#if defined(WEFT_HAVE_CUDA)
-  return cuda::device_count() > 0;
-#else
-  return false;
-#endif
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
 // Three steps of AdamW on the same parameters and gradients, on the CPU and on the GPU.
 void expect_adamw_matches(DType dtype, double tolerance) {
@@ -62,12 +49,12 @@ void expect_adamw_matches(DType dtype, double tolerance) {
 }
 
 TEST(CudaAdamW, MatchesTheCpuUpdateInF32) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
   expect_adamw_matches(kFloat32, 1e-6);
 }
 
 TEST(CudaAdamW, MatchesTheCpuUpdateInBF16WithMasterWeights) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
   expect_adamw_matches(kBFloat16, 1e-2);
 }
 
@@ -90,7 +77,7 @@ RunConfig small_run(const std::string& text_path, const std::string& device, con
 }
 
 TEST(CudaTraining, SmallGptStepsMatchTheCpu) {
-  SKIP_WITHOUT_GPU();
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
   const auto text_path = std::filesystem::temp_directory_path() / "weft-cuda-training-text.txt";
   {
     std::ofstream text(text_path);
