@@ -113,7 +113,7 @@ class Backend {
   // sum_out = x + residual (rounded to x's dtype), then out = layer_norm(sum_out) as layer_norm above,
   // with the statistics of the rounded sum. x, residual, sum_out, out [N, C] contiguous, one dtype.
   // The default (the CPU reference) is binary add, then layer_norm; a backend may fuse the two (CUDA:
-  // one pass that reads x and residual once, runtime/cuda/add_layer_norm.cu).
+  // one pass that reads x and residual once: the layer-norm kernel of runtime/cuda/normalization.cu).
   virtual void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                               double eps, const Tensor& sum_out, const Tensor& out, const Tensor& mean,
                               const Tensor& rstd) {

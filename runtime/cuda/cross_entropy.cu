@@ -7,10 +7,19 @@
 // loss = lse - logit[target] (0 for ignore_index). Backward: one block per row reads the logits once
 // more and writes grad = (exp(logit - lse) - onehot(target)) * grad_losses[n] in the logits' dtype;
 // ignored rows are written as zeros without reading. Nothing of size [N, V] is stored but the
-// gradient itself: no f32 copy of the logits, no probabilities. Logits are read with evict-first
-// loads (each byte is used once per kernel and the tensor is far larger than L2). Math is f32.
-// Targets outside [0, V) that are not ignore_index follow index_check.cuh: a NaN loss forward, a
-// zero gradient row backward, and weft::Error from the record.
+// gradient itself: no f32 copy of the logits, no probabilities. Math is f32. Targets outside [0, V)
+// that are not ignore_index follow index_check.cuh: a NaN loss forward, a zero gradient row backward,
+// and weft::Error from the record.
+//
+// Speed: every exponential is exp_shifted (row_kernels.cuh: one MUFU.EX2), because with exp2f the
+// forward was issue-bound. Each byte of the logits is used once per kernel and the tensor is far
+// larger than L2. The forward keeps 8 packs a thread in flight (all loaded before the first is used)
+// in blocks of at most 256 threads, and reads with load_pack_once (non-coherent, no L1 allocation,
+// 256-byte L2 fetches): on the H200 ([8192, 50304] bf16, docs/performance.md) that ran at 95-99%
+// of copy bandwidth, the former kernel (exp2f, 4 packs, 512 threads, evict-first loads) at 71%. The
+// backward, which also writes, keeps 4 packs in flight in blocks of at most 512 threads, with
+// evict-first loads and stores: 96% of copy.
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -24,12 +33,11 @@ namespace weft {
 namespace cuda {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kUnroll = 4;  // packs each thread loads before using the first: loads in flight
-constexpr float kLog2e = 1.4426950408889634f;
-
-// exp(value - maximum) through the hardware's exp2.
-__device__ __forceinline__ float exp_shifted(float value, float maximum) { return exp2f((value - maximum) * kLog2e); }
+// Packs each thread loads before using the first (loads in flight), and the most threads per block.
+constexpr int kForwardUnroll = 8;
+constexpr int kForwardThreads = 256;
+constexpr int kBackwardUnroll = 4;
+constexpr int kBackwardThreads = 512;
 
 template <class T, int kVec>
 __device__ __forceinline__ void accumulate(MaxSum& state, const Pack<T, kVec>& pack) {
@@ -46,7 +54,7 @@ __device__ __forceinline__ void accumulate(MaxSum& state, const Pack<T, kVec>& p
 }
 
 template <class T, class I, int kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kForwardThreads)
     cross_entropy_kernel(const T* __restrict__ logits,   // [rows, vocabulary]
                          const I* __restrict__ targets,  // [rows]
                          float* __restrict__ losses,     // [rows]
@@ -59,14 +67,14 @@ __global__ void __launch_bounds__(kThreads)
     const T* row_in = logits + row * vocabulary;
     MaxSum state{-INFINITY, 0.0f};
     int p = static_cast<int>(threadIdx.x);
-    for (; p + (kUnroll - 1) * threads < packs; p += kUnroll * threads) {
-      Pack<T, kVec> loaded[kUnroll];
+    for (; p + (kForwardUnroll - 1) * threads < packs; p += kForwardUnroll * threads) {
+      Pack<T, kVec> loaded[kForwardUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
+      for (int u = 0; u < kForwardUnroll; ++u) loaded[u] = load_pack_once<T, kVec>(row_in + (p + u * threads) * kVec);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) accumulate(state, loaded[u]);
+      for (int u = 0; u < kForwardUnroll; ++u) accumulate(state, loaded[u]);
     }
-    for (; p < packs; p += threads) accumulate(state, load_pack_streaming<T, kVec>(row_in + p * kVec));
+    for (; p < packs; p += threads) accumulate(state, load_pack_once<T, kVec>(row_in + p * kVec));
     state = block_merge(state, scratch);
     if (threadIdx.x == 0) {
       const float row_lse = state.maximum + logf(state.sum);
@@ -99,7 +107,7 @@ __device__ __forceinline__ Pack<T, kVec> gradient_pack(const Pack<T, kVec>& pack
 }
 
 template <class T, class I, int kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kBackwardThreads)
     cross_entropy_backward_kernel(const T* __restrict__ logits,         // [rows, vocabulary]
                                   const I* __restrict__ targets,        // [rows]
                                   const float* __restrict__ lse,        // [rows]
@@ -127,12 +135,14 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float row_lse = lse[row], grad_loss = grad_losses[row];
     int p = static_cast<int>(threadIdx.x);
-    for (; p + (kUnroll - 1) * threads < packs; p += kUnroll * threads) {
-      Pack<T, kVec> loaded[kUnroll];
+    for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
+      Pack<T, kVec> loaded[kBackwardUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
+      for (int u = 0; u < kBackwardUnroll; ++u) {
+        loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
+      }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kBackwardUnroll; ++u) {
         const int column = (p + u * threads) * kVec;
         store_pack_streaming(row_out + column, gradient_pack(loaded[u], column, target, row_lse, grad_loss));
       }
@@ -144,8 +154,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Threads per block: fewer for short rows, so that small vocabularies do not idle most of a block.
-int threads_for(int packs) { return packs >= kThreads * 2 ? kThreads : (packs >= 512 ? 256 : 128); }
+// Threads per block for rows of `packs` packs, at most `max_threads` (the kernel's launch bound):
+// fewer for short rows, so that small vocabularies do not idle most of a block.
+int threads_for(int packs, int max_threads) {
+  if (packs >= max_threads * 2) return max_threads;
+  return std::min(max_threads, packs >= 512 ? 256 : 128);
+}
 
 }  // namespace
 }  // namespace cuda
@@ -164,7 +178,7 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int
       const T* data = logits.data<T>();
       cuda::dispatch_pack<T>(cuda::can_use_packs<T>(vocabulary, data), [&]<int kVec>() {
         cuda::cross_entropy_kernel<T, I, kVec>
-            <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec), 0, stream>>>(
+            <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec, cuda::kForwardThreads), 0, stream>>>(
                 data, targets.data<I>(), losses.data<float>(), lse.data<float>(), rows, vocabulary, ignore_index,
                 cuda::index_error_record());
         WEFT_CUDA_CHECK_LAUNCH();
@@ -189,7 +203,7 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
       T* out = grad_logits.data<T>();
       cuda::dispatch_pack<T>(cuda::can_use_packs<T>(vocabulary, data, out), [&]<int kVec>() {
         cuda::cross_entropy_backward_kernel<T, I, kVec>
-            <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec), 0, stream>>>(
+            <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads), 0, stream>>>(
                 data, targets.data<I>(), lse.data<float>(), grad_losses.data<float>(), out, rows, vocabulary,
                 ignore_index, cuda::index_error_record());
         WEFT_CUDA_CHECK_LAUNCH();

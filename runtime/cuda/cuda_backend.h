@@ -4,7 +4,7 @@
 // nothing here synchronizes the host except copies to host memory. Floating tensors are f32 or
 // bf16 (f16 where noted) with f32 accumulation; results must agree with the CPU backend within the
 // tolerances of tests/unit/cuda_*_test.cc. Files: elementwise.cu (fill, copy, random, unary,
-// binary, affine), reduction.cu, softmax.cu, normalization.cu, add_layer_norm.cu, embedding.cu,
+// binary, affine), reduction.cu, softmax.cu, normalization.cu (with the fused residual add + layer norm), embedding.cu,
 // cross_entropy.cu, dropout.cu, matmul.cu (cuBLASLt), attention.cu (fused causal attention that
 // never writes T x T scores to device memory).
 #pragma once

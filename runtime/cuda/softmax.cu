@@ -1,16 +1,29 @@
 // CUDA kernels: softmax and log-softmax over the last dim of a contiguous [N, C] tensor, forward and
 // backward (CudaBackend::softmax, softmax_backward; the CPU reference is runtime/cpu/softmax.cc).
 //
-// C <= 1024: one warp per row, the row held in registers, so each element is read once and written
-// once; the row maximum and sum are warp shuffles. 1024 < C <= 8192 (16-byte packs): one block of
-// several warps per row, each thread holding 2 (bf16/f16) or up to 4 (f32) packs in registers, so the
-// row is again read once; the maximum and sum are block reductions. Otherwise (longer rows, or no
-// packs): one block per row; one pass keeps each thread's running (maximum, sum of exp) online, a block
-// merge combines them, and a second pass re-reads the row (from L1/L2 at these sizes) and writes it.
-// Math is f32; outputs are rounded once.
+// Forward, C <= 2048 at bf16/f16 and C <= 1024 at f32 or without packs (backward: C <= 1024): one
+// warp per row, the row held in registers (every load issued before the first is used), so each
+// element is read once and written once; the row maximum and sum are warp shuffles. Longer rows up
+// to C = 8192 with 16-byte packs: one block per row, each thread holding 4 packs in registers and the
+// block the fewest warps that cover the row (256 threads for C = 8192 bf16, 512 for 8192 f32), so
+// the row is again read once; the maximum and sum are block reductions. Otherwise (longer rows, or no
+// packs): one block per row; one pass keeps each thread's running (maximum, sum of exp) online, a
+// block merge combines them, and a second pass re-reads the row (from L1/L2 at these sizes) and
+// writes it. Math is f32; outputs are rounded once. Measured on the H200 at C = 2048 bf16
+// (docs/performance.md): a warp with 8 packs per lane, or 64 threads with 4 packs each, 72-77% of
+// copy bandwidth; 128 threads with 2 packs each, 51-59%.
+//
+// Every exponential is exp_shifted (row_kernels.cuh): one MUFU.EX2 of (x - maximum) * log2(e) instead
+// of expf's ten or so instructions, because the forward kernels were issue-bound on expf (C = 768 bf16
+// forward: 62% -> 75% of copy bandwidth on the H200). Its relative error is about 2^-22. The special
+// values are those of expf: exp_shifted(-inf, m) is 0 (padding, masked entries), a row of all -inf
+// gives NaN (-inf - -inf) as before, and a NaN stays NaN.
 //
 // Backward, from the forward output y: softmax: gx = y * (gy - sum(gy * y)); log-softmax:
-// gx = gy - exp(y) * sum(gy). Same split between the warp, the register block and the block kernel.
+// gx = gy - exp(y) * sum(gy) (exp of a log-probability: exp_shifted(y, 0)). Same split between the
+// warp, the register block and the block kernel. The backward register block keeps its former choice,
+// 2 packs of y and 2 of gy a thread (4 each for f32 rows over 4096 columns): already 4 loads in
+// flight, as many as the forward's 4 packs; the 4-pack measurement was of the forward only.
 #include <cmath>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -28,6 +41,9 @@ constexpr int kWarpKernelThreads = 128;  // 4 rows per block
 constexpr int kBlockKernelThreads = 512;
 constexpr int kRowBlockMaxColumns = 8192;  // the largest C a block keeps in registers
 constexpr int kRowBlockMaxThreads = 512;
+constexpr int kRowBlockPacks = 4;  // packs each thread of the forward register block holds
+// The widest forward row block, C = 8192 f32 (4-element packs), still fits the launch bound.
+static_assert(kRowBlockMaxColumns / (kPackSize<float> * kRowBlockPacks) <= kRowBlockMaxThreads);
 
 // One warp per row; each lane holds kPacks packs of kVec elements (columns (k * 32 + lane) * kVec ...).
 template <class T, int kVec, int kPacks>
@@ -41,16 +57,22 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
        row += static_cast<int64_t>(gridDim.x) * warps_per_block) {
     const T* row_in = x + row * columns;
     T* row_out = out + row * columns;
+    // All the row's loads go out before any arithmetic uses one (as in normalization.cu).
+    Pack<T, kVec> loaded[kPacks];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * 32 + lane) * kVec;
+      if (column < columns) loaded[k] = load_pack_once<T, kVec>(row_in + column);
+    }
     float values[kPacks][kVec];
     float maximum = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int column = (k * 32 + lane) * kVec;
       if (column < columns) {
-        const Pack<T, kVec> pack = load_pack<T, kVec>(row_in + column);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          values[k][j] = pack.get(j);
+          values[k][j] = loaded[k].get(j);
           maximum = fmaxf(maximum, values[k][j]);
         }
       } else {
@@ -64,7 +86,7 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
     for (int k = 0; k < kPacks; ++k) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const float e = expf(values[k][j] - maximum);  // 0 for the padding (-inf)
+        const float e = exp_shifted(values[k][j], maximum);  // 0 for the padding (-inf)
         total += e;
         if (!log) values[k][j] = e;
       }
@@ -88,6 +110,7 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
 
 // One block per row for 1024 < C <= 8192 with packs: blockDim.x threads (a multiple of 32) each hold
 // kPacks packs (columns (k * blockDim.x + t) * kVec ...), so the row is read once and written once.
+// Pack slots past the row's end hold -inf padding, whose exp is 0.
 template <class T, int kVec, int kPacks>
 __global__ void __launch_bounds__(kRowBlockMaxThreads)
     softmax_row_block_kernel(const T* __restrict__ x,  // [rows, columns]
@@ -99,16 +122,22 @@ __global__ void __launch_bounds__(kRowBlockMaxThreads)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* row_in = x + row * columns;
     T* row_out = out + row * columns;
+    // All the row's loads go out before any arithmetic uses one (as in normalization.cu).
+    Pack<T, kVec> loaded[kPacks];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * threads + t) * kVec;
+      if (column < columns) loaded[k] = load_pack_once<T, kVec>(row_in + column);
+    }
     float values[kPacks][kVec];
     float maximum = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int column = (k * threads + t) * kVec;
       if (column < columns) {
-        const Pack<T, kVec> pack = load_pack<T, kVec>(row_in + column);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          values[k][j] = pack.get(j);
+          values[k][j] = loaded[k].get(j);
           maximum = fmaxf(maximum, values[k][j]);
         }
       } else {
@@ -123,7 +152,7 @@ __global__ void __launch_bounds__(kRowBlockMaxThreads)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         // 0 for the padding (-inf), and for a row of all -inf the result is NaN as in the warp kernel.
-        const float e = expf(values[k][j] - maximum);
+        const float e = exp_shifted(values[k][j], maximum);
         total += e;
         if (!log) values[k][j] = e;
       }
@@ -164,11 +193,11 @@ __global__ void __launch_bounds__(kBlockKernelThreads)
       for (int j = 0; j < kVec; ++j) pack_maximum = fmaxf(pack_maximum, pack.get(j));
       if (pack_maximum == -INFINITY) continue;  // contributes nothing
       if (pack_maximum > state.maximum) {
-        state.sum *= expf(state.maximum - pack_maximum);
+        state.sum *= exp_shifted(state.maximum, pack_maximum);  // 0 while the state is empty (-inf)
         state.maximum = pack_maximum;
       }
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) state.sum += expf(pack.get(j) - state.maximum);
+      for (int j = 0; j < kVec; ++j) state.sum += exp_shifted(pack.get(j), state.maximum);
     }
     state = block_merge(state, scratch);
     const float maximum = state.maximum, log_total = logf(state.sum), inverse_total = 1.0f / state.sum;
@@ -177,8 +206,8 @@ __global__ void __launch_bounds__(kBlockKernelThreads)
       Pack<T, kVec> result;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const float shifted = pack.get(j) - maximum;
-        result.set(j, log ? shifted - log_total : expf(shifted) * inverse_total);
+        const float value = pack.get(j);
+        result.set(j, log ? (value - maximum) - log_total : exp_shifted(value, maximum) * inverse_total);
       }
       store_pack(row_out + p * kVec, result);
     }
@@ -217,7 +246,7 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           const float value = outputs[k].get(j), g = grads[k].get(j);
-          result.set(j, log ? g - expf(value) * reduction : value * (g - reduction));
+          result.set(j, log ? g - exp_shifted(value, 0.0f) * reduction : value * (g - reduction));
         }
         store_pack(grad_x + base + column, result);
       }
@@ -258,7 +287,7 @@ __global__ void __launch_bounds__(kRowBlockMaxThreads)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           const float value = outputs[k].get(j), g = grads[k].get(j);
-          result.set(j, log ? g - expf(value) * reduction : value * (g - reduction));
+          result.set(j, log ? g - exp_shifted(value, 0.0f) * reduction : value * (g - reduction));
         }
         store_pack(grad_x + base + column, result);
       }
@@ -295,7 +324,8 @@ __global__ void __launch_bounds__(kBlockKernelThreads)
       Pack<T, kVec> result;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        result.set(j, log ? g.get(j) - expf(value.get(j)) * reduction : value.get(j) * (g.get(j) - reduction));
+        const float output = value.get(j), gradient = g.get(j);
+        result.set(j, log ? gradient - exp_shifted(output, 0.0f) * reduction : output * (gradient - reduction));
       }
       store_pack(grad_x + base + p * kVec, result);
     }
@@ -348,8 +378,11 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
     const T* in = x.data<T>();
     T* data = out.data<T>();
     cuda::dispatch_pack<T>(cuda::can_use_packs<T>(shape.columns, in, data), [&]<int kVec>() {
-      if (shape.columns <= cuda::kWarpRowColumns) {
-        constexpr int kMaxPacks = cuda::kWarpRowColumns / (32 * kVec);
+      // A warp per row up to 8 packs per lane (C = 2048 at bf16, 1024 at f32) or 1024 single elements:
+      // at C = 2048 bf16 that measured faster than a block of 64 threads with 4 packs each.
+      constexpr int kWarpColumns = kVec == 1 ? cuda::kWarpRowColumns : 32 * 8 * kVec;
+      if (shape.columns <= kWarpColumns) {
+        constexpr int kMaxPacks = kWarpColumns / (32 * kVec);
         const int packs_per_lane = (shape.columns / kVec + 31) / 32;
         cuda::dispatch_packs_per_lane<1, kMaxPacks>(packs_per_lane, [&]<int kPacks>() {
           cuda::softmax_warp_kernel<T, kVec, kPacks>
@@ -357,19 +390,13 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
                   in, data, shape.rows, shape.columns, log);
         });
       } else if (kVec > 1 && shape.columns <= cuda::kRowBlockMaxColumns) {
-        // 2 packs per thread (32 bytes in flight), 4 when the row would need more than 512 threads.
+        // 4 packs per thread (64 bytes in flight) and the fewest warps that cover the row: 64 threads
+        // for C = 2048 bf16, at most 512 (C = 8192 f32). kVec == 1 never comes here (no packs).
+        constexpr int kPacks = kVec == 1 ? 1 : cuda::kRowBlockPacks;
         const int packs = shape.columns / kVec;
-        constexpr int kMaxPacks = kVec == 1 ? 1 : cuda::kRowBlockMaxColumns / (cuda::kRowBlockMaxThreads * kVec);
-        auto launch = [&]<int kPacks>() {
-          const int threads = ((packs + kPacks - 1) / kPacks + 31) / 32 * 32;
-          cuda::softmax_row_block_kernel<T, kVec, kPacks>
-              <<<cuda::grid_for(shape.rows, 1), threads, 0, stream>>>(in, data, shape.rows, shape.columns, log);
-        };
-        if (kMaxPacks <= 2 || packs <= 2 * cuda::kRowBlockMaxThreads) {
-          launch.template operator()<(kMaxPacks < 2 ? kMaxPacks : 2)>();
-        } else {
-          launch.template operator()<kMaxPacks>();
-        }
+        const int threads = ((packs + kPacks - 1) / kPacks + 31) / 32 * 32;
+        cuda::softmax_row_block_kernel<T, kVec, kPacks>
+            <<<cuda::grid_for(shape.rows, 1), threads, 0, stream>>>(in, data, shape.rows, shape.columns, log);
       } else {
         cuda::softmax_block_kernel<T, kVec>
             <<<cuda::grid_for(shape.rows, 1), cuda::kBlockKernelThreads, 0, stream>>>(in, data, shape.rows,
@@ -400,7 +427,8 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const 
                   out, gy, gx, shape.rows, shape.columns, log);
         });
       } else if (kVec > 1 && shape.columns <= cuda::kRowBlockMaxColumns) {
-        // As the forward: 2 packs per thread, 4 when the row would need more than 512 threads.
+        // 2 packs of y and 2 of grad_y per thread (4 loads in flight), 4 of each when the row would
+        // need more than 512 threads (f32, C > 4096).
         const int packs = shape.columns / kVec;
         constexpr int kMaxPacks = kVec == 1 ? 1 : cuda::kRowBlockMaxColumns / (cuda::kRowBlockMaxThreads * kVec);
         auto launch = [&]<int kPacks>() {

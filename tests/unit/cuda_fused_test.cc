@@ -1,12 +1,12 @@
-// The fused ops on CUDA against the CPU: add_layer_norm (runtime/cuda/add_layer_norm.cu) and
+// The fused ops on CUDA against the CPU: add_layer_norm (runtime/cuda/normalization.cu) and
 // linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and backward.
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
 // max |out - ref| / max |ref|: 1e-5 for f32 (and f32 statistics), 1e-2 for bf16. Backend outputs are
 // filled with NaN before the kernel runs, so an element left unwritten fails the case. Shapes: GPT-2
-// rows (16 x 64 tokens, C = 768), C = 200, an odd C (37: packs of one element), a row too long for
-// the register path (13000), and for linear_gelu an N that is not a multiple of 8 (the unfused path).
+// rows (16 x 64 tokens, C = 768), C = 200, an odd C (37: packs of one element), a row that needs
+// several warps (13000), one too long for the register path (40000), and for linear_gelu an N that is not a multiple of 8 (the unfused path).
 //
 // Built without CUDA, or run where no GPU is visible, every test is skipped with a message.
 #include <cmath>
@@ -40,7 +40,7 @@ Tensor leaf(const Tensor& tensor) { return tensor.detach().set_requires_grad(tru
 
 // --- add_layer_norm ----------------------------------------------------------------------------
 
-const std::vector<std::vector<int64_t>> kNormShapes = {{16 * 64, 768}, {16 * 64, 200}, {33, 37}, {6, 13000}};
+const std::vector<std::vector<int64_t>> kNormShapes = {{16 * 64, 768}, {16 * 64, 200}, {33, 37}, {6, 13000}, {2, 40000}};
 
 TEST(CudaFused, AddLayerNormKernelMatchesCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");

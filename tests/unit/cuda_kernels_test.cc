@@ -66,9 +66,11 @@ const std::vector<DType> kDtypes = {kFloat32, kBFloat16};
 
 // --- Softmax -----------------------------------------------------------------------------------
 
-// Rows of C <= 1024 take the warp kernel, longer rows the block kernel.
-const std::vector<std::vector<int64_t>> kSoftmaxShapes = {{64, 768}, {4096, 768}, {33, 37}, {7, 1024},
-                                                          {16, 2048}, {5, 50304}, {3, 1001}};
+// Rows of C <= 1024 take the warp kernel; packed rows up to 8192 the row-block kernel (4 packs per
+// thread: 64 threads at C = 2048 bf16, 256 at 8192 bf16, 512 at 8192 f32; C = 3000 leaves pack slots
+// past the row's end); longer or unpacked rows the block kernel.
+const std::vector<std::vector<int64_t>> kSoftmaxShapes = {{64, 768}, {4096, 768}, {33, 37}, {7, 1024}, {16, 2048},
+                                                          {4, 8192}, {3, 3000},   {5, 50304}, {3, 1001}};
 
 TEST(CudaKernels, SoftmaxForwardAndBackwardMatchCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
@@ -113,8 +115,20 @@ TEST(CudaKernels, SoftmaxOfAViewAtAnOddOffsetUsesTheScalarPath) {
 
 // --- Layer norm and RMS norm -------------------------------------------------------------------
 
-// C = 768 is one warp per row; 2048 several warps; 20000 the streaming fallback.
-const std::vector<std::vector<int64_t>> kNormShapes = {{64, 768}, {4096, 768}, {17, 37}, {8, 2048}, {3, 20000}};
+// The paths of runtime/cuda/normalization.cu. Forward: a warp per row holding 1..4 packs per lane
+// (C = 200, 768, 1000 at bf16; 200 at f32), several warps (768, 1000, 2048, 8192 at f32; 2048 and
+// 8192 at bf16), single elements (37), the streaming fallback (20000 at f32; 20000 and 40000 at
+// bf16). Backward, pipelined: a warp per row with 1..3 packs per lane (200 and 768 at bf16), groups
+// of 64..512 threads, some packs past the row's end (1000), 8192 at bf16 (512 threads); the register
+// kernel (37); the streaming fallback (20000, 40000). 4096 x 768 and 1024 x 2048: many blocks at
+// once, and each group of the persistent backward grid walks several rows.
+const std::vector<std::vector<int64_t>> kNormShapes = {{64, 768},   {4096, 768}, {17, 37},   {33, 200},
+                                                       {9, 1000},   {8, 2048},   {1024, 2048}, {5, 8192},
+                                                       {3, 20000}, {2, 40000}};
+
+// The CPU reference of the norm tests runs in f64 on the rounded inputs: its f32 kernel sums a row
+// left to right, which over 20000-40000 columns is itself off by about 1e-5, the f32 tolerance.
+Tensor in_f64(const Tensor& tensor) { return tensor.defined() ? tensor.to(kFloat64) : Tensor(); }
 
 TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
@@ -129,10 +143,11 @@ TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
         const RoundedInput weight = random_input({columns}, ++seed, dtype, 1.0, 0.5);
         const RoundedInput bias = random_input({columns}, ++seed, dtype);
         const double eps = 1e-5;
-        const Tensor expected = Tensor::empty(shape), expected_mean = Tensor::empty({rows});
-        const Tensor expected_rstd = Tensor::empty({rows});
-        cpu_backend().layer_norm(x.reference, weight.reference, with_bias ? bias.reference : Tensor(), eps, expected,
-                                 expected_mean, expected_rstd);
+        const Tensor expected = Tensor::empty(shape, kFloat64), expected_mean = Tensor::empty({rows}, kFloat64);
+        const Tensor expected_rstd = Tensor::empty({rows}, kFloat64);
+        cpu_backend().layer_norm(in_f64(x.reference), in_f64(weight.reference),
+                                 with_bias ? in_f64(bias.reference) : Tensor(), eps, expected, expected_mean,
+                                 expected_rstd);
         const Tensor out = poisoned(shape, dtype), mean = poisoned({rows}, kFloat32), rstd = poisoned({rows}, kFloat32);
         gpu_backend().layer_norm(x.gpu, weight.gpu, with_bias ? bias.gpu : Tensor(), eps, out, mean, rstd);
         expect_close(out, expected, tolerance_for(dtype), what + " out");
@@ -140,14 +155,14 @@ TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
         expect_close(rstd, expected_rstd, tolerance_for(kFloat32), what + " rstd");
 
         const RoundedInput gy = random_input(shape, ++seed, dtype);
-        const Tensor expected_gx = Tensor::empty(shape), expected_gw = Tensor::empty({columns});
-        const Tensor expected_gb = with_bias ? Tensor::empty({columns}) : Tensor();
-        cpu_backend().layer_norm_backward(x.reference, weight.reference, expected_mean, expected_rstd, gy.reference,
-                                          expected_gx, expected_gw, expected_gb);
+        const Tensor expected_gx = Tensor::empty(shape, kFloat64), expected_gw = Tensor::empty({columns}, kFloat64);
+        const Tensor expected_gb = with_bias ? Tensor::empty({columns}, kFloat64) : Tensor();
+        cpu_backend().layer_norm_backward(in_f64(x.reference), in_f64(weight.reference), expected_mean, expected_rstd,
+                                          in_f64(gy.reference), expected_gx, expected_gw, expected_gb);
         const Tensor gx = poisoned(shape, dtype), gw = poisoned({columns}, dtype);
         const Tensor gb = with_bias ? poisoned({columns}, dtype) : Tensor();
-        gpu_backend().layer_norm_backward(x.gpu, weight.gpu, expected_mean.to(kGpu), expected_rstd.to(kGpu), gy.gpu,
-                                          gx, gw, gb);
+        gpu_backend().layer_norm_backward(x.gpu, weight.gpu, expected_mean.to(kFloat32).to(kGpu),
+                                          expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw, gb);
         expect_close(gx, expected_gx, tolerance_for(dtype), what + " grad_x");
         expect_close(gw, expected_gw, tolerance_for(dtype), what + " grad_weight");
         if (with_bias) expect_close(gb, expected_gb, tolerance_for(dtype), what + " grad_bias");
@@ -167,19 +182,19 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchCpu) {
       const RoundedInput x = random_input(shape, ++seed, dtype, 0.5, 2.0);
       const RoundedInput weight = random_input({columns}, ++seed, dtype, 1.0, 0.5);
       const double eps = 1e-6;
-      const Tensor expected = Tensor::empty(shape), expected_rstd = Tensor::empty({rows});
-      cpu_backend().rms_norm(x.reference, weight.reference, eps, expected, expected_rstd);
+      const Tensor expected = Tensor::empty(shape, kFloat64), expected_rstd = Tensor::empty({rows}, kFloat64);
+      cpu_backend().rms_norm(in_f64(x.reference), in_f64(weight.reference), eps, expected, expected_rstd);
       const Tensor out = poisoned(shape, dtype), rstd = poisoned({rows}, kFloat32);
       gpu_backend().rms_norm(x.gpu, weight.gpu, eps, out, rstd);
       expect_close(out, expected, tolerance_for(dtype), what + " out");
       expect_close(rstd, expected_rstd, tolerance_for(kFloat32), what + " rstd");
 
       const RoundedInput gy = random_input(shape, ++seed, dtype);
-      const Tensor expected_gx = Tensor::empty(shape), expected_gw = Tensor::empty({columns});
-      cpu_backend().rms_norm_backward(x.reference, weight.reference, expected_rstd, gy.reference, expected_gx,
-                                      expected_gw);
+      const Tensor expected_gx = Tensor::empty(shape, kFloat64), expected_gw = Tensor::empty({columns}, kFloat64);
+      cpu_backend().rms_norm_backward(in_f64(x.reference), in_f64(weight.reference), expected_rstd,
+                                      in_f64(gy.reference), expected_gx, expected_gw);
       const Tensor gx = poisoned(shape, dtype), gw = poisoned({columns}, dtype);
-      gpu_backend().rms_norm_backward(x.gpu, weight.gpu, expected_rstd.to(kGpu), gy.gpu, gx, gw);
+      gpu_backend().rms_norm_backward(x.gpu, weight.gpu, expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw);
       expect_close(gx, expected_gx, tolerance_for(dtype), what + " grad_x");
       expect_close(gw, expected_gw, tolerance_for(dtype), what + " grad_weight");
     }
