@@ -15,8 +15,8 @@
 // forward was issue-bound. Each byte of the logits is used once per kernel and the tensor is far
 // larger than L2. The forward keeps 8 packs a thread in flight (all loaded before the first is used)
 // in blocks of at most 256 threads, and reads with load_pack_once (non-coherent, no L1 allocation,
-// 256-byte L2 fetches): on the H200 ([8192, 50304] bf16, docs/performance.md) that ran at 95-99%
-// of copy bandwidth, the former kernel (exp2f, 4 packs, 512 threads, evict-first loads) at 71%. The
+// 256-byte L2 fetches): on the H200 ([8192, 50304] bf16, docs/performance.md) that runs at 93-94%
+// of copy bandwidth, the former kernel (exp2f, 4 packs, 512 threads, evict-first loads) at 63-71%. The
 // backward, which also writes, keeps 4 packs in flight in blocks of at most 512 threads, with
 // evict-first loads and stores: 96% of copy.
 #include <algorithm>

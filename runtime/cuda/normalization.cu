@@ -5,8 +5,9 @@
 //
 // Forward: a row is handled by one warp when it fits in at most 4 packs (16 bytes each) per lane
 // (C <= 1024 at bf16, 512 at f32), else by several warps (which reduce through shared memory and a
-// named barrier of their own, so the other rows of the block do not wait); each thread holds its columns
-// in registers, so x is read once (ld.global.nc with an L2 256-byte prefetch) and out written once.
+// named barrier of their own, so the other rows of the block do not wait); each thread holds its
+// columns in registers, so x is read once (ld.global.nc with an L2 256-byte prefetch) and out
+// written once.
 // Mean and variance are two passes over registers (as on the CPU, no E[x^2] - E[x]^2
 // cancellation); mean and rstd are written as f32 [N]. The packs per thread are the fewest that cover
 // the row, up to 4, and every load of a row is issued before the arithmetic starts (measurements:
@@ -68,28 +69,24 @@ RowSplit split_row(int packs, int packs_per_thread) {
   return split;
 }
 
-// Packs per lane of the forward's warp-per-row path: the fewest of {1, 2, 3, 4, 6, 8} (at most
-// kMaxPacks) that cover the row. Calls body.template operator()<kPacks>(); false when the row needs
-// more than kMaxPacks per lane (several warps).
-template <int kMaxPacks, class Body>
+// The most packs a forward thread holds: 4 packs of 16 bytes, or 16 single elements when the row
+// does not move in packs. Measured on the H200 at C = 2048 bf16 (docs/performance.md): on a warp per
+// row with 8 packs per lane layer_norm ran at 63% of copy bandwidth and add_layer_norm (8 packs of x
+// and 8 of the residual) at 59%; on two warps with 4 packs each, at 68-69% and 76-80%.
+constexpr int forward_packs(int vec) { return vec == 1 ? 16 : 4; }
+
+// Packs per lane of the forward's warp-per-row path: the fewest of 1..forward_packs that cover the
+// row. Calls body.template operator()<kPacks>(); false when the row needs more (several warps).
+template <class Body>
 bool dispatch_warp_packs(int packs, Body&& body) {
+  static_assert(forward_packs(8) == 4, "the cases below cover 1..4 packs per lane");
   const int per_lane = (packs + 31) / 32;
   if (per_lane <= 1) { body.template operator()<1>(); return true; }
   if (per_lane <= 2) { body.template operator()<2>(); return true; }
   if (per_lane <= 3) { body.template operator()<3>(); return true; }
   if (per_lane <= 4) { body.template operator()<4>(); return true; }
-  if constexpr (kMaxPacks >= 8) {
-    if (per_lane <= 6) { body.template operator()<6>(); return true; }
-    if (per_lane <= 8) { body.template operator()<8>(); return true; }
-  }
   return false;
 }
-
-// The most packs a forward thread holds: 4 packs of 16 bytes, or 16 single elements when the row
-// does not move in packs. Measured on the H200 at C = 2048 bf16 (docs/performance.md): layer_norm on
-// a warp per row with 8 packs per lane ran at 63% of copy bandwidth, add_layer_norm (8 packs of x and
-// 8 of the residual) at 59%; on two warps with 4 packs each add_layer_norm ran at 76%.
-constexpr int forward_packs(int vec) { return vec == 1 ? 16 : 4; }
 
 // --- Forward -----------------------------------------------------------------------------------
 
@@ -710,7 +707,7 @@ void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& 
     // leave a warp with too little to load at once).
     constexpr int kPacks = forward_packs(kVec);
     if constexpr (kVec > 1) {
-      if (dispatch_warp_packs<kPacks>(packs, [&]<int kLanePacks>() {
+      if (dispatch_warp_packs(packs, [&]<int kLanePacks>() {
             launch.template operator()<kLanePacks, false>(32, kMinBlockThreads);
           })) {
         WEFT_CUDA_CHECK_LAUNCH();
@@ -733,14 +730,16 @@ void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& 
 // Resident blocks of `kernel` on the whole device: the size of a persistent grid.
 int resident_blocks(const void* kernel, int block_threads, size_t shared_bytes, int device) {
   int per_multiprocessor = 0;
-  WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, block_threads, shared_bytes));
+  WEFT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, block_threads, shared_bytes));
   return std::max(per_multiprocessor, 1) * multiprocessor_count(device);
 }
 
 // Allows `kernel` more than the default 48 KiB of dynamic shared memory when it needs it.
 void allow_shared_memory(const void* kernel, size_t shared_bytes) {
   if (shared_bytes > 48 * 1024) {
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
+    WEFT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
   }
 }
 

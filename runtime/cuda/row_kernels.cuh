@@ -58,8 +58,10 @@ __device__ __forceinline__ Pack<T, kCount> load_pack_streaming(const T* address)
   return pack;
 }
 
-// Read-only load that bypasses L1 and asks L2 to fetch the whole 256-byte sector group: for rows
-// read once by a kernel that writes other memory (the norm and softmax inputs). Measured on the H200
+// Read-only (non-coherent) load that bypasses L1 and asks L2 to fetch the whole 256-byte sector
+// group: for rows that a kernel reads once (the norm, softmax and cross-entropy inputs). Only where no
+// thread of the kernel reads an address after the kernel has written it: an in-place call (out == x)
+// writes each element after the same thread has read it, which is allowed. Measured on the H200
 // (docs/performance.md): a few points of bandwidth over a plain load for the norm kernels.
 template <class T, int kCount>
 __device__ __forceinline__ Pack<T, kCount> load_pack_once(const T* address) {
