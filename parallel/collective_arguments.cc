@@ -49,14 +49,49 @@ int64_t check_all_gather(const ProcessGroup& group, const Tensor& input, const T
   return input.numel();
 }
 
-void check_root(const ProcessGroup& group, const std::string& operation, int root) {
-  WEFT_CHECK(root >= 0 && root < group.size(), operation, " on ", group.describe(), ": root ", root,
+namespace {
+
+// `role` ("root", "peer") must be a rank of the group.
+void check_group_rank(const ProcessGroup& group, const std::string& operation, const char* role, int rank) {
+  WEFT_CHECK(rank >= 0 && rank < group.size(), operation, " on ", group.describe(), ": ", role, " ", rank,
              " is not a rank of the group (0..", group.size() - 1, ")");
 }
 
 void check_peer(const ProcessGroup& group, const std::string& operation, int peer) {
-  WEFT_CHECK(peer >= 0 && peer < group.size(), operation, " on ", group.describe(), ": peer ", peer,
-             " is not a rank of the group (0..", group.size() - 1, ")");
+  check_group_rank(group, operation, "peer", peer);
+}
+
+}  // namespace
+
+std::string check_broadcast(const ProcessGroup& group, const Tensor& tensor, int root) {
+  std::string operation = str("broadcast(root ", root, ")");
+  check_collective_tensor(group, operation, "in-place", tensor);
+  check_group_rank(group, operation, "root", root);
+  return operation;
+}
+
+std::string check_send(const ProcessGroup& group, const Tensor& tensor, int peer) {
+  std::string operation = str("send(to group rank ", peer, ")");
+  check_collective_tensor(group, operation, "sent", tensor);
+  check_peer(group, operation, peer);
+  return operation;
+}
+
+std::string check_recv(const ProcessGroup& group, const Tensor& tensor, int peer) {
+  std::string operation = str("recv(from group rank ", peer, ")");
+  check_collective_tensor(group, operation, "received", tensor);
+  check_peer(group, operation, peer);
+  return operation;
+}
+
+std::string check_exchange(const ProcessGroup& group, const Tensor& send_tensor, int send_peer,
+                           const Tensor& recv_tensor, int recv_peer) {
+  std::string operation = str("exchange(send to group rank ", send_peer, ", recv from group rank ", recv_peer, ")");
+  check_collective_tensor(group, operation, "sent", send_tensor);
+  check_collective_tensor(group, operation, "received", recv_tensor);
+  check_peer(group, operation, send_peer);
+  check_peer(group, operation, recv_peer);
+  return operation;
 }
 
 }  // namespace weft

@@ -23,7 +23,13 @@ int64_t check_reduce_scatter(const ProcessGroup& group, const Tensor& input, con
                              Reduction reduction);
 // Returns n, the input's element count.
 int64_t check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output);
-void check_root(const ProcessGroup& group, const std::string& operation, int root);
-void check_peer(const ProcessGroup& group, const std::string& operation, int peer);
+// Broadcast and point-to-point: each checks the tensors and the root or peers and returns the
+// operation's name for messages: "broadcast(root 0)", "send(to group rank 1)", "recv(from group rank
+// 1)", "exchange(send to group rank 1, recv from group rank 0)".
+std::string check_broadcast(const ProcessGroup& group, const Tensor& tensor, int root);
+std::string check_send(const ProcessGroup& group, const Tensor& tensor, int peer);
+std::string check_recv(const ProcessGroup& group, const Tensor& tensor, int peer);
+std::string check_exchange(const ProcessGroup& group, const Tensor& send_tensor, int send_peer,
+                           const Tensor& recv_tensor, int recv_peer);
 
 }  // namespace weft

@@ -66,17 +66,13 @@ CollectiveHandlePtr LocalProcessGroup::all_gather(const Tensor& input, const Ten
 }
 
 CollectiveHandlePtr LocalProcessGroup::broadcast(const Tensor& tensor, int root, const CommStream& stream) {
-  const std::string operation = str("broadcast(root ", root, ")");
-  check_collective_tensor(*this, operation, "in-place", tensor);
-  check_root(*this, operation, root);
+  const std::string operation = check_broadcast(*this, tensor, root);
   return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(), Tensor(),
              tensor);
 }
 
 CollectiveHandlePtr LocalProcessGroup::send(const Tensor& tensor, int peer, const CommStream& stream) {
-  const std::string operation = "send(to group rank 0)";
-  check_collective_tensor(*this, operation, "sent", tensor);
-  check_peer(*this, operation, peer);
+  const std::string operation = check_send(*this, tensor, peer);
   // On the CPU the copy is taken now, so the sender may reuse its tensor at once (as after an eager
   // MPI send); on CUDA it is queued on the stream like any collective.
   const std::string description = describe_collective(*this, operation, tensor);
@@ -96,9 +92,7 @@ CollectiveHandlePtr LocalProcessGroup::send(const Tensor& tensor, int peer, cons
 }
 
 CollectiveHandlePtr LocalProcessGroup::recv(const Tensor& tensor, int peer, const CommStream& stream) {
-  const std::string operation = "recv(from group rank 0)";
-  check_collective_tensor(*this, operation, "received", tensor);
-  check_peer(*this, operation, peer);
+  const std::string operation = check_recv(*this, tensor, peer);
   Tensor sent;
   {
     std::lock_guard<std::mutex> lock(sends_mutex_);
@@ -115,11 +109,7 @@ CollectiveHandlePtr LocalProcessGroup::recv(const Tensor& tensor, int peer, cons
 
 CollectiveHandlePtr LocalProcessGroup::exchange(const Tensor& send_tensor, int send_peer, const Tensor& recv_tensor,
                                                 int recv_peer, const CommStream& stream) {
-  const std::string operation = "exchange(send to group rank 0, recv from group rank 0)";
-  check_collective_tensor(*this, operation, "sent", send_tensor);
-  check_collective_tensor(*this, operation, "received", recv_tensor);
-  check_peer(*this, operation, send_peer);
-  check_peer(*this, operation, recv_peer);
+  const std::string operation = check_exchange(*this, send_tensor, send_peer, recv_tensor, recv_peer);
   WEFT_CHECK(send_tensor.numel() == recv_tensor.numel() && send_tensor.dtype() == recv_tensor.dtype(), operation,
              " on ", describe(), ": sent ", send_tensor.describe(), " into ", recv_tensor.describe(),
              ", which differs in size or dtype");

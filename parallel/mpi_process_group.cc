@@ -246,9 +246,7 @@ CollectiveHandlePtr MpiProcessGroup::all_gather(const Tensor& input, const Tenso
 }
 
 CollectiveHandlePtr MpiProcessGroup::broadcast(const Tensor& tensor, int root, const CommStream& stream) {
-  const std::string operation = str("broadcast(root ", root, ")");
-  check_collective_tensor(*this, operation, "in-place", tensor);
-  check_root(*this, operation, root);
+  const std::string operation = check_broadcast(*this, tensor, root);
   const int count = mpi_count(tensor.numel(), operation);
   const std::vector<int>& ranks = world_ranks_;
   return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
@@ -264,9 +262,7 @@ CollectiveHandlePtr MpiProcessGroup::broadcast(const Tensor& tensor, int root, c
 }
 
 CollectiveHandlePtr MpiProcessGroup::send(const Tensor& tensor, int peer, const CommStream& stream) {
-  const std::string operation = str("send(to group rank ", peer, ")");
-  check_collective_tensor(*this, operation, "sent", tensor);
-  check_peer(*this, operation, peer);
+  const std::string operation = check_send(*this, tensor, peer);
   const int count = mpi_count(tensor.numel(), operation);
   const std::vector<int> ranks = {world_ranks_[static_cast<size_t>(peer)]};
   return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
@@ -282,9 +278,7 @@ CollectiveHandlePtr MpiProcessGroup::send(const Tensor& tensor, int peer, const 
 }
 
 CollectiveHandlePtr MpiProcessGroup::recv(const Tensor& tensor, int peer, const CommStream& stream) {
-  const std::string operation = str("recv(from group rank ", peer, ")");
-  check_collective_tensor(*this, operation, "received", tensor);
-  check_peer(*this, operation, peer);
+  const std::string operation = check_recv(*this, tensor, peer);
   const int count = mpi_count(tensor.numel(), operation);
   const std::vector<int> ranks = {world_ranks_[static_cast<size_t>(peer)]};
   return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
@@ -306,11 +300,7 @@ CollectiveHandlePtr MpiProcessGroup::recv(const Tensor& tensor, int peer, const 
 
 CollectiveHandlePtr MpiProcessGroup::exchange(const Tensor& send_tensor, int send_peer, const Tensor& recv_tensor,
                                               int recv_peer, const CommStream& stream) {
-  const std::string operation = str("exchange(send to group rank ", send_peer, ", recv from group rank ", recv_peer, ")");
-  check_collective_tensor(*this, operation, "sent", send_tensor);
-  check_collective_tensor(*this, operation, "received", recv_tensor);
-  check_peer(*this, operation, send_peer);
-  check_peer(*this, operation, recv_peer);
+  const std::string operation = check_exchange(*this, send_tensor, send_peer, recv_tensor, recv_peer);
   const int send_count = mpi_count(send_tensor.numel(), operation);
   const int recv_count = mpi_count(recv_tensor.numel(), operation);
   const std::vector<int> ranks = {world_ranks_[static_cast<size_t>(send_peer)],

@@ -213,9 +213,7 @@ CollectiveHandlePtr NcclProcessGroup::all_gather(const Tensor& input, const Tens
 }
 
 CollectiveHandlePtr NcclProcessGroup::broadcast(const Tensor& tensor, int root, const CommStream& stream) {
-  const std::string operation = str("broadcast(root ", root, ")");
-  check_collective_tensor(*this, operation, "in-place", tensor);
-  check_root(*this, operation, root);
+  const std::string operation = check_broadcast(*this, tensor, root);
   return launch(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
                 {tensor}, [&](ncclComm_t comm, cudaStream_t cuda_stream) {
                   WEFT_NCCL_CHECK(ncclBroadcast(tensor.raw_data(), tensor.raw_data(), count_of(tensor),
@@ -224,9 +222,7 @@ CollectiveHandlePtr NcclProcessGroup::broadcast(const Tensor& tensor, int root, 
 }
 
 CollectiveHandlePtr NcclProcessGroup::send(const Tensor& tensor, int peer, const CommStream& stream) {
-  const std::string operation = str("send(to group rank ", peer, ")");
-  check_collective_tensor(*this, operation, "sent", tensor);
-  check_peer(*this, operation, peer);
+  const std::string operation = check_send(*this, tensor, peer);
   return launch(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
                 {tensor}, [&](ncclComm_t comm, cudaStream_t cuda_stream) {
                   WEFT_NCCL_CHECK(ncclSend(tensor.raw_data(), count_of(tensor), nccl_type(tensor.dtype()), peer, comm,
@@ -235,9 +231,7 @@ CollectiveHandlePtr NcclProcessGroup::send(const Tensor& tensor, int peer, const
 }
 
 CollectiveHandlePtr NcclProcessGroup::recv(const Tensor& tensor, int peer, const CommStream& stream) {
-  const std::string operation = str("recv(from group rank ", peer, ")");
-  check_collective_tensor(*this, operation, "received", tensor);
-  check_peer(*this, operation, peer);
+  const std::string operation = check_recv(*this, tensor, peer);
   return launch(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
                 {tensor}, [&](ncclComm_t comm, cudaStream_t cuda_stream) {
                   WEFT_NCCL_CHECK(ncclRecv(tensor.raw_data(), count_of(tensor), nccl_type(tensor.dtype()), peer, comm,
@@ -247,11 +241,7 @@ CollectiveHandlePtr NcclProcessGroup::recv(const Tensor& tensor, int peer, const
 
 CollectiveHandlePtr NcclProcessGroup::exchange(const Tensor& send_tensor, int send_peer, const Tensor& recv_tensor,
                                                int recv_peer, const CommStream& stream) {
-  const std::string operation = str("exchange(send to group rank ", send_peer, ", recv from group rank ", recv_peer, ")");
-  check_collective_tensor(*this, operation, "sent", send_tensor);
-  check_collective_tensor(*this, operation, "received", recv_tensor);
-  check_peer(*this, operation, send_peer);
-  check_peer(*this, operation, recv_peer);
+  const std::string operation = check_exchange(*this, send_tensor, send_peer, recv_tensor, recv_peer);
   return launch(stream, describe_collective(*this, operation, send_tensor),
                 send_tensor.numel() * send_tensor.element_size(), {send_tensor, recv_tensor},
                 [&](ncclComm_t comm, cudaStream_t cuda_stream) {

@@ -11,6 +11,7 @@
 #include "parallel/mesh.h"
 #include "parallel/process_group.h"
 #include "runtime/error.h"
+#include "tests/support/error_expectations.h"
 
 namespace weft {
 namespace {
@@ -94,6 +95,25 @@ TEST(LocalProcessGroup, CollectivesOfOneRank) {
     EXPECT_THROW(group->broadcast(tensor, 1, stream), Error);
     EXPECT_THROW(group->recv(received, 0, stream), Error);  // nothing sent
   }
+}
+
+// Root and peer checks are shared by every backend (parallel/collective_arguments.h): the message
+// names the call as written, with the rank that is out of range and the ranks the group has.
+TEST(LocalProcessGroup, BadRootsAndPeersAreNamed) {
+  auto group = make_local_process_group(Device::cpu(), "dp");
+  const Tensor tensor = Tensor::zeros({3});
+  const Tensor other = Tensor::zeros({3});
+  testing::expect_contains(testing::error_message([&] { group->broadcast(tensor, 2, CommStream()); }),
+                           {"broadcast(root 2) on dp", "root 2 is not a rank of the group (0..0)"});
+  testing::expect_contains(testing::error_message([&] { group->send(tensor, 1, CommStream()); }),
+                           {"send(to group rank 1) on dp", "peer 1 is not a rank of the group (0..0)"});
+  testing::expect_contains(testing::error_message([&] { group->recv(tensor, -1, CommStream()); }),
+                           {"recv(from group rank -1) on dp", "peer -1 is not a rank"});
+  testing::expect_contains(testing::error_message([&] { group->exchange(tensor, 0, other, 3, CommStream()); }),
+                           {"exchange(send to group rank 0, recv from group rank 3) on dp", "peer 3 is not a rank"});
+  testing::expect_contains(
+      testing::error_message([&] { group->send(Tensor::zeros({4, 4}).transpose(0, 1), 0, CommStream()); }),
+      {"send(to group rank 0)", "the sent tensor", "must be contiguous"});
 }
 
 TEST(LocalProcessGroup, MakeProcessGroupWithoutMpiForAxesOfOne) {
