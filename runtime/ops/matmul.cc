@@ -77,6 +77,19 @@ std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& rows, const T
   return {grad_x, grad_weight, grad_bias};
 }
 
+// A linear layer's input x [..., K] as rows [R, K] (a view where x allows), and its output's shape
+// [..., N] for weight [N, K].
+struct LinearRows {
+  Tensor rows;
+  Shape out_shape;
+};
+
+LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.size(0);
+  return {x.reshape({-1, x.size(-1)}), out_shape};
+}
+
 // linear with a bias: one product with the bias fused (Backend::matmul_bias), and linear_backward.
 class LinearFunction final : public autograd::Function {
  public:
@@ -85,11 +98,9 @@ class LinearFunction final : public autograd::Function {
     const Tensor& x = inputs[0];
     const Tensor& weight = inputs[1];  // [N, K]
     const Tensor& bias = inputs[2];    // [N]
-    const int64_t k = x.size(-1), n = weight.size(0);
+    const int64_t n = weight.size(0);
     x_shape_ = x.shape();
-    Shape out_shape = x.shape();
-    out_shape.back() = n;
-    const Tensor rows = x.reshape({-1, k});
+    const auto [rows, out_shape] = linear_rows(x, weight);  // [R, K], [..., N]
     Tensor out = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
     backend_for(x.device()).matmul_bias(rows.unsqueeze(0), weight.transpose(0, 1).unsqueeze(0), bias.contiguous(),
                                         out);
@@ -117,11 +128,9 @@ class LinearGeluFunction final : public autograd::Function {
     const Tensor& x = inputs[0];
     const Tensor& weight = inputs[1];  // [N, K]
     const Tensor& bias = inputs[2];    // [N]
-    const int64_t k = x.size(-1), n = weight.size(0);
+    const int64_t n = weight.size(0);
     x_shape_ = x.shape();
-    Shape out_shape = x.shape();
-    out_shape.back() = n;
-    const Tensor rows = x.reshape({-1, k});
+    const auto [rows, out_shape] = linear_rows(x, weight);  // [R, K], [..., N]
     Tensor out = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
     Tensor pre_activation = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
     backend_for(x.device()).matmul_bias_gelu(rows.unsqueeze(0), weight.transpose(0, 1).unsqueeze(0),
