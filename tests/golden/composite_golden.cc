@@ -13,9 +13,6 @@
 // counter-based generator in f32 (so the f64 run holds the same values, exactly), then marked as a
 // parameter. Usage: composite_golden OUTPUT.json
 #include <cstdint>
-#include <exception>
-#include <fstream>
-#include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -144,25 +141,14 @@ ordered_json run(weft::DType dtype, const Tensor& ids, const Tensor& targets) {
   out["dtype"] = std::string(weft::dtype_name(dtype));
   out["loss"] = result.loss.item();
   out["logits"] = tensor_json(result.logits.detach());
-  ordered_json weights = ordered_json::object(), grads = ordered_json::object();
-  for (const auto& [name, tensor] : parameters.named) {
-    weights[name] = tensor_json(tensor.detach());
-    // A parameter that got no gradient is written as null; the comparison reports it as a failure.
-    grads[name] = tensor.grad().defined() ? tensor_json(tensor.grad()) : ordered_json(nullptr);
-  }
-  out["weights"] = std::move(weights);
-  out["grads"] = std::move(grads);
+  weft::golden::add_weights_and_grads(out, parameters.named);
   return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: " << argv[0] << " OUTPUT.json\n";
-    return 2;
-  }
-  try {
+  return weft::golden::golden_main(argc, argv, "composite_golden", [] {
     const auto [ids, targets] = make_batch();
     ordered_json document;
     document["config"] = {{"batch", kBatch},       {"time", kTime},   {"vocab", kVocab},
@@ -171,12 +157,6 @@ int main(int argc, char** argv) {
     document["ids"] = index_json(ids);
     document["targets"] = index_json(targets);
     document["runs"] = ordered_json::array({run(weft::kFloat64, ids, targets), run(weft::kFloat32, ids, targets)});
-
-    weft::golden::write_document(document, argv[1]);
-    std::cout << "composite_golden: wrote " << argv[1] << "\n";
-  } catch (const std::exception& error) {
-    std::cerr << "composite_golden: " << error.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return document;
+  });
 }

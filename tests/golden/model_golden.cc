@@ -9,9 +9,6 @@
 // moved by a small seeded amount so that norm weights are not all one and biases not all zero, which
 // would hide a swapped or dropped term. Usage: model_golden OUTPUT.json
 #include <cstdint>
-#include <exception>
-#include <fstream>
-#include <iostream>
 #include <map>
 #include <string>
 #include <utility>
@@ -105,25 +102,16 @@ ordered_json run(const weft::ModelConfig& config, const Tensor& ids, const Tenso
   out["config"] = config_json(config);
   out["summary"] = model->summary();
   out["loss"] = loss.item();
-  ordered_json weights = ordered_json::object(), grads = ordered_json::object();
-  for (const weft::NamedParameter& entry : model->named_parameters()) {
-    weights[entry.name] = tensor_json(entry.tensor.detach());
-    // A parameter without a gradient is written as null; the comparison reports it.
-    grads[entry.name] = entry.tensor.grad().defined() ? tensor_json(entry.tensor.grad()) : ordered_json(nullptr);
-  }
-  out["weights"] = std::move(weights);
-  out["grads"] = std::move(grads);
+  std::vector<std::pair<std::string, Tensor>> named;
+  for (const weft::NamedParameter& entry : model->named_parameters()) named.emplace_back(entry.name, entry.tensor);
+  weft::golden::add_weights_and_grads(out, named);
   return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: " << argv[0] << " OUTPUT.json\n";
-    return 2;
-  }
-  try {
+  return weft::golden::golden_main(argc, argv, "model_golden", [] {
     const auto [ids, targets] = make_batch(base_config().vocab, base_config().seed + 7);
     ordered_json document;
     document["batch"] = kBatch;
@@ -132,12 +120,6 @@ int main(int argc, char** argv) {
     document["ids"] = index_json(ids);
     document["targets"] = index_json(targets);
     document["models"] = ordered_json::array({run(gpt_config(), ids, targets), run(llama_config(), ids, targets)});
-
-    weft::golden::write_document(document, argv[1]);
-    std::cout << "model_golden: wrote " << argv[1] << "\n";
-  } catch (const std::exception& error) {
-    std::cerr << "model_golden: " << error.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return document;
+  });
 }

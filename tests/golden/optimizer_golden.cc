@@ -10,10 +10,7 @@
 //          convention), same lr schedule.
 // Usage: optimizer_golden OUTPUT.json
 #include <cstdint>
-#include <exception>
-#include <fstream>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,11 +102,7 @@ ordered_json run(const std::string& name, const std::function<std::unique_ptr<we
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: " << argv[0] << " OUTPUT.json\n";
-    return 2;
-  }
-  try {
+  return weft::golden::golden_main(argc, argv, "optimizer_golden", [] {
     ordered_json output;
     output["schedule"] = {{"peak_lr", kPeakLr}, {"warmup_steps", kWarmupSteps}, {"total_steps", kSteps},
                           {"kind", "cosine"}, {"min_lr_ratio", kMinLrRatio}};
@@ -121,10 +114,6 @@ int main(int argc, char** argv) {
         run("sgd", [&](auto groups) { return weft::make_sgd(std::move(groups), sgd); }, 0.01,
             {{"momentum", sgd.momentum}, {"nesterov", sgd.nesterov}}),
     });
-    weft::golden::write_document(output, argv[1]);
-  } catch (const std::exception& error) {
-    std::cerr << "optimizer_golden: " << error.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return output;
+  });
 }
