@@ -11,6 +11,7 @@
 #include "layers/transformer_block.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
+#include "tests/support/small_model_config.h"
 
 namespace weft {
 namespace {
@@ -119,14 +120,7 @@ WEFT_REGISTER_LAYER("unfused_layer_norm_for_test", [](const LayerContext& contex
 // The block with add_layer_norm gives the unfused block's output and gradients (f64, same weights).
 TEST(FusedOps, TransformerBlockMatchesTheUnfusedBlock) {
   for (bool bias : {true, false}) {
-    ModelConfig config;
-    config.layers = 2;
-    config.dim = 8;
-    config.heads = 2;
-    config.vocab = 7;
-    config.seq_len = 6;
-    config.init_std = 0.4;
-    config.seed = 5;
+    ModelConfig config = testing::small_model_config();
     config.bias = bias;
     ModelConfig unfused_config = config;
     unfused_config.norm = "unfused_layer_norm_for_test";

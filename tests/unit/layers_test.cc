@@ -20,6 +20,7 @@
 #include "layers/transformer_block.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
+#include "tests/support/small_model_config.h"
 
 namespace weft {
 namespace {
@@ -27,22 +28,10 @@ namespace {
 using testing::expect_gradients_match;
 using testing::random_leaf;
 using testing::relative_error;
+using testing::small_model_config;
 
 constexpr int64_t kBatch = 2;  // B
 constexpr int64_t kTime = 5;   // T
-
-// C = 8, H = 2, V = 7, T_max = 6; weights large enough that every path carries signal.
-ModelConfig small_config() {
-  ModelConfig config;
-  config.layers = 2;
-  config.dim = 8;
-  config.heads = 2;
-  config.vocab = 7;
-  config.seq_len = 6;
-  config.init_std = 0.4;
-  config.seed = 5;
-  return config;
-}
 
 // Builds `Layer` from `config` the way a factory would.
 template <class Layer>
@@ -80,7 +69,7 @@ Tensor token_ids(int64_t vocab) {
 }
 
 TEST(LinearTest, ForwardIsLinearAndGradientsMatch) {
-  const ModelConfig config = small_config();
+  const ModelConfig config = small_model_config();
   uint64_t offset = 0;
   const LayerContext context{config, &offset};
   Linear with_bias(8, 6, true, context);
@@ -98,7 +87,7 @@ TEST(LinearTest, ForwardIsLinearAndGradientsMatch) {
 }
 
 TEST(EmbeddingTest, LooksUpRowsAndGradientsMatch) {
-  const ModelConfig config = small_config();
+  const ModelConfig config = small_model_config();
   uint64_t offset = 0;
   auto table = std::make_shared<Embedding>(7, 4, LayerContext{config, &offset});
   const Tensor ids = token_ids(7);
@@ -121,7 +110,7 @@ TEST(NormTest, LayerNormAndRmsNormGradientsMatch) {
 }
 
 TEST(NormTest, RegistryBuildsNormsFromConfig) {
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.bias = false;
   uint64_t offset = 0;
   const auto norm = LayerRegistry::global().create("layer_norm", LayerContext{config, &offset});
@@ -164,13 +153,13 @@ TEST(RopeTest, GradientsMatch) {
 }
 
 TEST(AttentionTest, LearnedPositionsGradientsMatch) {
-  auto attention = make<CausalSelfAttention>(small_config());
+  auto attention = make<CausalSelfAttention>(small_model_config());
   EXPECT_EQ(attention->head_dim(), 4);
   check_layer_gradients(*attention, 8, 40);
 }
 
 TEST(AttentionTest, RopeGradientsMatch) {
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.positions = "rope";
   auto attention = make<CausalSelfAttention>(config);
   EXPECT_TRUE(attention->uses_rope());
@@ -178,7 +167,7 @@ TEST(AttentionTest, RopeGradientsMatch) {
 }
 
 TEST(AttentionTest, GroupedQueryRopeGradientsMatch) {
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.heads = 4;
   config.kv_heads = 2;  // D = 2
   config.positions = "rope";
@@ -191,7 +180,7 @@ TEST(AttentionTest, GroupedQueryRopeGradientsMatch) {
 // Grouped-query attention is multi-head attention whose k/v heads repeat: query head h reads kv
 // head h / (H / KV). So a GQA layer equals an MHA layer built with those k/v rows repeated.
 TEST(AttentionTest, GroupedQueryEqualsMultiHeadWithRepeatedKeyValueHeads) {
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.dim = 16;
   config.heads = 4;
   config.kv_heads = 2;
@@ -221,13 +210,13 @@ TEST(AttentionTest, GroupedQueryEqualsMultiHeadWithRepeatedKeyValueHeads) {
 }
 
 TEST(MlpTest, GeluMlpGradientsMatch) {
-  auto mlp = make<GeluMlp>(small_config());
+  auto mlp = make<GeluMlp>(small_model_config());
   EXPECT_EQ(mlp->hidden_dim(), 32);
   check_layer_gradients(*mlp, 8, 50);
 }
 
 TEST(MlpTest, SwigluMlpGradientsMatch) {
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.hidden_dim = 12;
   auto mlp = make<SwigluMlp>(config);
   EXPECT_EQ(mlp->hidden_dim(), 12);
@@ -244,7 +233,7 @@ TEST(MlpTest, SwigluHiddenDefaultIsLlamaRule) {
 
 // Output projections writing into the residual stream are drawn with init_std / sqrt(2 * layers).
 TEST(MlpTest, ResidualProjectionsAreScaled) {
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.layers = 8;
   config.init_std = 1.0;
   auto mlp = make<GeluMlp>(config);
@@ -259,12 +248,12 @@ TEST(MlpTest, ResidualProjectionsAreScaled) {
 }
 
 TEST(BlockTest, GradientsMatch) {
-  auto block = make<TransformerBlock>(small_config());
+  auto block = make<TransformerBlock>(small_model_config());
   check_layer_gradients(*block, 8, 60);
 }
 
 TEST(BlockTest, LlamaPartsGradientsMatch) {
-  ModelConfig config = llama_config(small_config());
+  ModelConfig config = llama_config(small_model_config());
   config.hidden_dim = 12;
   auto block = make<TransformerBlock>(config);
   check_layer_gradients(*block, 8, 61);
@@ -285,10 +274,10 @@ void check_model_gradients(const ModelConfig& config, uint64_t seed) {
   for (const NamedParameter& entry : model->named_parameters()) EXPECT_TRUE(entry.tensor.grad().defined()) << entry.name;
 }
 
-TEST(ModelTest, GptGradientsMatch) { check_model_gradients(small_config(), 70); }
+TEST(ModelTest, GptGradientsMatch) { check_model_gradients(small_model_config(), 70); }
 
 TEST(ModelTest, GptUntiedRopeGradientsMatch) {
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.tie_embeddings = false;
   config.positions = "rope";
   config.mlp = "swiglu_mlp";
@@ -297,7 +286,7 @@ TEST(ModelTest, GptUntiedRopeGradientsMatch) {
 }
 
 TEST(ModelTest, LlamaGradientsMatch) {
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.type = "llama";
   config.kv_heads = 1;
   config.hidden_dim = 12;
