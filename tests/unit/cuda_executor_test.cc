@@ -16,6 +16,7 @@
 #include "runtime/ops/matmul.h"
 #include "runtime/tensor.h"
 #include "tests/support/cuda_expectations.h"
+#include "tests/support/node_specs.h"
 
 #ifdef WEFT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -31,14 +32,7 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-NodeSpec spec(NodeKind kind, std::string name, StreamClass stream, NodeWork work) {
-  NodeSpec s;
-  s.kind = kind;
-  s.name = std::move(name);
-  s.stream = stream;
-  s.work = std::move(work);
-  return s;
-}
+using testing::node_spec;
 
 // `count` 4096^3 bf16 matmuls on the current stream (about 0.2 ms each on an H200).
 void matmuls(const Tensor& a, int count) {
@@ -62,9 +56,9 @@ TEST(CudaExecutor, CopyOverlapsMatmulsInAutoModeOnly) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   Buffers buffers;
   StepGraph graph;
-  const NodeId compute = graph.add_node(spec(NodeKind::kBackward, "backward", StreamClass::kCompute,
+  const NodeId compute = graph.add_node(node_spec(NodeKind::kBackward, "backward", StreamClass::kCompute,
                                              task([&] { matmuls(buffers.a, 100); })));
-  const NodeId comm = graph.add_node(spec(NodeKind::kCollective, "upload", StreamClass::kDpComm,
+  const NodeId comm = graph.add_node(node_spec(NodeKind::kCollective, "upload", StreamClass::kDpComm,
                                           [&](const NodeContext& ctx) -> CompletionPtr {
                                             buffers.upload(ctx.cuda_stream());
                                             return nullptr;
@@ -99,20 +93,20 @@ TEST(CudaExecutor, CrossStreamDependenciesAreEvents) {
   std::memset(buffers.host.data(), 1, kBytes);
   WEFT_CUDA_CHECK(cudaMemset(buffers.device, 1, kBytes));
   StepGraph graph;
-  const NodeId produce = graph.add_node(spec(NodeKind::kBackward, "produce", StreamClass::kCompute,
+  const NodeId produce = graph.add_node(node_spec(NodeKind::kBackward, "produce", StreamClass::kCompute,
                                              [&](const NodeContext& ctx) -> CompletionPtr {
                                                matmuls(buffers.a, 50);
                                                WEFT_CUDA_CHECK(cudaMemsetAsync(buffers.device, 7, kBytes, ctx.cuda_stream()));
                                                return nullptr;
                                              }));
-  const NodeId copy = graph.add_node(spec(NodeKind::kCollective, "download", StreamClass::kDpComm,
+  const NodeId copy = graph.add_node(node_spec(NodeKind::kCollective, "download", StreamClass::kDpComm,
                                           [&](const NodeContext& ctx) -> CompletionPtr {
                                             WEFT_CUDA_CHECK(cudaMemcpyAsync(buffers.host.data(), buffers.device, kBytes,
                                                                             cudaMemcpyDeviceToHost, ctx.cuda_stream()));
                                             return nullptr;
                                           }),
                                      {produce});
-  graph.add_node(spec(NodeKind::kOptimizer, "overwrite", StreamClass::kCompute, [&](const NodeContext& ctx) -> CompletionPtr {
+  graph.add_node(node_spec(NodeKind::kOptimizer, "overwrite", StreamClass::kCompute, [&](const NodeContext& ctx) -> CompletionPtr {
                    WEFT_CUDA_CHECK(cudaMemsetAsync(buffers.device, 0, kBytes, ctx.cuda_stream()));
                    return nullptr;
                  }),
@@ -139,7 +133,7 @@ TEST(CudaExecutor, SignalStartsCommunicationInsideItsProducer) {
   WEFT_CUDA_CHECK(cudaMemset(buffers.device, 1, kBytes));
   StepGraph graph;
   NodeId ready = -1;
-  const NodeId backward = graph.add_node(spec(NodeKind::kBackward, "backward", StreamClass::kCompute,
+  const NodeId backward = graph.add_node(node_spec(NodeKind::kBackward, "backward", StreamClass::kCompute,
                                               [&](const NodeContext& ctx) -> CompletionPtr {
                                                 matmuls(buffers.a, 30);
                                                 WEFT_CUDA_CHECK(cudaMemsetAsync(buffers.device, 7, kBytes, ctx.cuda_stream()));
@@ -148,14 +142,14 @@ TEST(CudaExecutor, SignalStartsCommunicationInsideItsProducer) {
                                                 return nullptr;
                                               }));
   ready = graph.add_signal("bucket ready", backward);
-  const NodeId copy = graph.add_node(spec(NodeKind::kCollective, "download bucket", StreamClass::kDpComm,
+  const NodeId copy = graph.add_node(node_spec(NodeKind::kCollective, "download bucket", StreamClass::kDpComm,
                                           [&](const NodeContext& ctx) -> CompletionPtr {
                                             WEFT_CUDA_CHECK(cudaMemcpyAsync(buffers.host.data(), buffers.device, kBytes,
                                                                             cudaMemcpyDeviceToHost, ctx.cuda_stream()));
                                             return nullptr;
                                           }),
                                      {ready});
-  graph.add_node(spec(NodeKind::kOptimizer, "optimizer", StreamClass::kCompute, nullptr), {copy});
+  graph.add_node(node_spec(NodeKind::kOptimizer, "optimizer", StreamClass::kCompute, nullptr), {copy});
   Executor executor(kGpu);
   executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto));  // warm-up
   std::memset(buffers.host.data(), 1, kBytes);
@@ -177,16 +171,16 @@ TEST(CudaExecutor, ExceptionPropagatesAndExecutorStaysUsable) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   Buffers buffers;
   StepGraph graph;
-  const NodeId compute = graph.add_node(spec(NodeKind::kForward, "forward", StreamClass::kCompute,
+  const NodeId compute = graph.add_node(node_spec(NodeKind::kForward, "forward", StreamClass::kCompute,
                                              task([&] { matmuls(buffers.a, 5); })));
-  graph.add_node(spec(NodeKind::kCollective, "broken", StreamClass::kDpComm,
+  graph.add_node(node_spec(NodeKind::kCollective, "broken", StreamClass::kDpComm,
                       task([] { throw std::runtime_error("collective failed"); })),
                  {compute});
   Executor executor(kGpu);
   EXPECT_THROW(executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto)), std::runtime_error);
   StepGraph healthy;
-  healthy.add_node(spec(NodeKind::kForward, "forward", StreamClass::kCompute, task([&] { matmuls(buffers.a, 2); })));
-  healthy.add_node(spec(NodeKind::kCollective, "upload", StreamClass::kDpComm, [&](const NodeContext& ctx) -> CompletionPtr {
+  healthy.add_node(node_spec(NodeKind::kForward, "forward", StreamClass::kCompute, task([&] { matmuls(buffers.a, 2); })));
+  healthy.add_node(node_spec(NodeKind::kCollective, "upload", StreamClass::kDpComm, [&](const NodeContext& ctx) -> CompletionPtr {
                      WEFT_CUDA_CHECK(cudaMemcpyAsync(buffers.device, buffers.host.data(), 1 << 20,
                                                      cudaMemcpyHostToDevice, ctx.cuda_stream()));
                      return nullptr;

@@ -16,20 +16,14 @@
 #include <thread>
 
 #include "runtime/error.h"
+#include "tests/support/node_specs.h"
 
 namespace weft::graph {
 namespace {
 
 using namespace std::chrono_literals;
 
-NodeSpec spec(NodeKind kind, std::string name, StreamClass stream, NodeWork work) {
-  NodeSpec s;
-  s.kind = kind;
-  s.name = std::move(name);
-  s.stream = stream;
-  s.work = std::move(work);
-  return s;
-}
+using testing::node_spec;
 
 NodeWork sleep_for(std::chrono::milliseconds duration, std::thread::id* ran_on = nullptr) {
   return task([duration, ran_on] {
@@ -44,9 +38,9 @@ struct OverlapGraph {
   std::thread::id collective_thread;
   std::thread::id compute_thread;
   OverlapGraph() {
-    graph.add_node(spec(NodeKind::kCollective, "all_reduce bucket 0", StreamClass::kDpComm,
+    graph.add_node(node_spec(NodeKind::kCollective, "all_reduce bucket 0", StreamClass::kDpComm,
                         sleep_for(50ms, &collective_thread)));
-    graph.add_node(spec(NodeKind::kBackward, "backward mb0", StreamClass::kCompute, sleep_for(50ms, &compute_thread)));
+    graph.add_node(node_spec(NodeKind::kBackward, "backward mb0", StreamClass::kCompute, sleep_for(50ms, &compute_thread)));
   }
 };
 
@@ -102,7 +96,7 @@ TEST(Executor, DependenciesAreRespected) {
     for (int j = 0; j < i; ++j) {
       if (random() % 6 == 0) dependencies.push_back(j);
     }
-    graph.add_node(spec(kind, "n" + std::to_string(i), stream, task([duration, &runs] {
+    graph.add_node(node_spec(kind, "n" + std::to_string(i), stream, task([duration, &runs] {
                           std::this_thread::sleep_for(duration);
                           ++runs;
                         })),
@@ -133,7 +127,7 @@ TEST(Executor, SignalLetsCommunicationStartInsideItsProducer) {
   StepGraph graph;
   std::vector<NodeId> signals;  // filled below, read when backward runs
   const NodeId backward = graph.add_node(
-      spec(NodeKind::kBackward, "backward mb0", StreamClass::kCompute, [&signals](const NodeContext& ctx) -> CompletionPtr {
+      node_spec(NodeKind::kBackward, "backward mb0", StreamClass::kCompute, [&signals](const NodeContext& ctx) -> CompletionPtr {
         std::this_thread::sleep_for(30ms);
         ctx.fire(signals[0]);  // layer 1's gradients are ready
         std::this_thread::sleep_for(60ms);
@@ -142,11 +136,11 @@ TEST(Executor, SignalLetsCommunicationStartInsideItsProducer) {
   signals.push_back(graph.add_signal("bucket 1 ready", backward));
   signals.push_back(graph.add_signal("bucket 0 ready", backward));
   const NodeId reduce1 = graph.add_node(
-      spec(NodeKind::kCollective, "all_reduce bucket 1", StreamClass::kDpComm, sleep_for(30ms)), {signals[0]});
+      node_spec(NodeKind::kCollective, "all_reduce bucket 1", StreamClass::kDpComm, sleep_for(30ms)), {signals[0]});
   const NodeId reduce0 = graph.add_node(
-      spec(NodeKind::kCollective, "all_reduce bucket 0", StreamClass::kDpComm, sleep_for(5ms)), {signals[1]});
+      node_spec(NodeKind::kCollective, "all_reduce bucket 0", StreamClass::kDpComm, sleep_for(5ms)), {signals[1]});
   const NodeId optimizer =
-      graph.add_node(spec(NodeKind::kOptimizer, "optimizer", StreamClass::kCompute, nullptr), {reduce1, reduce0});
+      graph.add_node(node_spec(NodeKind::kOptimizer, "optimizer", StreamClass::kCompute, nullptr), {reduce1, reduce0});
 
   Executor executor;
   std::string last;
@@ -181,8 +175,8 @@ TEST(Executor, SignalLetsCommunicationStartInsideItsProducer) {
 TEST(Executor, FiringAnotherNodesSignalFails) {
   StepGraph graph;
   NodeId foreign = -1;
-  const NodeId a = graph.add_node(spec(NodeKind::kBackward, "a", StreamClass::kCompute, nullptr));
-  graph.add_node(spec(NodeKind::kBackward, "b", StreamClass::kCompute, [&foreign](const NodeContext& ctx) {
+  const NodeId a = graph.add_node(node_spec(NodeKind::kBackward, "a", StreamClass::kCompute, nullptr));
+  graph.add_node(node_spec(NodeKind::kBackward, "b", StreamClass::kCompute, [&foreign](const NodeContext& ctx) {
                    ctx.fire(foreign);
                    return CompletionPtr();
                  }));
@@ -236,11 +230,11 @@ TEST(Executor, WaitsForCompletionsThatFinishLater) {
     StepGraph graph;
     std::shared_ptr<ThreadCompletion> handle;
     const NodeId collective = graph.add_node(
-        spec(NodeKind::kCollective, "all_gather", StreamClass::kTpComm, [&handle](const NodeContext&) -> CompletionPtr {
+        node_spec(NodeKind::kCollective, "all_gather", StreamClass::kTpComm, [&handle](const NodeContext&) -> CompletionPtr {
           handle = std::make_shared<ThreadCompletion>(40ms);
           return handle;
         }));
-    const NodeId consumer = graph.add_node(spec(NodeKind::kForward, "forward", StreamClass::kCompute, nullptr), {collective});
+    const NodeId consumer = graph.add_node(node_spec(NodeKind::kForward, "forward", StreamClass::kCompute, nullptr), {collective});
     Executor executor;
     const StepTimeline timeline = executor.execute(graph, Scheduler::plan(graph, mode));
     ASSERT_TRUE(handle->is_done());
@@ -257,9 +251,9 @@ TEST(Executor, ExceptionOnComputePropagatesAndCommThreadStops) {
   // dp_comm waits for a compute node that never completes because compute throws first.
   StepGraph graph;
   std::atomic<bool> collective_ran{false};
-  const NodeId bad = graph.add_node(spec(NodeKind::kForward, "forward mb0", StreamClass::kCompute,
+  const NodeId bad = graph.add_node(node_spec(NodeKind::kForward, "forward mb0", StreamClass::kCompute,
                                          task([] { throw NodeFailure("bad batch"); })));
-  graph.add_node(spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm,
+  graph.add_node(node_spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm,
                       task([&collective_ran] { collective_ran = true; })),
                  {bad});
   Executor executor;
@@ -273,13 +267,13 @@ TEST(Executor, ExceptionOnComputePropagatesAndCommThreadStops) {
 TEST(Executor, ExceptionOnCommThreadPropagatesToCaller) {
   StepGraph graph;
   std::atomic<int> compute_runs{0};
-  const NodeId reduce = graph.add_node(spec(NodeKind::kCollective, "all_reduce bucket 0", StreamClass::kDpComm,
+  const NodeId reduce = graph.add_node(node_spec(NodeKind::kCollective, "all_reduce bucket 0", StreamClass::kDpComm,
                                             task([] {
                                               std::this_thread::sleep_for(10ms);
                                               throw NodeFailure("peer vanished");
                                             })));
-  graph.add_node(spec(NodeKind::kBackward, "backward", StreamClass::kCompute, task([&compute_runs] { ++compute_runs; })));
-  graph.add_node(spec(NodeKind::kOptimizer, "optimizer", StreamClass::kCompute, task([&compute_runs] { ++compute_runs; })),
+  graph.add_node(node_spec(NodeKind::kBackward, "backward", StreamClass::kCompute, task([&compute_runs] { ++compute_runs; })));
+  graph.add_node(node_spec(NodeKind::kOptimizer, "optimizer", StreamClass::kCompute, task([&compute_runs] { ++compute_runs; })),
                  {reduce});
   Executor executor;
   const ExecutionPlan plan = Scheduler::plan(graph, CommMode::kAuto);
@@ -293,7 +287,7 @@ TEST(Executor, ExceptionOnCommThreadPropagatesToCaller) {
 
   // The executor (and its comm thread) is still usable for the next step.
   StepGraph healthy;
-  healthy.add_node(spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm, sleep_for(1ms)));
+  healthy.add_node(node_spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm, sleep_for(1ms)));
   EXPECT_NO_THROW(executor.execute(healthy, Scheduler::plan(healthy, CommMode::kAuto)));
 }
 
@@ -304,7 +298,7 @@ TEST(Executor, CompletionFailureIsRethrown) {
     bool is_done() override { return true; }
   };
   StepGraph graph;
-  graph.add_node(spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm,
+  graph.add_node(node_spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm,
                       [](const NodeContext&) -> CompletionPtr { return std::make_shared<Failed>(); }));
   Executor executor;
   EXPECT_THROW(executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto)), weft::Error);
@@ -314,7 +308,7 @@ TEST(Executor, ContextNamesStreamAndDevice) {
   StepGraph graph;
   StreamClass seen = StreamClass::kCompute;
   bool cpu = false;
-  graph.add_node(spec(NodeKind::kSend, "send to stage 1", StreamClass::kP2p, [&](const NodeContext& ctx) {
+  graph.add_node(node_spec(NodeKind::kSend, "send to stage 1", StreamClass::kP2p, [&](const NodeContext& ctx) {
                    seen = ctx.stream();
                    cpu = ctx.device().is_cpu() && ctx.cuda_stream() == nullptr;
                    return CompletionPtr();

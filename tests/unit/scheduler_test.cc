@@ -7,19 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
+#include "tests/support/node_specs.h"
 
 namespace weft::graph {
 namespace {
 
 using Op = Instruction::Op;
 
-NodeSpec spec(NodeKind kind, std::string name, StreamClass stream = StreamClass::kCompute) {
-  NodeSpec s;
-  s.kind = kind;
-  s.name = std::move(name);
-  s.stream = stream;
-  return s;
-}
+using testing::node_spec;
 
 // A data-parallel step of two layers (backward runs layer 1 then layer 0), one bucket per layer:
 // bucket 1's all-reduce needs only backward of layer 1, so it can overlap backward of layer 0.
@@ -27,12 +22,12 @@ struct DataParallelStep {
   StepGraph graph;
   NodeId forward, backward1, all_reduce1, backward0, all_reduce0, optimizer;
   DataParallelStep() {
-    forward = graph.add_node(spec(NodeKind::kForward, "forward mb0"));
-    backward1 = graph.add_node(spec(NodeKind::kBackward, "backward layer 1"), {forward});
-    all_reduce1 = graph.add_node(spec(NodeKind::kCollective, "all_reduce bucket 1", StreamClass::kDpComm), {backward1});
-    backward0 = graph.add_node(spec(NodeKind::kBackward, "backward layer 0"), {backward1});
-    all_reduce0 = graph.add_node(spec(NodeKind::kCollective, "all_reduce bucket 0", StreamClass::kDpComm), {backward0});
-    optimizer = graph.add_node(spec(NodeKind::kOptimizer, "optimizer"), {all_reduce1, all_reduce0});
+    forward = graph.add_node(node_spec(NodeKind::kForward, "forward mb0"));
+    backward1 = graph.add_node(node_spec(NodeKind::kBackward, "backward layer 1"), {forward});
+    all_reduce1 = graph.add_node(node_spec(NodeKind::kCollective, "all_reduce bucket 1", StreamClass::kDpComm), {backward1});
+    backward0 = graph.add_node(node_spec(NodeKind::kBackward, "backward layer 0"), {backward1});
+    all_reduce0 = graph.add_node(node_spec(NodeKind::kCollective, "all_reduce bucket 0", StreamClass::kDpComm), {backward0});
+    optimizer = graph.add_node(node_spec(NodeKind::kOptimizer, "optimizer"), {all_reduce1, all_reduce0});
   }
 };
 
@@ -64,9 +59,9 @@ TEST(Scheduler, ManualPlanIsProgramOrderWithCollectivesInline) {
 
 TEST(Scheduler, ManualPlanFollowsProgramOrderAmongReadyNodes) {
   StepGraph g;
-  const NodeId late = g.add_node(spec(NodeKind::kForward, "forward mb1"));
-  const NodeId early = g.add_node(spec(NodeKind::kForward, "forward mb0"));
-  g.add_node(spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm), {late});
+  const NodeId late = g.add_node(node_spec(NodeKind::kForward, "forward mb1"));
+  const NodeId early = g.add_node(node_spec(NodeKind::kForward, "forward mb0"));
+  g.add_node(node_spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm), {late});
   g.add_edge(early, late);  // mb1 after mb0 although added first
   const ExecutionPlan plan = Scheduler::plan(g, CommMode::kManual);
   EXPECT_EQ(plan.list(StreamClass::kCompute), runs({1, 0, 2}));
@@ -89,10 +84,10 @@ TEST(Scheduler, AutoPlanPutsCollectivesOnCommStreamsWithDependencyWaits) {
 
 TEST(Scheduler, AutoPlanWaitsOncePerStream) {
   StepGraph g;
-  const NodeId b = g.add_node(spec(NodeKind::kBackward, "backward"));
-  const NodeId ar = g.add_node(spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm), {b});
-  g.add_node(spec(NodeKind::kOptimizer, "optimizer part 1"), {ar});
-  g.add_node(spec(NodeKind::kOptimizer, "optimizer part 2"), {ar});
+  const NodeId b = g.add_node(node_spec(NodeKind::kBackward, "backward"));
+  const NodeId ar = g.add_node(node_spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm), {b});
+  g.add_node(node_spec(NodeKind::kOptimizer, "optimizer part 1"), {ar});
+  g.add_node(node_spec(NodeKind::kOptimizer, "optimizer part 2"), {ar});
   const ExecutionPlan plan = Scheduler::plan(g, CommMode::kAuto);
   EXPECT_EQ(plan.list(StreamClass::kCompute),
             (std::vector<Instruction>{{Op::kRun, 0}, {Op::kWait, 1}, {Op::kRun, 2}, {Op::kRun, 3}}));
