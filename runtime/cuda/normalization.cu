@@ -4,10 +4,11 @@
 // formulas, is runtime/cpu/normalization.cc).
 //
 // Forward: a row is handled by one warp when it fits in at most 4 packs (16 bytes each) per lane
-// (C <= 1024 at bf16, 512 at f32), else by several warps (which reduce through shared memory and a
-// named barrier of their own, so the other rows of the block do not wait); each thread holds its
-// columns in registers, so x is read once (ld.global.nc with an L2 256-byte prefetch) and out
-// written once.
+// (C <= 1024 at bf16, 512 at f32), else by a group of 64..512 threads (a compile-time size: the
+// group reduces through shared memory behind a named barrier of its own, with the barrier id in the
+// instruction, so the other rows of the block do not wait and the kernel is not capped at 4 blocks
+// per SM); each thread holds its columns in registers, so x is read once (ld.global.nc with an L2
+// 256-byte prefetch) and out written once.
 // Mean and variance are two passes over registers (as on the CPU, no E[x^2] - E[x]^2
 // cancellation); mean and rstd are written as f32 [N]. The packs per thread are the fewest that cover
 // the row, up to 4, and every load of a row is issued before the arithmetic starts (measurements:
@@ -17,21 +18,22 @@
 //
 // Backward, in two stages so that grad_weight / grad_bias need neither atomics nor a second pass over
 // x and grad_out:
-//   1. A persistent grid walks the rows, one row per group of threads (a warp for C <= 768 at bf16,
-//      else a power-of-two number of warps; groups reduce through shuffles and, across warps, through
-//      shared memory and a named barrier of that group alone). Each thread copies its own packs of x
-//      and grad_out, and the row's mean and rstd, for the next row into its own shared-memory slots
-//      with cp.async while it computes the current row, and reads back only what it copied itself
-//      (no barrier for the data). Per row it reduces mean(g) and mean(g * xhat) (g = grad_out *
-//      weight), writes grad_x, and keeps running sums of grad_out * xhat and grad_out for its own
-//      columns in registers. At the end the block adds its groups' sums in a fixed order and writes
-//      one partial row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
+//   1. A persistent grid of one 512-thread block per SM walks the rows, one row per group of threads
+//      (a warp for C <= 768 at bf16, else 64..512 threads reducing as in the forward). Each thread
+//      copies its own packs of x and grad_out, and the row's mean and rstd, for the next row into its
+//      own shared-memory slots with cp.async while it computes the current row, and reads back only
+//      what it copied itself (no barrier for the data); weight is widened to f32 into shared memory
+//      once per block. Per row it reduces mean(g) and mean(g * xhat) (g = grad_out * weight), writes
+//      grad_x, and keeps running sums of grad_out * xhat and grad_out for its own columns in
+//      registers. At the end the block adds its groups' sums in a fixed order and writes one partial
+//      row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
 //   2. A small kernel sums the partial rows per column in a fixed order and writes (=) grad_weight
-//      and grad_bias in the weight's dtype.
+//      and grad_bias in the weight's dtype. It is launched with programmatic dependent launch, so
+//      its launch overlaps stage 1's tail; it waits for stage 1's results before reading.
 // Every reduction has a fixed order, so results are the same from run to run. Rows that do not move
 // in 16-byte packs (odd C, misaligned views) take a register kernel without the copy pipeline; rows
-// longer than the register paths hold (forward C > 16384 at bf16, backward C > 8192) take a
-// streaming block-per-row fallback that re-reads the row.
+// longer than the register paths hold (forward C > 16384 at bf16; backward C > 16384 at bf16, C > 8192
+// without packs) take a streaming block-per-row fallback that re-reads the row.
 #include <algorithm>
 #include <cmath>
 
@@ -45,34 +47,28 @@ namespace weft {
 namespace cuda {
 namespace {
 
-constexpr int kMaxThreads = 512;        // block size bound of the register-path kernels
-constexpr int kMinBlockThreads = 256;   // several rows per block when a row needs fewer threads
 constexpr int kStreamingThreads = 512;  // fallback: one block per row
 
-// --- Row splits ----------------------------------------------------------------------------------
+// --- Row groups ----------------------------------------------------------------------------------
 
-// How a register-path kernel splits a row: threads_per_row threads (a power of two, 32..512) each
-// hold `packs_per_thread` packs; a block holds block_threads / threads_per_row rows.
-struct RowSplit {
-  int threads_per_row = 32;
-  int block_threads = kMinBlockThreads;
-  bool fits = true;  // false: the row is too long for registers (streaming fallback)
-};
-
-RowSplit split_row(int packs, int packs_per_thread) {
-  RowSplit split;
-  while (split.threads_per_row * packs_per_thread < packs && split.threads_per_row < kMaxThreads) {
-    split.threads_per_row *= 2;
-  }
-  split.fits = split.threads_per_row * packs_per_thread >= packs;
-  split.block_threads = std::max(kMinBlockThreads, split.threads_per_row);
-  return split;
+// Calls body.template operator()<kThreadsPerRow>() with the smallest row group of 64..512 threads
+// whose threads hold `packs` in `packs_per_thread` each; false when even 512 threads cannot (the
+// streaming fallback). Group sizes are compile-time: the barrier ids, the column stride and the
+// block's group count are constants in the kernels.
+template <class Body>
+bool dispatch_row_group(int packs, int packs_per_thread, Body&& body) {
+  if (packs <= 64 * packs_per_thread) { body.template operator()<64>(); return true; }
+  if (packs <= 128 * packs_per_thread) { body.template operator()<128>(); return true; }
+  if (packs <= 256 * packs_per_thread) { body.template operator()<256>(); return true; }
+  if (packs <= 512 * packs_per_thread) { body.template operator()<512>(); return true; }
+  return false;
 }
 
 // The most packs a forward thread holds: 4 packs of 16 bytes, or 16 single elements when the row
 // does not move in packs. Measured on the H200 at C = 2048 bf16 (docs/performance.md): on a warp per
 // row with 8 packs per lane layer_norm ran at 63% of copy bandwidth and add_layer_norm (8 packs of x
-// and 8 of the residual) at 59%; on two warps with 4 packs each, at 68-69% and 76-80%.
+// and 8 of the residual) at 59%; on two warps with 4 packs each, at 68-69% and 76-80% (73-75% once
+// the group size was a compile-time constant with immediate barrier ids).
 constexpr int forward_packs(int vec) { return vec == 1 ? 16 : 4; }
 
 // Packs per lane of the forward's warp-per-row path: the fewest of 1..forward_packs that cover the
@@ -90,49 +86,26 @@ bool dispatch_warp_packs(int packs, Body&& body) {
 
 // --- Forward -----------------------------------------------------------------------------------
 
-// Sums kCount values over a group of threads_per_row threads (consecutive warps of the block, one
-// row): shuffles, then, for several warps, shared memory and the group's own named barrier (id
-// 1 + group), so that the other rows of the block do not wait. `scratch` holds
-// 2 * kCount * blockDim.x / 32 floats; its two halves alternate between calls (`parity`), so one
-// barrier per call suffices: a warp can only rewrite a half after every warp of its group has passed
-// the barrier of the call in between, that is, finished reading it. Warps are added in order.
-template <int kCount>
-__device__ __forceinline__ void group_sum(float (&values)[kCount], float* scratch, int& parity, int group, int t,
-                                          int threads_per_row) {
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) values[i] = warp_sum(values[i]);
-  const int warps_per_group = threads_per_row / 32;
-  if (warps_per_group == 1) return;
-  const int groups = static_cast<int>(blockDim.x) / threads_per_row;
-  float* half = scratch + ((parity * groups + group) * warps_per_group) * kCount;
-  if (t % 32 == 0) {
-#pragma unroll
-    for (int i = 0; i < kCount; ++i) half[(t / 32) * kCount + i] = values[i];
-  }
-  asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(threads_per_row) : "memory");
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) {
-    float total = 0.0f;
-    for (int w = 0; w < warps_per_group; ++w) total += half[w * kCount + i];
-    values[i] = total;
-  }
-  parity ^= 1;
-}
-
-
 // kCentered: layer norm (subtract the mean, optional bias); otherwise RMS norm. kResidual (layer norm
 // only): the normalized row is x + residual, rounded to T and written to sum_out.
-// Blocks of kBlockThreads (256 or 512). The launch bound asks for half the SM's threads resident
-// (64 registers a thread; 85 with a residual, which holds twice the loads, and 128 for rows without
-// packs, which hold 16 single elements): left to itself the compiler took 82-95 registers on the
-// two-warp rows of C = 2048, two blocks per SM, and the kernel ran at 53% of copy bandwidth (68% at
-// 62 registers, H200).
+// Row groups of kThreadsPerRow threads, kBlockThreads / kThreadsPerRow rows per block. The launch
+// bound asks for half the SM's threads resident (64 registers a thread; 85 with a residual, which
+// holds twice the loads, and 128 for rows without packs, which hold 16 single elements): left to
+// itself the compiler took 82-95 registers on the two-warp rows of C = 2048, two blocks per SM, and
+// the kernel ran at 53% of copy bandwidth (68% at 62 registers, H200).
 constexpr int forward_min_blocks(int vec, bool residual, int block_threads) {
   return (vec == 1 ? 512 : residual ? 768 : 1024) / block_threads;
 }
 
-template <class T, int kVec, int kPacks, bool kMultiWarp, bool kCentered, bool kResidual, int kBlockThreads>
-__global__ void __launch_bounds__(kBlockThreads, forward_min_blocks(kVec, kResidual, kBlockThreads))
+// Block size for row groups of `threads_per_row`: 256 threads (8 warp rows), 128 for two-warp rows
+// (measured: 75% against 73% with 256 at C = 2048 bf16), else one group.
+__host__ __device__ constexpr int forward_block_threads(int threads_per_row) {
+  return threads_per_row == 64 ? 128 : threads_per_row < 256 ? 256 : threads_per_row;
+}
+
+template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered, bool kResidual>
+__global__ void __launch_bounds__(forward_block_threads(kThreadsPerRow),
+                                  forward_min_blocks(kVec, kResidual, forward_block_threads(kThreadsPerRow)))
     norm_forward_kernel(const T* __restrict__ x,         // [rows, columns]
                         const T* __restrict__ residual,  // [rows, columns] (kResidual only)
                         const T* __restrict__ weight,    // [columns]
@@ -141,16 +114,14 @@ __global__ void __launch_bounds__(kBlockThreads, forward_min_blocks(kVec, kResid
                         T* __restrict__ out,             // [rows, columns]
                         float* __restrict__ mean,        // [rows] (layer norm only)
                         float* __restrict__ rstd,        // [rows]
-                        int64_t rows, int columns, int threads_per_row, float eps) {
-  __shared__ float scratch[2 * kBlockThreads / 32];
-  // A warp per row: the column stride is a compile-time 32 (cheaper indexing, and no barrier).
-  if constexpr (!kMultiWarp) threads_per_row = 32;
-  const int rows_per_block = static_cast<int>(blockDim.x) / threads_per_row;
-  const int group = static_cast<int>(threadIdx.x) / threads_per_row;
-  const int t = static_cast<int>(threadIdx.x) % threads_per_row;
+                        int64_t rows, int columns, float eps) {
+  constexpr int kGroups = forward_block_threads(kThreadsPerRow) / kThreadsPerRow;
+  __shared__ float scratch[kGroupSumScratch<kThreadsPerRow, kGroups, 1>];
+  const int group = static_cast<int>(threadIdx.x) / kThreadsPerRow;
+  const int t = static_cast<int>(threadIdx.x) % kThreadsPerRow;
   int parity = 0;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < rows;
-       base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < rows;
+       base += static_cast<int64_t>(gridDim.x) * kGroups) {
     const int64_t row = base + group;
     const bool row_valid = row < rows;
     const int64_t offset = row * columns;
@@ -161,7 +132,7 @@ __global__ void __launch_bounds__(kBlockThreads, forward_min_blocks(kVec, kResid
       Pack<T, kVec> addend[kPacks];
 #pragma unroll
       for (int k = 0; k < kPacks; ++k) {
-        const int column = (k * threads_per_row + t) * kVec;
+        const int column = (k * kThreadsPerRow + t) * kVec;
         if (row_valid && column < columns) {
           v[k] = load_pack_once<T, kVec>(x + offset + column);
           addend[k] = load_pack_once<T, kVec>(residual + offset + column);
@@ -169,7 +140,7 @@ __global__ void __launch_bounds__(kBlockThreads, forward_min_blocks(kVec, kResid
       }
 #pragma unroll
       for (int k = 0; k < kPacks; ++k) {
-        const int column = (k * threads_per_row + t) * kVec;
+        const int column = (k * kThreadsPerRow + t) * kVec;
         if (row_valid && column < columns) {
 #pragma unroll
           for (int j = 0; j < kVec; ++j) v[k].set(j, v[k].get(j) + addend[k].get(j));  // rounded to T
@@ -179,30 +150,28 @@ __global__ void __launch_bounds__(kBlockThreads, forward_min_blocks(kVec, kResid
     } else {
 #pragma unroll
       for (int k = 0; k < kPacks; ++k) {
-        const int column = (k * threads_per_row + t) * kVec;
+        const int column = (k * kThreadsPerRow + t) * kVec;
         if (row_valid && column < columns) v[k] = load_pack_once<T, kVec>(x + offset + column);
       }
     }
-    float sums[1] = {0.0f};
+    float row_mean = 0.0f;
     if constexpr (kCentered) {
+      float sums[1] = {0.0f};
 #pragma unroll
       for (int k = 0; k < kPacks; ++k) {
-        const int column = (k * threads_per_row + t) * kVec;
+        const int column = (k * kThreadsPerRow + t) * kVec;
         if (row_valid && column < columns) {
 #pragma unroll
           for (int j = 0; j < kVec; ++j) sums[0] += v[k].get(j);
         }
       }
-    }
-    float row_mean = 0.0f;
-    if constexpr (kCentered) {
-      group_sum(sums, scratch, parity, group, t, threads_per_row);
+      group_sum<kThreadsPerRow, kGroups>(sums, scratch, parity, group, t);
       row_mean = sums[0] / static_cast<float>(columns);
     }
     float squares[1] = {0.0f};
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * threads_per_row + t) * kVec;
+      const int column = (k * kThreadsPerRow + t) * kVec;
       if (row_valid && column < columns) {
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
@@ -211,12 +180,12 @@ __global__ void __launch_bounds__(kBlockThreads, forward_min_blocks(kVec, kResid
         }
       }
     }
-    group_sum(squares, scratch, parity, group, t, threads_per_row);
+    group_sum<kThreadsPerRow, kGroups>(squares, scratch, parity, group, t);
     const float row_rstd = 1.0f / sqrtf(squares[0] / static_cast<float>(columns) + eps);
     if (!row_valid) continue;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * threads_per_row + t) * kVec;
+      const int column = (k * kThreadsPerRow + t) * kVec;
       if (column < columns) {
         // weight and bias are re-read per row from L1: holding them in registers costs occupancy.
         const Pack<T, kVec> w = load_pack<T, kVec>(weight + column);
@@ -299,30 +268,38 @@ __global__ void __launch_bounds__(kStreamingThreads)
 
 // --- Backward ----------------------------------------------------------------------------------
 
-// The per-row constants of grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
-// xhat = x * rstd + shift (shift = -mean * rstd), arranged for two fused multiply-adds per element:
-// grad_x = g * rstd + (xhat * scale + offset).
+// The per-row constants of grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = grad_out *
+// weight and xhat = x * rstd + shift (shift = -mean * rstd), arranged for three instructions per
+// element: grad_x = grad_out * (weight * rstd) + (x * x_scale + constant).
 struct RowGradient {
-  float rstd, shift, scale, offset;
+  float rstd, shift, x_scale, constant;
 };
 
 // From the row's rstd and shift and its reduced sums (sum g, sum g * xhat) over `columns`.
 __device__ __forceinline__ RowGradient row_gradient(float row_rstd, float shift, const float (&sums)[2],
                                                    float inverse_columns) {
-  return {row_rstd, shift, -row_rstd * sums[1] * inverse_columns, -row_rstd * sums[0] * inverse_columns};
+  const float scale = -row_rstd * sums[1] * inverse_columns;  // coefficient of xhat
+  const float offset = -row_rstd * sums[0] * inverse_columns;
+  return {row_rstd, shift, row_rstd * scale, fmaf(shift, scale, offset)};
+}
+
+template <class T, int kVec>
+__device__ __forceinline__ void widen(const Pack<T, kVec>& pack, float (&values)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) values[j] = pack.get(j);
 }
 
 // Adds one pack's contribution to the row sums (sum g, sum g * xhat) and to the thread's column sums
 // (grad_out * xhat, grad_out).
 template <class T, int kVec, bool kCentered>
-__device__ __forceinline__ void accumulate_pack(const Pack<T, kVec>& x, const Pack<T, kVec>& gy, const Pack<T, kVec>& w,
+__device__ __forceinline__ void accumulate_pack(const Pack<T, kVec>& x, const Pack<T, kVec>& gy, const float (&w)[kVec],
                                                 float row_rstd, float shift, float (&sums)[2],
                                                 float (&weight_sums)[kVec], float (&bias_sums)[kVec]) {
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     const float xhat = fmaf(x.get(j), row_rstd, shift);
     const float grad = gy.get(j);
-    const float g = grad * w.get(j);
+    const float g = grad * w[j];
     if constexpr (kCentered) sums[0] += g;
     sums[1] = fmaf(g, xhat, sums[1]);
     weight_sums[j] = fmaf(grad, xhat, weight_sums[j]);
@@ -332,43 +309,46 @@ __device__ __forceinline__ void accumulate_pack(const Pack<T, kVec>& x, const Pa
 
 template <class T, int kVec>
 __device__ __forceinline__ Pack<T, kVec> gradient_pack(const Pack<T, kVec>& x, const Pack<T, kVec>& gy,
-                                                       const Pack<T, kVec>& w, const RowGradient& row) {
+                                                       const float (&w)[kVec], const RowGradient& row) {
   Pack<T, kVec> result;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
-    const float xhat = fmaf(x.get(j), row.rstd, row.shift);
-    result.set(j, fmaf(gy.get(j) * w.get(j), row.rstd, fmaf(xhat, row.scale, row.offset)));
+    result.set(j, fmaf(gy.get(j), w[j] * row.rstd, fmaf(x.get(j), row.x_scale, row.constant)));
   }
   return result;
 }
 
-// Adds the groups' column sums of a block in group order into `merged` [2, columns] (shared memory)
-// and writes them to the block's partial row. Every thread of the block must call.
-template <int kVec, int kPacks>
+// Writes the block's partial row: each row group's column sums go to its own slice of `merged`
+// ([groups][sums][columns] floats of shared memory, free for this use), then every thread adds the
+// groups' values of its columns in group order. Every thread of the block must call. `trigger`:
+// let the dependent launch (stage 2) start its blocks once every block of this grid has come here.
+template <int kVec, int kPacks, int kThreadsPerRow>
 __device__ __forceinline__ void write_block_partials(const float (&weight_sums)[kPacks][kVec],
                                                      const float (&bias_sums)[kPacks][kVec], float* merged,
                                                      float* block_partials, int group, int groups, int t,
-                                                     int threads_per_row, int columns, bool bias_sums_needed) {
-  for (int g = 0; g < groups; ++g) {
-    if (group == g) {
+                                                     int columns, bool bias_sums_needed, bool trigger) {
+  const int sums = bias_sums_needed ? 2 : 1;
+  float* mine = merged + static_cast<int64_t>(group) * sums * columns;
 #pragma unroll
-      for (int k = 0; k < kPacks; ++k) {
-        const int column = (k * threads_per_row + t) * kVec;
-        if (column < columns) {
+  for (int k = 0; k < kPacks; ++k) {
+    const int column = (k * kThreadsPerRow + t) * kVec;
+    if (column < columns) {
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) {
-            merged[column + j] = (g == 0 ? 0.0f : merged[column + j]) + weight_sums[k][j];
-            if (bias_sums_needed) {
-              merged[columns + column + j] = (g == 0 ? 0.0f : merged[columns + column + j]) + bias_sums[k][j];
-            }
-          }
-        }
+      for (int j = 0; j < kVec; ++j) {
+        mine[column + j] = weight_sums[k][j];
+        if (bias_sums_needed) mine[columns + column + j] = bias_sums[k][j];
       }
     }
-    __syncthreads();
   }
-  const int count = bias_sums_needed ? 2 * columns : columns;
-  for (int i = static_cast<int>(threadIdx.x); i < count; i += blockDim.x) block_partials[i] = merged[i];
+  __syncthreads();
+#if __CUDA_ARCH__ >= 900
+  if (trigger) asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  for (int i = static_cast<int>(threadIdx.x); i < sums * columns; i += blockDim.x) {
+    float total = 0.0f;
+    for (int g = 0; g < groups; ++g) total += merged[g * sums * columns + i];
+    block_partials[i] = total;
+  }
 }
 
 // Asynchronous copies into shared memory (cp.async): 16 bytes, L2 prefetching 256 bytes; 4 bytes.
@@ -387,7 +367,8 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
 }
 
-constexpr int kPipelineStages = 2;  // rows in shared memory per group: the current one and the next
+constexpr int kPipelineStages = 2;    // rows in shared memory per group: the current one and the next
+constexpr int kPipelineThreads = 512;  // one block per SM (the launch bound asks for no more)
 
 // Shared memory of the pipelined kernel, in 16-byte units, per group and stage: x and grad_out
 // ([2][kPacks][threads_per_row] packs), then mean and rstd ([2][threads_per_row] floats).
@@ -395,11 +376,23 @@ __host__ __device__ constexpr int pipeline_stage_units(int packs_per_thread, int
   return 2 * packs_per_thread * threads_per_row + (2 * threads_per_row + 3) / 4;
 }
 
-// Stage 1 for rows that move in 16-byte packs (see the file comment). kPacks packs per thread;
-// groups of threads_per_row threads (a multiple of 32, at most 15 groups: named barriers 1..15).
-// Dynamic shared memory: max(groups * kPipelineStages * pipeline_stage_units, 2 * columns floats).
-template <class T, int kVec, int kPacks, bool kCentered, int kBlockThreads, int kMinBlocks>
-__global__ void __launch_bounds__(kBlockThreads, kMinBlocks)
+// Dynamic shared memory of the pipelined kernel: the ring and the f32 weight during the row loop,
+// then the groups' column sums (`merged`) at the end.
+constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row, int columns) {
+  const int groups = kPipelineThreads / threads_per_row;
+  const size_t ring = sizeof(int4) * groups * kPipelineStages * pipeline_stage_units(packs_per_thread, threads_per_row);
+  const size_t merged = sizeof(float) * groups * 2 * columns;
+  return std::max(ring + sizeof(float) * columns, merged);
+}
+
+// Stage 1 for rows that move in 16-byte packs (see the file comment). kPacks packs per thread,
+// groups of kThreadsPerRow threads. Dynamic shared memory: pipeline_shared_bytes.
+// Measured on the H200 (docs/performance.md): against the previous kernel (runtime group size, 4
+// blocks of 128 threads per SM, the barrier limit), the compile-time group size, one block per SM,
+// the cheaper bf16 widening and the f32 weight in shared memory cut the instructions per row by a
+// quarter; the kernel issues on about half the cycles, so instructions are what it spends.
+template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered>
+__global__ void __launch_bounds__(kPipelineThreads, 1)
     norm_backward_pipelined_kernel(const T* __restrict__ x,          // [rows, columns]
                                    const T* __restrict__ weight,     // [columns]
                                    const float* __restrict__ mean,   // [rows] (layer norm only)
@@ -407,50 +400,64 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocks)
                                    const T* __restrict__ grad_out,   // [rows, columns]
                                    T* __restrict__ grad_x,           // [rows, columns]
                                    float* __restrict__ partials,     // [gridDim.x, 2, columns]
-                                   int64_t rows, int columns, int threads_per_row, bool with_bias) {
-  static_assert(sizeof(Pack<T, kVec>) == 16, "the copy pipeline moves 16-byte packs");
-  __shared__ float scratch[2 * 2 * kBlockThreads / 32];
-  extern __shared__ int4 ring[];
-  const int group = static_cast<int>(threadIdx.x) / threads_per_row;
-  const int t = static_cast<int>(threadIdx.x) % threads_per_row;
-  const int groups = static_cast<int>(blockDim.x) / threads_per_row;
+                                   int64_t rows, int columns, bool with_bias) {
+  static_assert(sizeof(Pack<T, kVec>) == 16 && kVec % 4 == 0, "the copy pipeline moves 16-byte packs");
+  constexpr int kGroups = kPipelineThreads / kThreadsPerRow;
+  constexpr int kUnits = pipeline_stage_units(kPacks, kThreadsPerRow);
+  constexpr int kStagePacks = 2 * kPacks * kThreadsPerRow;
+  __shared__ float scratch[kGroupSumScratch<kThreadsPerRow, kGroups, 2>];
+  extern __shared__ int4 ring[];  // [kGroups][kPipelineStages][kUnits], then weight as f32 [columns]
+  float* weight_f32 = reinterpret_cast<float*>(ring + kGroups * kPipelineStages * kUnits);
+  const int group = static_cast<int>(threadIdx.x) / kThreadsPerRow;
+  const int t = static_cast<int>(threadIdx.x) % kThreadsPerRow;
   const int packs = columns / kVec;
   const float inverse_columns = 1.0f / static_cast<float>(columns);
-  const int stage_units = pipeline_stage_units(kPacks, threads_per_row);
-  const int stage_packs = 2 * kPacks * threads_per_row;
-  int4* group_ring = ring + static_cast<int64_t>(group) * kPipelineStages * stage_units;
+  // weight widened once per block: read twice per row from here, with no widening instructions.
+  for (int i = static_cast<int>(threadIdx.x); i < columns; i += kPipelineThreads) weight_f32[i] = to_float(weight[i]);
+  __syncthreads();
+  int4* group_ring = ring + group * kPipelineStages * kUnits;
+  bool has_pack[kPacks];
   float weight_sums[kPacks][kVec], bias_sums[kPacks][kVec];
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
+    has_pack[k] = k * kThreadsPerRow + t < packs;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) weight_sums[k][j] = bias_sums[k][j] = 0.0f;
   }
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * groups + group;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * groups;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kGroups + group;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kGroups;
   // Copies this thread's part of `row` into `stage`; always commits a group (empty past the end),
   // so that wait_copies counts the same groups on every thread.
   auto prefetch = [&](int64_t row, int stage) {
     if (row < rows) {
-      int4* slot = group_ring + stage * stage_units;
+      int4* slot = group_ring + stage * kUnits + t;
 #pragma unroll
       for (int k = 0; k < kPacks; ++k) {
-        const int p = k * threads_per_row + t;
-        if (p < packs) {
-          const int64_t offset = row * columns + static_cast<int64_t>(p) * kVec;
-          copy_async_16(slot + k * threads_per_row + t, x + offset);
-          copy_async_16(slot + (kPacks + k) * threads_per_row + t, grad_out + offset);
+        if (has_pack[k]) {
+          const int64_t offset = row * columns + static_cast<int64_t>(k * kThreadsPerRow + t) * kVec;
+          copy_async_16(slot + k * kThreadsPerRow, x + offset);
+          copy_async_16(slot + (kPacks + k) * kThreadsPerRow, grad_out + offset);
         }
       }
-      float* statistics = reinterpret_cast<float*>(slot + stage_packs);
+      float* statistics = reinterpret_cast<float*>(group_ring + stage * kUnits + kStagePacks);
       if (kCentered) copy_async_4(statistics + t, mean + row);
-      copy_async_4(statistics + threads_per_row + t, rstd + row);
+      copy_async_4(statistics + kThreadsPerRow + t, rstd + row);
     }
     commit_copies();
   };
-  auto read = [&](const int4* slot, int k, Pack<T, kVec>& xs, Pack<T, kVec>& gys) {
-    const int4 a = slot[k * threads_per_row + t], b = slot[(kPacks + k) * threads_per_row + t];
+  auto read = [&](const int4* slot, int k, Pack<T, kVec>& xs, Pack<T, kVec>& gys, float (&w)[kVec]) {
+    const int4 a = slot[k * kThreadsPerRow], b = slot[(kPacks + k) * kThreadsPerRow];
     memcpy(&xs, &a, 16);
     memcpy(&gys, &b, 16);
+    const float4* weights = reinterpret_cast<const float4*>(weight_f32 + (k * kThreadsPerRow + t) * kVec);
+#pragma unroll
+    for (int q = 0; q < kVec / 4; ++q) {
+      const float4 four = weights[q];
+      w[4 * q] = four.x;
+      w[4 * q + 1] = four.y;
+      w[4 * q + 2] = four.z;
+      w[4 * q + 3] = four.w;
+    }
   };
   int parity = 0, stage = 0;
   prefetch(first, 0);
@@ -458,57 +465,55 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocks)
     // The slot refilled here was last read in the previous round, by this thread, before its stores.
     prefetch(row + step, stage ^ 1);
     wait_copies<1>();
-    const int4* slot = group_ring + stage * stage_units;
-    const float* statistics = reinterpret_cast<const float*>(slot + stage_packs);
-    const float row_rstd = statistics[threads_per_row + t];
+    const int4* slot = group_ring + stage * kUnits + t;
+    const float* statistics = reinterpret_cast<const float*>(group_ring + stage * kUnits + kStagePacks);
+    const float row_rstd = statistics[kThreadsPerRow + t];
     const float shift = kCentered ? -statistics[t] * row_rstd : 0.0f;
-    // The row's packs are all read before the arithmetic starts (as in the forward), and read again
-    // after the reduction rather than kept (see below).
-    Pack<T, kVec> xs[kPacks], gys[kPacks];
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      if (k * threads_per_row + t < packs) read(slot, k, xs[k], gys[k]);
-    }
     float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
-      const int p = k * threads_per_row + t;
-      if (p < packs) {
-        // weight is re-read per row from L1: holding it in registers costs occupancy.
-        const Pack<T, kVec> w = load_pack<T, kVec>(weight + p * kVec);
-        accumulate_pack<T, kVec, kCentered>(xs[k], gys[k], w, row_rstd, shift, sums, weight_sums[k], bias_sums[k]);
+      if (has_pack[k]) {
+        Pack<T, kVec> xs, gys;
+        float w[kVec];
+        read(slot, k, xs, gys, w);
+        accumulate_pack<T, kVec, kCentered>(xs, gys, w, row_rstd, shift, sums, weight_sums[k], bias_sums[k]);
       }
     }
     asm volatile("" ::: "memory");  // keeps the second reads below from being merged with the first
-    group_sum(sums, scratch, parity, group, t, threads_per_row);
+    group_sum<kThreadsPerRow, kGroups>(sums, scratch, parity, group, t);
     const RowGradient gradient = row_gradient(row_rstd, shift, sums, inverse_columns);
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
-      const int p = k * threads_per_row + t;
-      if (p < packs) {
+      if (has_pack[k]) {
         // x and grad_out are read again from shared memory rather than held in registers across the
-        // reduction: fewer registers, more resident warps.
-        read(slot, k, xs[k], gys[k]);
-        const Pack<T, kVec> w = load_pack<T, kVec>(weight + p * kVec);
-        store_pack(grad_x + row * columns + static_cast<int64_t>(p) * kVec, gradient_pack(xs[k], gys[k], w, gradient));
+        // reduction: fewer registers for the column sums.
+        Pack<T, kVec> xs, gys;
+        float w[kVec];
+        read(slot, k, xs, gys, w);
+        store_pack(grad_x + row * columns + static_cast<int64_t>(k * kThreadsPerRow + t) * kVec,
+                   gradient_pack(xs, gys, w, gradient));
       }
     }
     stage ^= 1;
   }
   wait_copies<0>();
   __syncthreads();  // the ring is reused as `merged` below
-  write_block_partials<kVec, kPacks>(weight_sums, bias_sums, reinterpret_cast<float*>(ring),
-                                     partials + static_cast<int64_t>(blockIdx.x) * 2 * columns, group, groups, t,
-                                     threads_per_row, columns, kCentered && with_bias);
+  write_block_partials<kVec, kPacks, kThreadsPerRow>(
+      weight_sums, bias_sums, reinterpret_cast<float*>(ring), partials + static_cast<int64_t>(blockIdx.x) * 2 * columns,
+      group, kGroups, t, columns, kCentered && with_bias, true);
 }
 
 // Stage 1 for rows that do not move in packs (kVec 1: odd C, misaligned views): the same sums, with
-// the row held in registers and no copy pipeline. Dynamic shared memory: 2 * columns floats when a
-// block holds several rows (to add the rows' sums in order), else none.
-constexpr int kRegisterBackwardValues = 16;  // row elements per thread
+// the row held in registers and no copy pipeline, kRegisterBackwardValues elements per thread.
+// Dynamic shared memory: groups * 2 * columns floats (the groups' column sums at the end).
+constexpr int kRegisterBackwardValues = 16;
 
-template <class T, int kVec, bool kMultiWarp, bool kCentered>
-__global__ void __launch_bounds__(kMaxThreads)
+__host__ __device__ constexpr int register_backward_block_threads(int threads_per_row) {
+  return threads_per_row < 256 ? 256 : threads_per_row;
+}
+
+template <class T, int kThreadsPerRow, bool kCentered>
+__global__ void __launch_bounds__(register_backward_block_threads(kThreadsPerRow))
     norm_backward_kernel(const T* __restrict__ x,           // [rows, columns]
                          const T* __restrict__ weight,      // [columns]
                          const float* __restrict__ mean,    // [rows] (layer norm only)
@@ -516,70 +521,52 @@ __global__ void __launch_bounds__(kMaxThreads)
                          const T* __restrict__ grad_out,    // [rows, columns]
                          T* __restrict__ grad_x,            // [rows, columns]
                          float* __restrict__ partials,      // [gridDim.x, 2, columns]
-                         int64_t rows, int columns, int threads_per_row, bool with_bias) {
-  constexpr int kPacks = kRegisterBackwardValues / kVec;
-  __shared__ float scratch[2 * kMaxThreads / 32];
-  extern __shared__ float merged[];  // [2, columns]
-  const int rows_per_block = static_cast<int>(blockDim.x) / threads_per_row;
-  const int group = static_cast<int>(threadIdx.x) / threads_per_row;
-  const int t = static_cast<int>(threadIdx.x) % threads_per_row;
-  const int warps_per_row = threads_per_row / 32;
+                         int64_t rows, int columns, bool with_bias) {
+  constexpr int kPacks = kRegisterBackwardValues;
+  constexpr int kGroups = register_backward_block_threads(kThreadsPerRow) / kThreadsPerRow;
+  __shared__ float scratch[kGroupSumScratch<kThreadsPerRow, kGroups, 2>];
+  extern __shared__ float merged[];  // [kGroups, 2, columns]
+  const int group = static_cast<int>(threadIdx.x) / kThreadsPerRow;
+  const int t = static_cast<int>(threadIdx.x) % kThreadsPerRow;
   const float inverse_columns = 1.0f / static_cast<float>(columns);
-  float weight_sums[kPacks][kVec], bias_sums[kPacks][kVec];
+  int parity = 0;
+  float weight_sums[kPacks][1], bias_sums[kPacks][1];
 #pragma unroll
-  for (int k = 0; k < kPacks; ++k) {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) weight_sums[k][j] = bias_sums[k][j] = 0.0f;
-  }
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < rows;
-       base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+  for (int k = 0; k < kPacks; ++k) weight_sums[k][0] = bias_sums[k][0] = 0.0f;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < rows;
+       base += static_cast<int64_t>(gridDim.x) * kGroups) {
     const int64_t row = base + group;
     const bool row_valid = row < rows;
     const int64_t offset = row * columns;
     const float row_rstd = row_valid ? rstd[row] : 0.0f;
     const float shift = kCentered && row_valid ? -mean[row] * row_rstd : 0.0f;
-    Pack<T, kVec> xs[kPacks], gys[kPacks];
+    Pack<T, 1> xs[kPacks], gys[kPacks];
     float sums[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * threads_per_row + t) * kVec;
+      const int column = k * kThreadsPerRow + t;
       if (row_valid && column < columns) {
-        xs[k] = load_pack<T, kVec>(x + offset + column);
-        gys[k] = load_pack<T, kVec>(grad_out + offset + column);
-        const Pack<T, kVec> w = load_pack<T, kVec>(weight + column);
-        accumulate_pack<T, kVec, kCentered>(xs[k], gys[k], w, row_rstd, shift, sums, weight_sums[k], bias_sums[k]);
+        xs[k] = load_pack<T, 1>(x + offset + column);
+        gys[k] = load_pack<T, 1>(grad_out + offset + column);
+        const float w[1] = {to_float(weight[column])};
+        accumulate_pack<T, 1, kCentered>(xs[k], gys[k], w, row_rstd, shift, sums, weight_sums[k], bias_sums[k]);
       }
     }
-    row_sum<kMultiWarp>(sums, scratch, warps_per_row);
+    group_sum<kThreadsPerRow, kGroups>(sums, scratch, parity, group, t);
     if (!row_valid) continue;
     const RowGradient gradient = row_gradient(row_rstd, shift, sums, inverse_columns);
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * threads_per_row + t) * kVec;
+      const int column = k * kThreadsPerRow + t;
       if (column < columns) {
-        const Pack<T, kVec> w = load_pack<T, kVec>(weight + column);
+        const float w[1] = {to_float(weight[column])};
         store_pack(grad_x + offset + column, gradient_pack(xs[k], gys[k], w, gradient));
       }
     }
   }
-  float* block_partials = partials + static_cast<int64_t>(blockIdx.x) * 2 * columns;
-  const bool bias_sums_needed = kCentered && with_bias;
-  if (rows_per_block == 1) {
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * threads_per_row + t) * kVec;
-      if (column < columns) {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          block_partials[column + j] = weight_sums[k][j];
-          if (bias_sums_needed) block_partials[columns + column + j] = bias_sums[k][j];
-        }
-      }
-    }
-    return;
-  }
-  write_block_partials<kVec, kPacks>(weight_sums, bias_sums, merged, block_partials, group, rows_per_block, t,
-                                     threads_per_row, columns, bias_sums_needed);
+  write_block_partials<1, kPacks, kThreadsPerRow>(weight_sums, bias_sums, merged,
+                                                  partials + static_cast<int64_t>(blockIdx.x) * 2 * columns, group,
+                                                  kGroups, t, columns, kCentered && with_bias, false);
 }
 
 // Fallback stage 1 for rows too long for registers: one block per row, two passes over the row; each
@@ -612,7 +599,8 @@ __global__ void __launch_bounds__(kStreamingThreads)
     for (int p = static_cast<int>(threadIdx.x); p < packs; p += blockDim.x) {
       const Pack<T, kVec> xv = load_pack<T, kVec>(x + offset + p * kVec);
       const Pack<T, kVec> gy = load_pack<T, kVec>(grad_out + offset + p * kVec);
-      const Pack<T, kVec> w = load_pack<T, kVec>(weight + p * kVec);
+      float w[kVec];
+      widen(load_pack<T, kVec>(weight + p * kVec), w);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) unused_weight_sums[j] = unused_bias_sums[j] = 0.0f;
       accumulate_pack<T, kVec, kCentered>(xv, gy, w, row_rstd, shift, sums, unused_weight_sums, unused_bias_sums);
@@ -623,7 +611,8 @@ __global__ void __launch_bounds__(kStreamingThreads)
     for (int p = static_cast<int>(threadIdx.x); p < packs; p += blockDim.x) {
       const Pack<T, kVec> xv = load_pack<T, kVec>(x + offset + p * kVec);
       const Pack<T, kVec> gy = load_pack<T, kVec>(grad_out + offset + p * kVec);
-      const Pack<T, kVec> w = load_pack<T, kVec>(weight + p * kVec);
+      float w[kVec];
+      widen(load_pack<T, kVec>(weight + p * kVec), w);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const float xhat = fmaf(xv.get(j), row_rstd, shift);
@@ -637,6 +626,8 @@ __global__ void __launch_bounds__(kStreamingThreads)
 
 // Stage 2: grad_weight[c] = sum over blocks of partials[b][0][c] (and grad_bias from [b][1][c]).
 // A block covers 32 columns with 32 lanes of block indices each; the 32 slices are added in order.
+// Launched as a programmatic dependent of stage 1: griddepcontrol.wait returns once stage 1 has
+// completed and its writes are visible (at once when launched the ordinary way).
 constexpr int kSumColumns = 32, kSumSlices = 32;
 
 template <class T>
@@ -645,6 +636,9 @@ __global__ void __launch_bounds__(kSumColumns * kSumSlices)
                         int blocks, int columns,
                         T* __restrict__ grad_weight,  // [columns]
                         T* __restrict__ grad_bias) {  // [columns] or null
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   __shared__ float slices[kSumSlices][kSumColumns + 1];
   const int sums = grad_bias != nullptr ? 2 : 1;
   const int lane = static_cast<int>(threadIdx.x) % kSumColumns, slice = static_cast<int>(threadIdx.x) / kSumColumns;
@@ -690,49 +684,33 @@ void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& 
   const float epsilon = static_cast<float>(eps);
   dispatch_pack<T>(packed, [&]<int kVec>() {
     const int packs = columns / kVec;
-    auto launch = [&]<int kPacks, bool kMultiWarp>(int threads_per_row, int block_threads) {
-      const int rows_per_block = block_threads / threads_per_row;
-      auto run = [&]<int kBlockThreads>() {
-        norm_forward_kernel<T, kVec, kPacks, kMultiWarp, kCentered, kResidual, kBlockThreads>
-            <<<grid_for(rows, rows_per_block), block_threads, 0, stream>>>(
-                in, res, w, b, sum_data, data, mean_data, rstd_data, rows, columns, threads_per_row, epsilon);
-      };
-      if (block_threads <= kMinBlockThreads) {
-        run.template operator()<kMinBlockThreads>();
-      } else {
-        run.template operator()<kMaxThreads>();
-      }
+    auto launch = [&]<int kPacks, int kThreadsPerRow>() {
+      constexpr int kBlockThreads = forward_block_threads(kThreadsPerRow);
+      norm_forward_kernel<T, kVec, kPacks, kThreadsPerRow, kCentered, kResidual>
+          <<<grid_for(rows, kBlockThreads / kThreadsPerRow), kBlockThreads, 0, stream>>>(
+              in, res, w, b, sum_data, data, mean_data, rstd_data, rows, columns, epsilon);
     };
-    // A warp per row when the row fits in kPacks per lane (packed rows only: single elements would
-    // leave a warp with too little to load at once).
     constexpr int kPacks = forward_packs(kVec);
+    bool launched = false;
     if constexpr (kVec > 1) {
-      if (dispatch_warp_packs(packs, [&]<int kLanePacks>() {
-            launch.template operator()<kLanePacks, false>(32, kMinBlockThreads);
-          })) {
-        WEFT_CUDA_CHECK_LAUNCH();
-        return;
-      }
+      // A warp per row when the row fits in 4 packs per lane (packed rows only: single elements
+      // would leave a warp with too little to load at once).
+      launched = dispatch_warp_packs(packs, [&]<int kLanePacks>() { launch.template operator()<kLanePacks, 32>(); });
+    } else if (packs <= 32 * kPacks) {
+      launch.template operator()<kPacks, 32>();
+      launched = true;
     }
-    const RowSplit split = split_row(packs, kPacks);
-    if (!split.fits) {
+    if (!launched) {
+      launched = dispatch_row_group(packs, kPacks, [&]<int kThreadsPerRow>() {
+        launch.template operator()<kPacks, kThreadsPerRow>();
+      });
+    }
+    if (!launched) {
       norm_forward_streaming_kernel<T, kVec, kCentered, kResidual><<<grid_for(rows, 1), kStreamingThreads, 0, stream>>>(
           in, res, w, b, sum_data, data, mean_data, rstd_data, rows, columns, epsilon);
-    } else if (split.threads_per_row == 32) {
-      launch.template operator()<kPacks, false>(split.threads_per_row, split.block_threads);
-    } else {
-      launch.template operator()<kPacks, true>(split.threads_per_row, split.block_threads);
     }
     WEFT_CUDA_CHECK_LAUNCH();
   });
-}
-
-// Resident blocks of `kernel` on the whole device: the size of a persistent grid.
-int resident_blocks(const void* kernel, int block_threads, size_t shared_bytes, int device) {
-  int per_multiprocessor = 0;
-  WEFT_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, block_threads, shared_bytes));
-  return std::max(per_multiprocessor, 1) * multiprocessor_count(device);
 }
 
 // Allows `kernel` more than the default 48 KiB of dynamic shared memory when it needs it.
@@ -744,10 +722,11 @@ void allow_shared_memory(const void* kernel, size_t shared_bytes) {
 }
 
 // The pipelined stage 1's configurations (measured on the H200, docs/performance.md): rows of up to
-// 96 packs (C = 768 at bf16) take a warp per row holding up to 3 packs per lane, 4 warps per block;
-// longer rows (up to 1024 packs) take groups of 2 packs per thread, 256 threads or one group a block.
+// 96 packs (C = 768 at bf16) take a warp per row holding up to 3 packs per lane, 16 rows per block;
+// longer rows take groups of 64..512 threads holding 2 packs each, and rows of up to 2048 packs
+// (C = 16384 at bf16) 512 threads holding 4. Past that, false (the streaming fallback).
 constexpr int kPipelinedWarpPacks = 96;
-constexpr int kPipelinedMaxPacks = 1024;
+constexpr int kPipelinedMaxPacks = 2048;
 
 template <class T, int kVec, bool kCentered>
 bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_data, const float* rstd_data,
@@ -755,38 +734,50 @@ bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_d
                                     cudaStream_t stream, Tensor& partials, int& blocks) {
   const int packs = columns / kVec;
   if (packs > kPipelinedMaxPacks) return false;
-  auto launch = [&]<int kPacks, int kBlockThreads, int kMinBlocks>(int threads_per_row) {
-    const auto kernel = norm_backward_pipelined_kernel<T, kVec, kPacks, kCentered, kBlockThreads, kMinBlocks>;
-    const int groups = std::max(1, kBlockThreads / threads_per_row);
-    const int block_threads = groups * threads_per_row;
-    const size_t shared_bytes =
-        std::max(sizeof(int4) * groups * kPipelineStages * pipeline_stage_units(kPacks, threads_per_row),
-                 sizeof(float) * 2 * columns);
+  auto launch = [&]<int kPacks, int kThreadsPerRow>() {
+    const auto kernel = norm_backward_pipelined_kernel<T, kVec, kPacks, kThreadsPerRow, kCentered>;
+    constexpr int kGroups = kPipelineThreads / kThreadsPerRow;
+    const size_t shared_bytes = pipeline_shared_bytes(kPacks, kThreadsPerRow, columns);
     allow_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes);
-    const int64_t needed = (rows + groups - 1) / groups;
-    blocks = static_cast<int>(std::min<int64_t>(
-        needed, resident_blocks(reinterpret_cast<const void*>(kernel), block_threads, shared_bytes, device)));
+    // A persistent grid of one block per SM (the launch bound and the shared memory allow no more),
+    // so that there are few partial rows.
+    blocks = static_cast<int>(std::min<int64_t>((rows + kGroups - 1) / kGroups, multiprocessor_count(device)));
     partials = Tensor::empty({blocks, 2, columns}, kFloat32, Device::cuda(device));
-    kernel<<<blocks, block_threads, shared_bytes, stream>>>(in, w, mean_data, rstd_data, gy, gx, partials.data<float>(),
-                                                            rows, columns, threads_per_row, with_bias);
+    kernel<<<blocks, kPipelineThreads, shared_bytes, stream>>>(in, w, mean_data, rstd_data, gy, gx,
+                                                               partials.data<float>(), rows, columns, with_bias);
     WEFT_CUDA_CHECK_LAUNCH();
   };
+  static_assert(pipeline_shared_bytes(4, 512, kPipelinedMaxPacks * 8) <= 227 * 1024,
+                "the longest pipelined row fits in an H100/H200 block's shared memory");
   if (packs <= 32) {
-    launch.template operator()<1, 128, 4>(32);
+    launch.template operator()<1, 32>();
   } else if (packs <= 64) {
-    launch.template operator()<2, 128, 4>(32);
+    launch.template operator()<2, 32>();
   } else if (packs <= kPipelinedWarpPacks) {
-    launch.template operator()<3, 128, 4>(32);
-  } else {
-    int threads_per_row = 64;
-    while (threads_per_row * 2 < packs) threads_per_row *= 2;
-    if (threads_per_row <= 256) {
-      launch.template operator()<2, 256, 2>(threads_per_row);
-    } else {
-      launch.template operator()<2, 512, 1>(threads_per_row);
-    }
+    launch.template operator()<3, 32>();
+  } else if (!dispatch_row_group(packs, 2, [&]<int kThreadsPerRow>() { launch.template operator()<2, kThreadsPerRow>(); })) {
+    launch.template operator()<4, 512>();
   }
   return true;
+}
+
+// Stage 2, launched as a programmatic dependent of stage 1 (see sum_partials_kernel).
+template <class T>
+void launch_sum_partials(const Tensor& partials, int blocks, int columns, T* grad_weight, T* grad_bias,
+                         cudaStream_t stream) {
+  const int sums = grad_bias != nullptr ? 2 : 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((sums * columns + kSumColumns - 1) / kSumColumns);
+  config.blockDim = dim3(kSumColumns * kSumSlices);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const float* partial_data = partials.data<float>();
+  WEFT_CUDA_CHECK(cudaLaunchKernelEx(&config, sum_partials_kernel<T>, partial_data, blocks, columns, grad_weight,
+                                     grad_bias));
 }
 
 template <class T, bool kCentered>
@@ -822,41 +813,41 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
                                                              with_bias, device, stream, partials, blocks)) {
         return;
       }
-    }
-    const RowSplit split = split_row(columns / kVec, kRegisterBackwardValues / kVec);
-    if (!split.fits) {
-      blocks = static_cast<int>(std::min<int64_t>(rows, 2 * multiprocessor_count(device)));
-      partials = Tensor::empty({blocks, 2, columns}, kFloat32, x.device());
-      norm_backward_streaming_kernel<T, kVec, kCentered><<<blocks, kStreamingThreads, 0, stream>>>(
-          in, w, mean_data, rstd_data, gy, gx, partials.data<float>(), rows, columns, with_bias);
-      WEFT_CUDA_CHECK_LAUNCH();
-      return;
-    }
-    const int rows_per_block = split.block_threads / split.threads_per_row;
-    const size_t shared_bytes = rows_per_block > 1 ? sizeof(float) * 2 * columns : 0;
-    auto launch = [&]<bool kMultiWarp>() {
-      const auto kernel = norm_backward_kernel<T, kVec, kMultiWarp, kCentered>;
-      allow_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes);
-      // A persistent grid: as many blocks as are resident at once, so that there are few partial rows.
-      const int64_t needed = (rows + rows_per_block - 1) / rows_per_block;
-      blocks = static_cast<int>(std::min<int64_t>(
-          needed, resident_blocks(reinterpret_cast<const void*>(kernel), split.block_threads, shared_bytes, device)));
-      partials = Tensor::empty({blocks, 2, columns}, kFloat32, x.device());
-      kernel<<<blocks, split.block_threads, shared_bytes, stream>>>(in, w, mean_data, rstd_data, gy, gx,
-                                                                   partials.data<float>(), rows, columns,
-                                                                   split.threads_per_row, with_bias);
-      WEFT_CUDA_CHECK_LAUNCH();
-    };
-    if (split.threads_per_row == 32) {
-      launch.template operator()<false>();
     } else {
-      launch.template operator()<true>();
+      // Rows without packs: a group of 32, 128 or 512 threads holding up to 16 elements each.
+      auto launch = [&]<int kThreadsPerRow>() {
+        const auto kernel = norm_backward_kernel<T, kThreadsPerRow, kCentered>;
+        constexpr int kBlockThreads = register_backward_block_threads(kThreadsPerRow);
+        constexpr int kGroups = kBlockThreads / kThreadsPerRow;
+        const size_t shared_bytes = sizeof(float) * kGroups * 2 * columns;
+        allow_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes);
+        // A persistent grid: twice the SMs (the kernel is small), so that there are few partial rows.
+        blocks = static_cast<int>(std::min<int64_t>((rows + kGroups - 1) / kGroups, 2 * multiprocessor_count(device)));
+        partials = Tensor::empty({blocks, 2, columns}, kFloat32, x.device());
+        kernel<<<blocks, kBlockThreads, shared_bytes, stream>>>(in, w, mean_data, rstd_data, gy, gx,
+                                                                partials.data<float>(), rows, columns, with_bias);
+        WEFT_CUDA_CHECK_LAUNCH();
+      };
+      if (columns <= 32 * kRegisterBackwardValues) {
+        launch.template operator()<32>();
+        return;
+      }
+      if (columns <= 128 * kRegisterBackwardValues) {
+        launch.template operator()<128>();
+        return;
+      }
+      if (columns <= 512 * kRegisterBackwardValues) {
+        launch.template operator()<512>();
+        return;
+      }
     }
+    blocks = static_cast<int>(std::min<int64_t>(rows, 2 * multiprocessor_count(device)));
+    partials = Tensor::empty({blocks, 2, columns}, kFloat32, x.device());
+    norm_backward_streaming_kernel<T, kVec, kCentered><<<blocks, kStreamingThreads, 0, stream>>>(
+        in, w, mean_data, rstd_data, gy, gx, partials.data<float>(), rows, columns, with_bias);
+    WEFT_CUDA_CHECK_LAUNCH();
   });
-  const int sums = with_bias ? 2 : 1;
-  sum_partials_kernel<T><<<(sums * columns + kSumColumns - 1) / kSumColumns, kSumColumns * kSumSlices, 0, stream>>>(
-      partials.data<float>(), blocks, columns, gw, gb);
-  WEFT_CUDA_CHECK_LAUNCH();
+  launch_sum_partials<T>(partials, blocks, columns, gw, gb, stream);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_math.cuh"
@@ -28,7 +29,18 @@ inline constexpr int kPackSize = static_cast<int>(16 / sizeof(T));
 template <class T, int kCount>
 struct alignas(sizeof(T) * kCount) Pack {
   T values[kCount];
-  __device__ __forceinline__ float get(int i) const { return to_float(values[i]); }
+  __device__ __forceinline__ float get(int i) const {
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && kCount % 2 == 0) {
+      // A bf16 is the upper half of the f32 it widens to, so an element pair's word gives the even
+      // element by a shift and the odd one by a mask: one instruction each, where extracting the
+      // half first costs two (the norm backward is instruction-bound enough for this to show).
+      uint32_t word;
+      memcpy(&word, &values[i - i % 2], sizeof(word));
+      return __uint_as_float(i % 2 == 0 ? word << 16 : word & 0xffff0000u);
+    } else {
+      return to_float(values[i]);
+    }
+  }
   __device__ __forceinline__ void set(int i, float value) { values[i] = from_float<T>(value); }
 };
 
@@ -124,32 +136,55 @@ __device__ __forceinline__ float warp_max(float value) {
   return value;
 }
 
-// Sums kCount values over the threads of one row. A row is one warp (kMultiWarp false: shuffles only)
-// or `warps_per_row` consecutive warps of the block (kMultiWarp true: every thread of the block must
-// call, since it synchronizes the block). `scratch` holds kCount * blockDim.x / 32 floats of shared
-// memory. The warps' partial sums are added in warp order, so results do not vary between runs.
-template <bool kMultiWarp, int kCount>
-__device__ __forceinline__ void row_sum(float (&values)[kCount], float* scratch, int warps_per_row) {
+// bar.sync on barrier 1 + group for kThreads threads, with the id written into the instruction:
+// a kernel whose barrier ids are registers reserves all 16 of the SM's barriers per block, which
+// caps it at 4 resident blocks per SM (ncu: "Block Limit Barriers"); immediate ids 1..kGroups
+// reserve only those.
+template <int kThreads, int kGroups, int kId = 1>
+__device__ __forceinline__ void group_barrier(int group) {
+  static_assert(kGroups <= 15, "named barriers 1..15");
+  if (group == kId - 1) {
+    asm volatile("bar.sync %0, %1;" ::"n"(kId), "n"(kThreads) : "memory");
+  } else if constexpr (kId < kGroups) {
+    group_barrier<kThreads, kGroups, kId + 1>(group);
+  }
+}
+
+// Sums kCount values over a row group of kThreadsPerRow threads (consecutive warps; `group` is
+// threadIdx.x / kThreadsPerRow, `t` the thread's index in it): shuffles, and for several warps a
+// fixed-order sum over the warps through shared memory behind the group's own named barrier, so
+// that the other groups of the block do not wait and results do not vary between runs. `scratch`
+// holds 2 * kGroups * (kThreadsPerRow / 32) * kCount floats; its halves alternate between calls
+// (`parity`, 0 at the first call), so one barrier per call suffices: a warp can rewrite a half only
+// after every warp of its group has passed the barrier of the call in between, that is, finished
+// reading it. All threads of the group must call.
+template <int kThreadsPerRow, int kGroups, int kCount>
+__device__ __forceinline__ void group_sum(float (&values)[kCount], float* scratch, int& parity, int group, int t) {
+  static_assert(kThreadsPerRow % 32 == 0, "row groups are whole warps");
 #pragma unroll
   for (int i = 0; i < kCount; ++i) values[i] = warp_sum(values[i]);
-  if constexpr (kMultiWarp) {
-    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-    const int warps = static_cast<int>(blockDim.x) / 32;
-    const int first_warp = warp / warps_per_row * warps_per_row;
-    if (lane == 0) {
+  if constexpr (kThreadsPerRow > 32) {
+    constexpr int kWarps = kThreadsPerRow / 32;
+    float* half = scratch + ((parity * kGroups + group) * kWarps) * kCount;
+    if (t % 32 == 0) {
 #pragma unroll
-      for (int i = 0; i < kCount; ++i) scratch[i * warps + warp] = values[i];
+      for (int i = 0; i < kCount; ++i) half[(t / 32) * kCount + i] = values[i];
     }
-    __syncthreads();
+    group_barrier<kThreadsPerRow, kGroups>(group);
 #pragma unroll
     for (int i = 0; i < kCount; ++i) {
       float total = 0.0f;
-      for (int w = 0; w < warps_per_row; ++w) total += scratch[i * warps + first_warp + w];
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) total += half[w * kCount + i];
       values[i] = total;
     }
-    __syncthreads();  // scratch is reused by the next call
+    parity ^= 1;
   }
 }
+
+// Shared-memory floats that group_sum needs for kCount values.
+template <int kThreadsPerRow, int kGroups, int kCount>
+inline constexpr int kGroupSumScratch = kThreadsPerRow > 32 ? 2 * kGroups * (kThreadsPerRow / 32) * kCount : 1;
 
 // A running (maximum, sum of exp(x - maximum)) over part of a row: the online softmax state.
 struct MaxSum {

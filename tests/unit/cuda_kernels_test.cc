@@ -116,15 +116,18 @@ TEST(CudaKernels, SoftmaxOfAViewAtAnOddOffsetUsesTheScalarPath) {
 // --- Layer norm and RMS norm -------------------------------------------------------------------
 
 // The paths of runtime/cuda/normalization.cu. Forward: a warp per row holding 1..4 packs per lane
-// (C = 200, 768, 1000 at bf16; 200 at f32), several warps (768, 1000, 2048, 8192 at f32; 2048 and
-// 8192 at bf16), single elements (37), the streaming fallback (20000 at f32; 20000 and 40000 at
-// bf16). Backward, pipelined: a warp per row with 1..3 packs per lane (200 and 768 at bf16), groups
-// of 64..512 threads, some packs past the row's end (1000), 8192 at bf16 (512 threads); the register
-// kernel (37); the streaming fallback (20000, 40000). 4096 x 768 and 1024 x 2048: many blocks at
-// once, and each group of the persistent backward grid walks several rows.
-const std::vector<std::vector<int64_t>> kNormShapes = {{64, 768},   {4096, 768}, {17, 37},   {33, 200},
-                                                       {9, 1000},   {8, 2048},   {1024, 2048}, {5, 8192},
-                                                       {3, 20000}, {2, 40000}};
+// (C = 200, 768, 1000 at bf16; 200 at f32), groups of 64..512 threads (768, 1000, 2048, 8192 at f32;
+// 2048, 8192 and 16384 at bf16), single elements (37, 1001, 3001), the streaming fallback (16384 and
+// 20000 at f32; 20000 and 40000 at bf16). Backward, pipelined: a warp per row with 1..3 packs per
+// lane (200 and 768 at bf16, 200 at f32), groups of 64..512 threads with 2 packs each (1000, with
+// packs past the row's end, 2048 and 8192 at bf16; 768..2048 at f32), 512 threads with 4 packs
+// (16384 at bf16, 8192 at f32); the register kernel for rows without packs, with groups of 32, 128
+// and 512 threads (37, 1001, 3001); the streaming fallback (16384 and 20000 at f32, 20000 and 40000
+// at bf16). 4096 x 768 and 1024 x 2048: many blocks at once, and each group of the persistent
+// backward grid walks several rows.
+const std::vector<std::vector<int64_t>> kNormShapes = {{64, 768}, {4096, 768},  {17, 37},  {33, 200},   {9, 1000},
+                                                       {6, 1001}, {4, 3001},    {8, 2048}, {1024, 2048}, {5, 8192},
+                                                       {3, 16384}, {3, 20000}, {2, 40000}};
 
 // The CPU reference of the norm tests runs in f64 on the rounded inputs: its f32 kernel sums a row
 // left to right, which over 20000-40000 columns is itself off by about 1e-5, the f32 tolerance.
