@@ -22,10 +22,9 @@
 //      (a warp for C <= 768 at bf16, else 64..512 threads reducing as in the forward). Each thread
 //      copies its own packs of x and grad_out, and the row's mean and rstd, for the next row into its
 //      own shared-memory slots with cp.async while it computes the current row, and reads back only
-//      what it copied itself (no barrier for the data); weight is widened to f32 into shared memory
-//      once per block. Per row it reduces mean(g) and mean(g * xhat) (g = grad_out * weight), writes
-//      grad_x, and keeps running sums of grad_out * xhat and grad_out for its own columns in
-//      registers. At the end the block adds its groups' sums in a fixed order and writes one partial
+//      what it copied itself (no barrier for the data); its weight packs stay in registers. Per row
+//      it reduces mean(g) and mean(g * xhat) (g = grad_out * weight), writes grad_x, and keeps
+//      running sums of grad_out * xhat and grad_out for its own columns in registers. At the end the block adds its groups' sums in a fixed order and writes one partial
 //      row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
 //   2. A small kernel sums the partial rows per column in a fixed order and writes (=) grad_weight
 //      and grad_bias in the weight's dtype. It is launched with programmatic dependent launch, so
@@ -376,21 +375,23 @@ __host__ __device__ constexpr int pipeline_stage_units(int packs_per_thread, int
   return 2 * packs_per_thread * threads_per_row + (2 * threads_per_row + 3) / 4;
 }
 
-// Dynamic shared memory of the pipelined kernel: the ring and the f32 weight during the row loop,
-// then the groups' column sums (`merged`) at the end.
+// Dynamic shared memory of the pipelined kernel: the ring during the row loop, then the groups'
+// column sums (`merged`) at the end.
 constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row, int columns) {
   const int groups = kPipelineThreads / threads_per_row;
   const size_t ring = sizeof(int4) * groups * kPipelineStages * pipeline_stage_units(packs_per_thread, threads_per_row);
   const size_t merged = sizeof(float) * groups * 2 * columns;
-  return std::max(ring + sizeof(float) * columns, merged);
+  return std::max(ring, merged);
 }
 
 // Stage 1 for rows that move in 16-byte packs (see the file comment). kPacks packs per thread,
 // groups of kThreadsPerRow threads. Dynamic shared memory: pipeline_shared_bytes.
 // Measured on the H200 (docs/performance.md): against the previous kernel (runtime group size, 4
-// blocks of 128 threads per SM, the barrier limit), the compile-time group size, one block per SM,
-// the cheaper bf16 widening and the f32 weight in shared memory cut the instructions per row by a
-// quarter; the kernel issues on about half the cycles, so instructions are what it spends.
+// blocks of 128 threads per SM, the barrier limit), the compile-time group size, one block per SM
+// and the cheaper bf16 widening cut the instructions per row by a quarter. The kernel issues on
+// about half the cycles and its shared-memory pipe is busy: the thread's weight packs stay in
+// registers for the whole grid (read from L1 or from a shared f32 copy per row, 54-61% of copy
+// bandwidth at C = 768; from registers, 64%).
 template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     norm_backward_pipelined_kernel(const T* __restrict__ x,          // [rows, columns]
@@ -401,26 +402,24 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
                                    T* __restrict__ grad_x,           // [rows, columns]
                                    float* __restrict__ partials,     // [gridDim.x, 2, columns]
                                    int64_t rows, int columns, bool with_bias) {
-  static_assert(sizeof(Pack<T, kVec>) == 16 && kVec % 4 == 0, "the copy pipeline moves 16-byte packs");
+  static_assert(sizeof(Pack<T, kVec>) == 16, "the copy pipeline moves 16-byte packs");
   constexpr int kGroups = kPipelineThreads / kThreadsPerRow;
   constexpr int kUnits = pipeline_stage_units(kPacks, kThreadsPerRow);
   constexpr int kStagePacks = 2 * kPacks * kThreadsPerRow;
   __shared__ float scratch[kGroupSumScratch<kThreadsPerRow, kGroups, 2>];
-  extern __shared__ int4 ring[];  // [kGroups][kPipelineStages][kUnits], then weight as f32 [columns]
-  float* weight_f32 = reinterpret_cast<float*>(ring + kGroups * kPipelineStages * kUnits);
+  extern __shared__ int4 ring[];  // [kGroups][kPipelineStages][kUnits]
   const int group = static_cast<int>(threadIdx.x) / kThreadsPerRow;
   const int t = static_cast<int>(threadIdx.x) % kThreadsPerRow;
   const int packs = columns / kVec;
   const float inverse_columns = 1.0f / static_cast<float>(columns);
-  // weight widened once per block: read twice per row from here, with no widening instructions.
-  for (int i = static_cast<int>(threadIdx.x); i < columns; i += kPipelineThreads) weight_f32[i] = to_float(weight[i]);
-  __syncthreads();
   int4* group_ring = ring + group * kPipelineStages * kUnits;
   bool has_pack[kPacks];
+  Pack<T, kVec> weight_packs[kPacks];
   float weight_sums[kPacks][kVec], bias_sums[kPacks][kVec];
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
     has_pack[k] = k * kThreadsPerRow + t < packs;
+    if (has_pack[k]) weight_packs[k] = load_pack<T, kVec>(weight + (k * kThreadsPerRow + t) * kVec);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) weight_sums[k][j] = bias_sums[k][j] = 0.0f;
   }
@@ -449,15 +448,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
     const int4 a = slot[k * kThreadsPerRow], b = slot[(kPacks + k) * kThreadsPerRow];
     memcpy(&xs, &a, 16);
     memcpy(&gys, &b, 16);
-    const float4* weights = reinterpret_cast<const float4*>(weight_f32 + (k * kThreadsPerRow + t) * kVec);
-#pragma unroll
-    for (int q = 0; q < kVec / 4; ++q) {
-      const float4 four = weights[q];
-      w[4 * q] = four.x;
-      w[4 * q + 1] = four.y;
-      w[4 * q + 2] = four.z;
-      w[4 * q + 3] = four.w;
-    }
+    widen(weight_packs[k], w);
   };
   int parity = 0, stage = 0;
   prefetch(first, 0);
