@@ -20,12 +20,13 @@
 // x and grad_out:
 //   1. A persistent grid of one 512-thread block per SM walks the rows, one row per group of threads
 //      (a warp for C <= 768 at bf16, else 64..512 threads reducing as in the forward). Each thread
-//      copies its own packs of x and grad_out, and the row's mean and rstd, for the next row into its
-//      own shared-memory slots with cp.async while it computes the current row, and reads back only
-//      what it copied itself (no barrier for the data); its weight packs stay in registers. Per row
-//      it reduces mean(g) and mean(g * xhat) (g = grad_out * weight), writes grad_x, and keeps
-//      running sums of grad_out * xhat and grad_out for its own columns in registers. At the end the block adds its groups' sums in a fixed order and writes one partial
-//      row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
+//      copies its own packs of x and grad_out for the next row into its own shared-memory slots with
+//      cp.async while it computes the current row (and loads the next row's mean and rstd), and
+//      reads back only what it copied itself (no barrier for the data); its weight packs stay in
+//      registers. Per row it reduces mean(g) and mean(g * xhat) (g = grad_out * weight), writes
+//      grad_x, and keeps running sums of grad_out * xhat and grad_out for its own columns in
+//      registers. At the end the block adds its groups' sums in a fixed order and writes one
+//      partial row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
 //   2. A small kernel sums the partial rows per column in a fixed order and writes (=) grad_weight
 //      and grad_bias in the weight's dtype. It is launched with programmatic dependent launch, so
 //      its launch overlaps stage 1's tail; it waits for stage 1's results before reading.
@@ -350,14 +351,10 @@ __device__ __forceinline__ void write_block_partials(const float (&weight_sums)[
   }
 }
 
-// Asynchronous copies into shared memory (cp.async): 16 bytes, L2 prefetching 256 bytes; 4 bytes.
+// Asynchronous copy into shared memory (cp.async): 16 bytes, L2 prefetching 256 bytes.
 __device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(address), "l"(global));
-}
-__device__ __forceinline__ void copy_async_4(void* shared, const void* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(address), "l"(global));
 }
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;"); }
 // Waits until at most kPending of this thread's committed copy groups are still in flight.
@@ -370,9 +367,9 @@ constexpr int kPipelineStages = 2;    // rows in shared memory per group: the cu
 constexpr int kPipelineThreads = 512;  // one block per SM (the launch bound asks for no more)
 
 // Shared memory of the pipelined kernel, in 16-byte units, per group and stage: x and grad_out
-// ([2][kPacks][threads_per_row] packs), then mean and rstd ([2][threads_per_row] floats).
+// ([2][kPacks][threads_per_row] packs).
 __host__ __device__ constexpr int pipeline_stage_units(int packs_per_thread, int threads_per_row) {
-  return 2 * packs_per_thread * threads_per_row + (2 * threads_per_row + 3) / 4;
+  return 2 * packs_per_thread * threads_per_row;
 }
 
 // Dynamic shared memory of the pipelined kernel: the ring during the row loop, then the groups'
@@ -405,7 +402,6 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   static_assert(sizeof(Pack<T, kVec>) == 16, "the copy pipeline moves 16-byte packs");
   constexpr int kGroups = kPipelineThreads / kThreadsPerRow;
   constexpr int kUnits = pipeline_stage_units(kPacks, kThreadsPerRow);
-  constexpr int kStagePacks = 2 * kPacks * kThreadsPerRow;
   __shared__ float scratch[kGroupSumScratch<kThreadsPerRow, kGroups, 2>];
   extern __shared__ int4 ring[];  // [kGroups][kPipelineStages][kUnits]
   const int group = static_cast<int>(threadIdx.x) / kThreadsPerRow;
@@ -426,7 +422,10 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kGroups + group;
   const int64_t step = static_cast<int64_t>(gridDim.x) * kGroups;
   // Copies this thread's part of `row` into `stage`; always commits a group (empty past the end),
-  // so that wait_copies counts the same groups on every thread.
+  // so that wait_copies counts the same groups on every thread. The row's mean and rstd come with
+  // plain loads into registers, a row ahead (in shared memory they cost two copies and two reads
+  // per row on the busy shared-memory pipe).
+  float next_mean = 0.0f, next_rstd = 0.0f;
   auto prefetch = [&](int64_t row, int stage) {
     if (row < rows) {
       int4* slot = group_ring + stage * kUnits + t;
@@ -438,9 +437,8 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
           copy_async_16(slot + (kPacks + k) * kThreadsPerRow, grad_out + offset);
         }
       }
-      float* statistics = reinterpret_cast<float*>(group_ring + stage * kUnits + kStagePacks);
-      if (kCentered) copy_async_4(statistics + t, mean + row);
-      copy_async_4(statistics + kThreadsPerRow + t, rstd + row);
+      if (kCentered) next_mean = mean[row];
+      next_rstd = rstd[row];
     }
     commit_copies();
   };
@@ -453,13 +451,12 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   int parity = 0, stage = 0;
   prefetch(first, 0);
   for (int64_t row = first; row < rows; row += step) {
+    const float row_rstd = next_rstd;
+    const float shift = kCentered ? -next_mean * row_rstd : 0.0f;
     // The slot refilled here was last read in the previous round, by this thread, before its stores.
     prefetch(row + step, stage ^ 1);
     wait_copies<1>();
     const int4* slot = group_ring + stage * kUnits + t;
-    const float* statistics = reinterpret_cast<const float*>(group_ring + stage * kUnits + kStagePacks);
-    const float row_rstd = statistics[kThreadsPerRow + t];
-    const float shift = kCentered ? -statistics[t] * row_rstd : 0.0f;
     float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -794,7 +791,7 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
   T* gx = grad_x.data<T>();
   const float* mean_data = kCentered ? mean.data<float>() : nullptr;
   const float* rstd_data = rstd.data<float>();
-  // cp.async reads mean and rstd 4 bytes at a time and the rows 16 at a time.
+  // cp.async copies the rows 16 bytes at a time.
   const bool packed = can_use_packs<T>(columns, in, w, gy, gx);
   int blocks = 0;
   Tensor partials;

@@ -130,6 +130,21 @@ __device__ __forceinline__ float warp_sum(float value) {
   return value;
 }
 
+// warp_sum of two values in 6 shuffles instead of 10: at the first level each lane sends its
+// partner the value the partner keeps, so that lanes 0-15 go on with the first value and lanes 16-31
+// with the second; the halves then swap their totals. The additions are warp_sum's, in warp_sum's
+// order, so the results are the same bits on every lane and equal to two warp_sum calls.
+__device__ __forceinline__ void warp_sum_pair(float (&values)[2]) {
+  const bool upper = (threadIdx.x & 16) != 0;
+  float kept = upper ? values[1] : values[0];
+  kept += __shfl_xor_sync(0xffffffffu, upper ? values[0] : values[1], 16);
+#pragma unroll
+  for (int offset = 8; offset > 0; offset >>= 1) kept += __shfl_xor_sync(0xffffffffu, kept, offset);
+  const float other = __shfl_xor_sync(0xffffffffu, kept, 16);
+  values[0] = upper ? other : kept;
+  values[1] = upper ? kept : other;
+}
+
 __device__ __forceinline__ float warp_max(float value) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
@@ -161,8 +176,12 @@ __device__ __forceinline__ void group_barrier(int group) {
 template <int kThreadsPerRow, int kGroups, int kCount>
 __device__ __forceinline__ void group_sum(float (&values)[kCount], float* scratch, int& parity, int group, int t) {
   static_assert(kThreadsPerRow % 32 == 0, "row groups are whole warps");
+  if constexpr (kCount == 2) {
+    warp_sum_pair(values);
+  } else {
 #pragma unroll
-  for (int i = 0; i < kCount; ++i) values[i] = warp_sum(values[i]);
+    for (int i = 0; i < kCount; ++i) values[i] = warp_sum(values[i]);
+  }
   if constexpr (kThreadsPerRow > 32) {
     constexpr int kWarps = kThreadsPerRow / 32;
     float* half = scratch + ((parity * kGroups + group) * kWarps) * kCount;
