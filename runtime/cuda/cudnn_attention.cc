@@ -659,25 +659,35 @@ bool execute(DeviceState& state, Plan& plan, const Device& device, std::vector<i
 
 cudnnDataType_t io_type(const Tensor& q) { return q.dtype() == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
+// What both directions do before executing: the plan for q's shape and dtype, or null (the
+// fallback noted) when cuDNN does not take `tensors`. On a plan, `state` is q's device state and
+// `lock` holds its mutex.
+Plan* plan_for(std::initializer_list<const Tensor*> tensors, const Tensor& q, bool backward, DeviceState*& state,
+               std::unique_lock<std::mutex>& lock) {
+  if (const std::string reason = unsupported_reason(tensors, q); !reason.empty()) {
+    note_fallback(reason);
+    return nullptr;
+  }
+  const Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
+  set_device(q.device().index);
+  state = &device_state(q.device().index);
+  lock = std::unique_lock<std::mutex>(state->mutex);
+  return get_plan(*state, {backward, shape.b, shape.h, shape.s, shape.d, static_cast<int>(q.dtype())}, shape,
+                  io_type(q));
+}
+
 }  // namespace
 
 bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                              const Tensor& lse) {
-  if (const std::string reason = unsupported_reason({&q, &k, &v, &out}, q); !reason.empty()) {
-    note_fallback(reason);
-    return false;
-  }
-  const Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
-  const Device device = q.device();
-  set_device(device.index);
-  DeviceState& state = device_state(device.index);
-  std::lock_guard<std::mutex> lock(state.mutex);
-  Plan* plan = get_plan(state, {false, shape.b, shape.h, shape.s, shape.d, static_cast<int>(q.dtype())}, shape,
-                        io_type(q));
+  DeviceState* state = nullptr;
+  std::unique_lock<std::mutex> lock;
+  Plan* plan = plan_for({&q, &k, &v, &out}, q, false, state, lock);
   if (plan == nullptr) return false;
+  const Device device = q.device();
   float scale_value = static_cast<float>(scale);
   float mask_value = std::numeric_limits<float>::lowest();
-  return execute(state, *plan, device, {kQ, kK, kV, kO, kStats, kScale, kMaskValue},
+  return execute(*state, *plan, device, {kQ, kK, kV, kO, kStats, kScale, kMaskValue},
                  {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), &scale_value, &mask_value},
                  {}, {}, "sdpa forward");
 }
@@ -685,20 +695,12 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
                               const Tensor& grad_k, const Tensor& grad_v) {
-  if (const std::string reason =
-          unsupported_reason({&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q);
-      !reason.empty()) {
-    note_fallback(reason);
-    return false;
-  }
+  DeviceState* state = nullptr;
+  std::unique_lock<std::mutex> lock;
+  Plan* plan = plan_for({&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q, true, state, lock);
+  if (plan == nullptr) return false;
   const Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
   const Device device = q.device();
-  set_device(device.index);
-  DeviceState& state = device_state(device.index);
-  std::lock_guard<std::mutex> lock(state.mutex);
-  Plan* plan = get_plan(state, {true, shape.b, shape.h, shape.s, shape.d, static_cast<int>(q.dtype())}, shape,
-                        io_type(q));
-  if (plan == nullptr) return false;
   float scale_value = static_cast<float>(scale);
   float mask_value = std::numeric_limits<float>::lowest();
   float one = 1.0f;
@@ -706,7 +708,7 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   // Before cuDNN 9.6 the frontend zeroes the dQ accumulator itself; later the engine does.
   std::vector<int64_t> zeroed;
   if (cudnnGetVersion() < 90600) zeroed.push_back(kGradQAccum);
-  return execute(state, *plan, device,
+  return execute(*state, *plan, device,
                  {kQ, kK, kV, kO, kStats, kGradOut, kGradQ, kGradK, kGradV, kScale, kMaskValue, kOne},
                  {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), grad_out.raw_data(),
                   grad_q.raw_data(), grad_k.raw_data(), grad_v.raw_data(), &scale_value, &mask_value, &one},

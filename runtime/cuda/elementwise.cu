@@ -588,6 +588,20 @@ struct alignas(16) Vector {
   T value[N];
 };
 
+// fn applied to each element of Inputs loaded vectors (widened to float, rounded back to T).
+template <class T, int Inputs, int kPerVector, class Fn>
+__device__ __forceinline__ Vector<T, kPerVector> apply_vector(Fn& fn, const Vector<T, kPerVector> (&loaded)[Inputs]) {
+  Vector<T, kPerVector> result;
+#pragma unroll
+  for (int j = 0; j < kPerVector; ++j) {
+    float values[Inputs];
+#pragma unroll
+    for (int k = 0; k < Inputs; ++k) values[k] = to_float(loaded[k].value[j]);
+    result.value[j] = from_float<T>(invoke<Inputs>(fn, values));
+  }
+  return result;
+}
+
 // All operands contiguous and 16-byte aligned: one 16-byte load per input and one store per vector;
 // the last count % kPerVector elements are done one by one.
 template <class T, int Inputs, class Fn>
@@ -601,15 +615,7 @@ __global__ void elementwise_contiguous_kernel(Fn fn, ElementPointers<T, Inputs> 
     V loaded[Inputs];
 #pragma unroll
     for (int k = 0; k < Inputs; ++k) loaded[k] = reinterpret_cast<const V*>(pointers.in[k])[v];
-    V result;
-#pragma unroll
-    for (int j = 0; j < kPerVector; ++j) {
-      float values[Inputs];
-#pragma unroll
-      for (int k = 0; k < Inputs; ++k) values[k] = to_float(loaded[k].value[j]);
-      result.value[j] = from_float<T>(invoke<Inputs>(fn, values));
-    }
-    reinterpret_cast<V*>(pointers.out)[v] = result;
+    reinterpret_cast<V*>(pointers.out)[v] = apply_vector<T, Inputs>(fn, loaded);
   }
   for (int64_t i = vectors * kPerVector + start; i < count; i += step) {
     float values[Inputs];
@@ -646,15 +652,7 @@ __global__ void elementwise_vector_strided_kernel(Fn fn, ElementPointers<T, Inpu
     V loaded[Inputs];
 #pragma unroll
     for (int k = 0; k < Inputs; ++k) loaded[k] = reinterpret_cast<const V*>(pointers.in[k])[offsets[k]];
-    V result;
-#pragma unroll
-    for (int j = 0; j < kPerVector; ++j) {
-      float values[Inputs];
-#pragma unroll
-      for (int k = 0; k < Inputs; ++k) values[k] = to_float(loaded[k].value[j]);
-      result.value[j] = from_float<T>(invoke<Inputs>(fn, values));
-    }
-    reinterpret_cast<V*>(pointers.out)[offsets[Inputs]] = result;
+    reinterpret_cast<V*>(pointers.out)[offsets[Inputs]] = apply_vector<T, Inputs>(fn, loaded);
   }
 }
 

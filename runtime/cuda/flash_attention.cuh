@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_math.cuh"
 
 namespace weft::cuda::flash {
 
@@ -99,27 +100,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   } else {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
-template <class T>
-__device__ __forceinline__ float widen(T value) {
-  if constexpr (std::is_same_v<T, float>) {
-    return value;
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(value);
-  } else {
-    return __half2float(value);
-  }
-}
-template <class T>
-__device__ __forceinline__ T narrow(float value) {
-  if constexpr (std::is_same_v<T, float>) {
-    return value;
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(value);
-  } else {
-    return __float2half_rn(value);
   }
 }
 
@@ -336,7 +316,7 @@ __global__ void attention_delta_kernel(const T* __restrict__ out, const T* __res
        row += warps) {
     float sum = 0.f;
     for (int d = lane; d < head_dim; d += 32) {
-      sum += widen(out[row * head_dim + d]) * widen(grad_out[row * head_dim + d]);
+      sum += to_float(out[row * head_dim + d]) * to_float(grad_out[row * head_dim + d]);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -348,7 +328,7 @@ template <class T>
 __global__ void convert_from_f32_kernel(const float* __restrict__ source, T* __restrict__ out, int64_t count) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    out[i] = narrow<T>(source[i]);
+    out[i] = from_float<T>(source[i]);
   }
 }
 

@@ -388,7 +388,7 @@ constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row
 // and the cheaper bf16 widening cut the instructions per row by a quarter. The kernel issues on
 // about half the cycles and its shared-memory pipe is busy: the thread's weight packs stay in
 // registers for the whole grid (read from L1 or from a shared f32 copy per row, 54-61% of copy
-// bandwidth at C = 768; from registers, 64%).
+// bandwidth at C = 768; from registers, 63-64%).
 template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     norm_backward_pipelined_kernel(const T* __restrict__ x,          // [rows, columns]

@@ -24,6 +24,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/row_kernels.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/cuda/strided_indexer.cuh"
 
@@ -55,12 +56,6 @@ __device__ __forceinline__ Best better(const Best& a, const Best& b) {
   return a.index <= b.index ? a : b;
 }
 
-__device__ __forceinline__ float warp_sum(float value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
-}
-
 __device__ __forceinline__ Best warp_best(Best best) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
@@ -70,6 +65,16 @@ __device__ __forceinline__ Best warp_best(Best best) {
     best = better(best, other);
   }
   return best;
+}
+
+// Adds element `index` of the reduced dimension (value) to a running sum, or to the running best
+// for kMax.
+__device__ __forceinline__ void accumulate(ReduceOp op, float value, int64_t index, float& sum, Best& best) {
+  if (op == ReduceOp::kMax) {
+    best = better(best, Best{value, index});
+  } else {
+    sum += value;
+  }
 }
 
 template <class T>
@@ -104,12 +109,7 @@ __global__ void reduce_rows_kernel(ReduceOp op, const T* x, T* out, int64_t* ind
     for (int64_t r = r_begin + threadIdx.x; r < r_end; r += blockDim.x) {
       int64_t offset[1];
       reduced.offsets(r, offset);
-      const float value = to_float(x[base[0] + offset[0]]);
-      if (op == ReduceOp::kMax) {
-        best = better(best, Best{value, r});
-      } else {
-        sum += value;
-      }
+      accumulate(op, to_float(x[base[0] + offset[0]]), r, sum, best);
     }
     if (op == ReduceOp::kMax) {
       best = warp_best(best);
@@ -161,12 +161,7 @@ __global__ void reduce_columns_kernel(ReduceOp op, const T* x, T* out, int64_t* 
       for (int64_t r = r_begin + threadIdx.y; r < r_end; r += kColumnSlices) {
         int64_t offset[1];
         reduced.offsets(r, offset);
-        const float value = to_float(x[base[0] + offset[0]]);
-        if (op == ReduceOp::kMax) {
-          best = better(best, Best{value, r});
-        } else {
-          sum += value;
-        }
+        accumulate(op, to_float(x[base[0] + offset[0]]), r, sum, best);
       }
     }
     shared_sum[threadIdx.y][threadIdx.x] = sum;

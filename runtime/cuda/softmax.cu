@@ -45,81 +45,53 @@ constexpr int kRowBlockPacks = 4;  // packs each thread of the forward register 
 // The widest forward row block, C = 8192 f32 (4-element packs), still fits the launch bound.
 static_assert(kRowBlockMaxColumns / (kPackSize<float> * kRowBlockPacks) <= kRowBlockMaxThreads);
 
-// One warp per row; each lane holds kPacks packs of kVec elements (columns (k * 32 + lane) * kVec ...).
-template <class T, int kVec, int kPacks>
-__global__ void __launch_bounds__(kWarpKernelThreads)
-    softmax_warp_kernel(const T* __restrict__ x,   // [rows, columns]
-                        T* __restrict__ out,       // [rows, columns]
-                        int64_t rows, int columns, bool log) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t warps_per_block = blockDim.x / 32;
-  for (int64_t row = blockIdx.x * warps_per_block + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * warps_per_block) {
-    const T* row_in = x + row * columns;
-    T* row_out = out + row * columns;
-    // All the row's loads go out before any arithmetic uses one (as in normalization.cu).
-    Pack<T, kVec> loaded[kPacks];
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * 32 + lane) * kVec;
-      if (column < columns) loaded[k] = load_pack_once<T, kVec>(row_in + column);
-    }
-    float values[kPacks][kVec];
-    float maximum = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * 32 + lane) * kVec;
-      if (column < columns) {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          values[k][j] = loaded[k].get(j);
-          maximum = fmaxf(maximum, values[k][j]);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) values[k][j] = -INFINITY;
-      }
-    }
-    maximum = warp_max(maximum);
-    float total = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const float e = exp_shifted(values[k][j], maximum);  // 0 for the padding (-inf)
-        total += e;
-        if (!log) values[k][j] = e;
-      }
-    }
-    total = warp_sum(total);
-    const float log_total = logf(total), inverse_total = 1.0f / total;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * 32 + lane) * kVec;
-      if (column < columns) {
-        Pack<T, kVec> pack;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          pack.set(j, log ? (values[k][j] - maximum) - log_total : values[k][j] * inverse_total);
-        }
-        store_pack(row_out + column, pack);
-      }
+// Where the threads of a register-path kernel sit. kWarpRows: a warp per row, blockDim.x / 32 rows
+// per block (the column stride a compile-time 32, reductions by shuffles). Otherwise the whole block
+// per row (stride blockDim.x, a multiple of 32; block reductions through `scratch`, 32 floats).
+template <bool kWarpRows>
+struct RowThreads {
+  int t, threads;       // the thread's index in its row, and the row's thread count
+  int64_t first, step;  // the thread's first row and its row stride
+
+  __device__ __forceinline__ RowThreads() {
+    if constexpr (kWarpRows) {
+      const int64_t rows_per_block = blockDim.x / 32;
+      t = static_cast<int>(threadIdx.x) % 32;
+      threads = 32;
+      first = blockIdx.x * rows_per_block + threadIdx.x / 32;
+      step = static_cast<int64_t>(gridDim.x) * rows_per_block;
+    } else {
+      t = static_cast<int>(threadIdx.x);
+      threads = static_cast<int>(blockDim.x);
+      first = blockIdx.x;
+      step = gridDim.x;
     }
   }
+  __device__ __forceinline__ float max(float value, float* scratch) const {
+    return kWarpRows ? warp_max(value) : block_max(value, scratch);
+  }
+  __device__ __forceinline__ float sum(float value, float* scratch) const {
+    return kWarpRows ? warp_sum(value) : block_sum(value, scratch);
+  }
+};
+
+// The block size bound of the register-path kernels: 4 warp rows, or one row of up to 512 threads.
+__host__ __device__ constexpr int register_kernel_threads(bool warp_rows) {
+  return warp_rows ? kWarpKernelThreads : kRowBlockMaxThreads;
 }
 
-// One block per row for 1024 < C <= 8192 with packs: blockDim.x threads (a multiple of 32) each hold
-// kPacks packs (columns (k * blockDim.x + t) * kVec ...), so the row is read once and written once.
-// Pack slots past the row's end hold -inf padding, whose exp is 0.
-template <class T, int kVec, int kPacks>
-__global__ void __launch_bounds__(kRowBlockMaxThreads)
-    softmax_row_block_kernel(const T* __restrict__ x,  // [rows, columns]
+// The row held in registers: each of the row's threads holds kPacks packs of kVec elements (columns
+// (k * threads + t) * kVec ...), so the row is read once and written once. Pack slots past the row's
+// end hold -inf padding, whose exp is 0.
+template <class T, int kVec, int kPacks, bool kWarpRows>
+__global__ void __launch_bounds__(register_kernel_threads(kWarpRows))
+    softmax_registers_kernel(const T* __restrict__ x,  // [rows, columns]
                              T* __restrict__ out,      // [rows, columns]
                              int64_t rows, int columns, bool log) {
   __shared__ float scratch[32];
-  const int t = static_cast<int>(threadIdx.x);
-  const int threads = static_cast<int>(blockDim.x);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  const RowThreads<kWarpRows> row_threads;
+  const int t = row_threads.t, threads = row_threads.threads;
+  for (int64_t row = row_threads.first; row < rows; row += row_threads.step) {
     const T* row_in = x + row * columns;
     T* row_out = out + row * columns;
     // All the row's loads go out before any arithmetic uses one (as in normalization.cu).
@@ -145,19 +117,19 @@ __global__ void __launch_bounds__(kRowBlockMaxThreads)
         for (int j = 0; j < kVec; ++j) values[k][j] = -INFINITY;
       }
     }
-    maximum = block_max(maximum, scratch);
+    maximum = row_threads.max(maximum, scratch);
     float total = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        // 0 for the padding (-inf), and for a row of all -inf the result is NaN as in the warp kernel.
+        // 0 for the padding (-inf); a row of all -inf gives NaN.
         const float e = exp_shifted(values[k][j], maximum);
         total += e;
         if (!log) values[k][j] = e;
       }
     }
-    total = block_sum(total, scratch);
+    total = row_threads.sum(total, scratch);
     const float log_total = logf(total), inverse_total = 1.0f / total;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -214,57 +186,17 @@ __global__ void __launch_bounds__(kBlockKernelThreads)
   }
 }
 
-template <class T, int kVec, int kPacks>
-__global__ void __launch_bounds__(kWarpKernelThreads)
-    softmax_backward_warp_kernel(const T* __restrict__ y,       // [rows, columns] forward output
-                                 const T* __restrict__ grad_y,  // [rows, columns]
-                                 T* __restrict__ grad_x,        // [rows, columns]
-                                 int64_t rows, int columns, bool log) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t warps_per_block = blockDim.x / 32;
-  for (int64_t row = blockIdx.x * warps_per_block + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * warps_per_block) {
-    const int64_t base = row * columns;
-    Pack<T, kVec> outputs[kPacks], grads[kPacks];
-    float reduction = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * 32 + lane) * kVec;
-      if (column < columns) {
-        outputs[k] = load_pack<T, kVec>(y + base + column);
-        grads[k] = load_pack<T, kVec>(grad_y + base + column);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) reduction += log ? grads[k].get(j) : grads[k].get(j) * outputs[k].get(j);
-      }
-    }
-    reduction = warp_sum(reduction);
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * 32 + lane) * kVec;
-      if (column < columns) {
-        Pack<T, kVec> result;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          const float value = outputs[k].get(j), g = grads[k].get(j);
-          result.set(j, log ? g - exp_shifted(value, 0.0f) * reduction : value * (g - reduction));
-        }
-        store_pack(grad_x + base + column, result);
-      }
-    }
-  }
-}
-
-// Backward counterpart of softmax_row_block_kernel: one block per row, y and grad_y held in registers.
-template <class T, int kVec, int kPacks>
-__global__ void __launch_bounds__(kRowBlockMaxThreads)
-    softmax_backward_row_block_kernel(const T* __restrict__ y,       // [rows, columns] forward output
+// Backward counterpart of softmax_registers_kernel: y and grad_y held in registers.
+template <class T, int kVec, int kPacks, bool kWarpRows>
+__global__ void __launch_bounds__(register_kernel_threads(kWarpRows))
+    softmax_backward_registers_kernel(const T* __restrict__ y,       // [rows, columns] forward output
                                       const T* __restrict__ grad_y,  // [rows, columns]
                                       T* __restrict__ grad_x,        // [rows, columns]
                                       int64_t rows, int columns, bool log) {
   __shared__ float scratch[32];
-  const int t = static_cast<int>(threadIdx.x);
-  const int threads = static_cast<int>(blockDim.x);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  const RowThreads<kWarpRows> row_threads;
+  const int t = row_threads.t, threads = row_threads.threads;
+  for (int64_t row = row_threads.first; row < rows; row += row_threads.step) {
     const int64_t base = row * columns;
     Pack<T, kVec> outputs[kPacks], grads[kPacks];
     float reduction = 0.0f;
@@ -278,7 +210,7 @@ __global__ void __launch_bounds__(kRowBlockMaxThreads)
         for (int j = 0; j < kVec; ++j) reduction += log ? grads[k].get(j) : grads[k].get(j) * outputs[k].get(j);
       }
     }
-    reduction = block_sum(reduction, scratch);
+    reduction = row_threads.sum(reduction, scratch);
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int column = (k * threads + t) * kVec;
@@ -385,7 +317,7 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
         constexpr int kMaxPacks = kWarpColumns / (32 * kVec);
         const int packs_per_lane = (shape.columns / kVec + 31) / 32;
         cuda::dispatch_packs_per_lane<1, kMaxPacks>(packs_per_lane, [&]<int kPacks>() {
-          cuda::softmax_warp_kernel<T, kVec, kPacks>
+          cuda::softmax_registers_kernel<T, kVec, kPacks, true>
               <<<cuda::grid_for(shape.rows, cuda::kWarpKernelThreads / 32), cuda::kWarpKernelThreads, 0, stream>>>(
                   in, data, shape.rows, shape.columns, log);
         });
@@ -395,7 +327,7 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
         constexpr int kPacks = kVec == 1 ? 1 : cuda::kRowBlockPacks;
         const int packs = shape.columns / kVec;
         const int threads = ((packs + kPacks - 1) / kPacks + 31) / 32 * 32;
-        cuda::softmax_row_block_kernel<T, kVec, kPacks>
+        cuda::softmax_registers_kernel<T, kVec, kPacks, false>
             <<<cuda::grid_for(shape.rows, 1), threads, 0, stream>>>(in, data, shape.rows, shape.columns, log);
       } else {
         cuda::softmax_block_kernel<T, kVec>
@@ -422,7 +354,7 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const 
         constexpr int kMaxPacks = cuda::kWarpRowColumns / (32 * kVec);
         const int packs_per_lane = (shape.columns / kVec + 31) / 32;
         cuda::dispatch_packs_per_lane<1, kMaxPacks>(packs_per_lane, [&]<int kPacks>() {
-          cuda::softmax_backward_warp_kernel<T, kVec, kPacks>
+          cuda::softmax_backward_registers_kernel<T, kVec, kPacks, true>
               <<<cuda::grid_for(shape.rows, cuda::kWarpKernelThreads / 32), cuda::kWarpKernelThreads, 0, stream>>>(
                   out, gy, gx, shape.rows, shape.columns, log);
         });
@@ -433,7 +365,7 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const 
         constexpr int kMaxPacks = kVec == 1 ? 1 : cuda::kRowBlockMaxColumns / (cuda::kRowBlockMaxThreads * kVec);
         auto launch = [&]<int kPacks>() {
           const int threads = ((packs + kPacks - 1) / kPacks + 31) / 32 * 32;
-          cuda::softmax_backward_row_block_kernel<T, kVec, kPacks>
+          cuda::softmax_backward_registers_kernel<T, kVec, kPacks, false>
               <<<cuda::grid_for(shape.rows, 1), threads, 0, stream>>>(out, gy, gx, shape.rows, shape.columns, log);
         };
         if (kMaxPacks <= 2 || packs <= 2 * cuda::kRowBlockMaxThreads) {
