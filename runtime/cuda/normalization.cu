@@ -409,6 +409,11 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   const int packs = columns / kVec;
   const float inverse_columns = 1.0f / static_cast<float>(columns);
   int4* group_ring = ring + group * kPipelineStages * kUnits;
+  // Whether x and grad_out stay in registers from the first pass to the second, or are read again
+  // from shared memory after the reduction. Holding them costs 8 registers a pack; layer norm's
+  // warp rows of 3 packs (C = 768 at bf16) are at the 128-register bound with their column sums
+  // for grad_weight and grad_bias, so they read again. Measured on the H200: docs/performance.md.
+  constexpr bool kHoldRow = !kCentered || kPacks <= 2;
   bool has_pack[kPacks];
   Pack<T, kVec> weight_packs[kPacks];
   float weight_sums[kPacks][kVec], bias_sums[kPacks][kVec];
@@ -458,6 +463,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
     wait_copies<1>();
     const int4* slot = group_ring + stage * kUnits + t;
     float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
+    Pack<T, kVec> held_x[kHoldRow ? kPacks : 1], held_grad[kHoldRow ? kPacks : 1];
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       if (has_pack[k]) {
@@ -465,6 +471,10 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
         float w[kVec];
         read(slot, k, xs, gys, w);
         accumulate_pack<T, kVec, kCentered>(xs, gys, w, row_rstd, shift, sums, weight_sums[k], bias_sums[k]);
+        if constexpr (kHoldRow) {
+          held_x[k] = xs;
+          held_grad[k] = gys;
+        }
       }
     }
     asm volatile("" ::: "memory");  // keeps the second reads below from being merged with the first
@@ -473,11 +483,15 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       if (has_pack[k]) {
-        // x and grad_out are read again from shared memory rather than held in registers across the
-        // reduction: fewer registers for the column sums.
         Pack<T, kVec> xs, gys;
         float w[kVec];
-        read(slot, k, xs, gys, w);
+        if constexpr (kHoldRow) {
+          xs = held_x[k];
+          gys = held_grad[k];
+          widen(weight_packs[k], w);
+        } else {
+          read(slot, k, xs, gys, w);
+        }
         store_pack(grad_x + row * columns + static_cast<int64_t>(k * kThreadsPerRow + t) * kVec,
                    gradient_pack(xs, gys, w, gradient));
       }
