@@ -18,15 +18,16 @@
 //
 // Backward, in two stages so that grad_weight / grad_bias need neither atomics nor a second pass over
 // x and grad_out:
-//   1. A persistent grid of one 512-thread block per SM walks the rows, one row per group of threads
-//      (a warp for C <= 768 at bf16, else 64..512 threads reducing as in the forward). Each thread
-//      copies its own packs of x and grad_out for the next row into its own shared-memory slots with
-//      cp.async while it computes the current row (and loads the next row's mean and rstd), and
-//      reads back only what it copied itself (no barrier for the data); its weight packs stay in
-//      registers. Per row it reduces mean(g) and mean(g * xhat) (g = grad_out * weight), writes
-//      grad_x, and keeps running sums of grad_out * xhat and grad_out for its own columns in
-//      registers. At the end the block adds its groups' sums in a fixed order and writes one
-//      partial row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
+//   1. A persistent grid of one block per SM walks the rows, one row per group of threads (a warp
+//      for C <= 768 at bf16, 10 rows a block; else 64..512 threads reducing as in the forward, 512
+//      threads a block). Each thread copies its own packs of x and grad_out for the next row into
+//      its own shared-memory slots with cp.async while it computes the current row (and loads the
+//      next row's mean and rstd), and reads back only what it copied itself (no barrier for the
+//      data); its weight packs stay in registers. Per row it reduces mean(g) and mean(g * xhat)
+//      (g = grad_out * weight), writes grad_x (from x and grad_out held in registers since the first
+//      pass, where they fit), and keeps running sums of grad_out * xhat and grad_out for its own
+//      columns in registers. At the end the block adds its groups' sums in a fixed order and writes
+//      one partial row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
 //   2. A small kernel sums the partial rows per column in a fixed order and writes (=) grad_weight
 //      and grad_bias in the weight's dtype. It is launched with programmatic dependent launch, so
 //      its launch overlaps stage 1's tail; it waits for stage 1's results before reading.
@@ -364,7 +365,13 @@ __device__ __forceinline__ void wait_copies() {
 }
 
 constexpr int kPipelineStages = 2;    // rows in shared memory per group: the current one and the next
-constexpr int kPipelineThreads = 512;  // one block per SM (the launch bound asks for no more)
+// Threads of a pipelined block (one block per SM: the launch bound asks for no more). Warp rows take
+// 10 warps: measured on the H200 at C = 768 bf16 with the row held between the passes, layer norm
+// backward ran at 67% / 68% / 67% / 66% / 64% of copy bandwidth with 8 / 10 / 12 / 14 / 16 warps
+// (fewer rows in flight, but more registers a thread: 142 for layer norm's 3-pack warp rows).
+__host__ __device__ constexpr int pipeline_block_threads(int threads_per_row) {
+  return threads_per_row == 32 ? 320 : 512;
+}
 
 // Shared memory of the pipelined kernel, in 16-byte units, per group and stage: x and grad_out
 // ([2][kPacks][threads_per_row] packs).
@@ -375,7 +382,7 @@ __host__ __device__ constexpr int pipeline_stage_units(int packs_per_thread, int
 // Dynamic shared memory of the pipelined kernel: the ring during the row loop, then the groups'
 // column sums (`merged`) at the end.
 constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row, int columns) {
-  const int groups = kPipelineThreads / threads_per_row;
+  const int groups = pipeline_block_threads(threads_per_row) / threads_per_row;
   const size_t ring = sizeof(int4) * groups * kPipelineStages * pipeline_stage_units(packs_per_thread, threads_per_row);
   const size_t merged = sizeof(float) * groups * 2 * columns;
   return std::max(ring, merged);
@@ -390,7 +397,7 @@ constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row
 // registers for the whole grid (read from L1 or from a shared f32 copy per row, 54-61% of copy
 // bandwidth at C = 768; from registers, 63-64%).
 template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered>
-__global__ void __launch_bounds__(kPipelineThreads, 1)
+__global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
     norm_backward_pipelined_kernel(const T* __restrict__ x,          // [rows, columns]
                                    const T* __restrict__ weight,     // [columns]
                                    const float* __restrict__ mean,   // [rows] (layer norm only)
@@ -400,7 +407,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
                                    float* __restrict__ partials,     // [gridDim.x, 2, columns]
                                    int64_t rows, int columns, bool with_bias) {
   static_assert(sizeof(Pack<T, kVec>) == 16, "the copy pipeline moves 16-byte packs");
-  constexpr int kGroups = kPipelineThreads / kThreadsPerRow;
+  constexpr int kGroups = pipeline_block_threads(kThreadsPerRow) / kThreadsPerRow;
   constexpr int kUnits = pipeline_stage_units(kPacks, kThreadsPerRow);
   __shared__ float scratch[kGroupSumScratch<kThreadsPerRow, kGroups, 2>];
   extern __shared__ int4 ring[];  // [kGroups][kPipelineStages][kUnits]
@@ -410,10 +417,10 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   const float inverse_columns = 1.0f / static_cast<float>(columns);
   int4* group_ring = ring + group * kPipelineStages * kUnits;
   // Whether x and grad_out stay in registers from the first pass to the second, or are read again
-  // from shared memory after the reduction. Holding them costs 8 registers a pack; layer norm's
-  // warp rows of 3 packs (C = 768 at bf16) are at the 128-register bound with their column sums
-  // for grad_weight and grad_bias, so they read again. Measured on the H200: docs/performance.md.
-  constexpr bool kHoldRow = !kCentered || kPacks <= 2;
+  // from shared memory after the reduction (the shared-memory pipe is the busy one). Holding them
+  // costs 8 registers a pack; layer norm's 4-pack rows (512 threads, at most 128 registers, with
+  // column sums for grad_weight and grad_bias) would spill, so they read again.
+  constexpr bool kHoldRow = !(kCentered && kPacks >= 4);
   bool has_pack[kPacks];
   Pack<T, kVec> weight_packs[kPacks];
   float weight_sums[kPacks][kVec], bias_sums[kPacks][kVec];
@@ -724,7 +731,7 @@ void allow_shared_memory(const void* kernel, size_t shared_bytes) {
 }
 
 // The pipelined stage 1's configurations (measured on the H200, docs/performance.md): rows of up to
-// 96 packs (C = 768 at bf16) take a warp per row holding up to 3 packs per lane, 16 rows per block;
+// 96 packs (C = 768 at bf16) take a warp per row holding up to 3 packs per lane, 10 rows per block;
 // longer rows take groups of 64..512 threads holding 2 packs each, and rows of up to 2048 packs
 // (C = 16384 at bf16) 512 threads holding 4. Past that, false (the streaming fallback).
 constexpr int kPipelinedWarpPacks = 96;
@@ -738,14 +745,14 @@ bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_d
   if (packs > kPipelinedMaxPacks) return false;
   auto launch = [&]<int kPacks, int kThreadsPerRow>() {
     const auto kernel = norm_backward_pipelined_kernel<T, kVec, kPacks, kThreadsPerRow, kCentered>;
-    constexpr int kGroups = kPipelineThreads / kThreadsPerRow;
+    constexpr int kGroups = pipeline_block_threads(kThreadsPerRow) / kThreadsPerRow;
     const size_t shared_bytes = pipeline_shared_bytes(kPacks, kThreadsPerRow, columns);
     allow_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes);
     // A persistent grid of one block per SM (the launch bound and the shared memory allow no more),
     // so that there are few partial rows.
     blocks = static_cast<int>(std::min<int64_t>((rows + kGroups - 1) / kGroups, multiprocessor_count(device)));
     partials = Tensor::empty({blocks, 2, columns}, kFloat32, Device::cuda(device));
-    kernel<<<blocks, kPipelineThreads, shared_bytes, stream>>>(in, w, mean_data, rstd_data, gy, gx,
+    kernel<<<blocks, pipeline_block_threads(kThreadsPerRow), shared_bytes, stream>>>(in, w, mean_data, rstd_data, gy, gx,
                                                                partials.data<float>(), rows, columns, with_bias);
     WEFT_CUDA_CHECK_LAUNCH();
   };
