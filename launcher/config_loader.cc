@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -442,6 +443,19 @@ std::string dump_config(const RunConfig& config) {
   WEFT_CHECK(out.good(), "dump_config: YAML emitter error: ", out.GetLastError());
   return str("# weft run config: every key, merged from the defaults, files and --set\n", out.c_str(),
              "\n");
+}
+
+std::optional<RunConfig> config_from_command_line(const CommandLine& command_line, const std::string& extra_usage) {
+  if (command_line.help) {
+    std::printf("%s%s\n%s", command_line_usage().c_str(), extra_usage.c_str(), config_help().c_str());
+    return std::nullopt;
+  }
+  RunConfig config = load_config(command_line.files, command_line.overrides);
+  if (command_line.dump_config) {
+    std::printf("%s", dump_config(config).c_str());
+    return std::nullopt;
+  }
+  return config;
 }
 
 }  // namespace weft

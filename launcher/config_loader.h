@@ -20,9 +20,11 @@
 // File lines are 1-based; the file is named as it was given.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/command_line.h"
 #include "launcher/run_config.h"
 
 namespace weft {
@@ -40,5 +42,12 @@ void validate_config(const RunConfig& config);
 // The config as YAML with every key of every section, sections in config_sections() order and keys
 // in table order; load_config reads it back to an identical config. What --dump-config prints.
 std::string dump_config(const RunConfig& config);
+
+// What a training program does with its parsed command line: the merged config of its files and
+// overrides, or, for --help (usage, `extra_usage`, then every option) and --dump-config (the merged
+// config as YAML), that text printed to stdout and no config (the program then exits 0). Throws
+// weft::Error as load_config does.
+std::optional<RunConfig> config_from_command_line(const CommandLine& command_line,
+                                                  const std::string& extra_usage = "");
 
 }  // namespace weft

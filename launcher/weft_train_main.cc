@@ -9,10 +9,11 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
-#include "launcher/config_options.h"
 #include "launcher/trainer.h"
 #include "parallel/fault_handler.h"
 #include "parallel/mesh.h"
@@ -21,19 +22,11 @@
 
 int main(int argc, char** argv) {
   weft::MpiEnvironment mpi(&argc, &argv);  // a world of one when not started by mpirun
-  weft::CommandLine command_line;
   weft::RunConfig config;
   try {
-    command_line = weft::parse_command_line(argc, argv);
-    if (command_line.help) {
-      std::printf("%s\n%s", weft::command_line_usage().c_str(), weft::config_help().c_str());
-      return 0;
-    }
-    config = weft::load_config(command_line.files, command_line.overrides);
-    if (command_line.dump_config) {
-      std::printf("%s", weft::dump_config(config).c_str());
-      return 0;
-    }
+    std::optional<weft::RunConfig> loaded = weft::config_from_command_line(weft::parse_command_line(argc, argv));
+    if (!loaded) return 0;  // --help or --dump-config
+    config = std::move(*loaded);
   } catch (const weft::Error& error) {
     // Every rank reads the same files and reaches the same verdict, so each exits on its own.
     if (mpi.world_rank() == 0) std::fprintf(stderr, "weft-train: error: %s\n", error.what());

@@ -14,11 +14,11 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
-#include "launcher/config_options.h"
 #include "launcher/trainer.h"
 #include "runtime/error.h"
 
@@ -62,18 +62,11 @@ int main(int argc, char** argv) {
   weft::RunConfig config;
   try {
     expected_drop = take_loss_drop_flag(arguments);
-    const weft::CommandLine command_line =
-        weft::parse_command_line(static_cast<int>(arguments.size()), arguments.data());
-    if (command_line.help) {
-      std::printf("%s  %s=D  exit 3 unless the final loss is at least D below the first\n\n%s",
-                  weft::command_line_usage().c_str(), kLossDropFlag, weft::config_help().c_str());
-      return 0;
-    }
-    config = weft::load_config(command_line.files, command_line.overrides);
-    if (command_line.dump_config) {
-      std::printf("%s", weft::dump_config(config).c_str());
-      return 0;
-    }
+    std::optional<weft::RunConfig> loaded = weft::config_from_command_line(
+        weft::parse_command_line(static_cast<int>(arguments.size()), arguments.data()),
+        std::string("  ") + kLossDropFlag + "=D  exit 3 unless the final loss is at least D below the first\n");
+    if (!loaded) return 0;  // --help or --dump-config
+    config = std::move(*loaded);
   } catch (const weft::Error& error) {
     std::fprintf(stderr, "custom-train: error: %s\n", error.what());
     return 2;

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -383,6 +384,33 @@ TEST(CommandLineTest, SortsFilesOverridesAndFlags) {
   EXPECT_TRUE(parse_command_line(2, help).help);
   const char* dump[] = {"weft-train", "--dump-config"};
   EXPECT_TRUE(parse_command_line(2, dump).files.empty());
+}
+
+TEST_F(ConfigTest, CommandLineGivesTheConfigOrPrintsHelpAndDump) {
+  const std::string run = write("run.yaml", "train:\n  lr: 0.25\n");
+  CommandLine command_line;
+  command_line.files = {run};
+  command_line.overrides = {"train.steps=70"};
+  const std::optional<RunConfig> config = config_from_command_line(command_line);
+  ASSERT_TRUE(config.has_value());
+  expect_same_config(*config, load_config({run}, {"train.steps=70"}));
+  EXPECT_EQ(config->train.steps, 70);
+  EXPECT_EQ(config->train.lr, 0.25);
+
+  command_line.dump_config = true;
+  ::testing::internal::CaptureStdout();
+  EXPECT_FALSE(config_from_command_line(command_line).has_value());
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), dump_config(*config));
+
+  command_line.help = true;
+  ::testing::internal::CaptureStdout();
+  EXPECT_FALSE(config_from_command_line(command_line, "  --extra  one more flag\n").has_value());
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(),
+            command_line_usage() + "  --extra  one more flag\n\n" + config_help());
+
+  command_line = CommandLine{};
+  command_line.overrides = {"train.lrr=1"};
+  expect_contains(error_message([&] { config_from_command_line(command_line); }), {"unknown key 'train.lrr'"});
 }
 
 TEST(CommandLineTest, ErrorsNameTheFlagAndShowUsage) {
