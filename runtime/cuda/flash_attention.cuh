@@ -31,12 +31,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/dynamic_shared_memory.cuh"
 
 namespace weft::cuda::flash {
 
@@ -753,16 +753,6 @@ __global__ void __launch_bounds__(128)
 // --- Host launchers (raw pointers; the caller checked shapes, dtypes and alignment) -------------
 // bh = batch * heads (at most 65535: the grid's y dimension), seq = T > 0.
 
-// Raises a kernel's dynamic shared-memory limit once per device.
-template <auto Kernel>
-void allow_dynamic_smem(int bytes, int device) {
-  static std::atomic<uint64_t> done{0};
-  const uint64_t bit = device >= 0 && device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return;
-  WEFT_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
-
 inline unsigned int blocks_for(int64_t count, int per_block) {
   int64_t blocks = (count + per_block - 1) / per_block;
   if (blocks < 1) blocks = 1;
@@ -774,7 +764,7 @@ template <class T, int D>
 void launch_forward(const T* q, const T* k, const T* v, T* o, float* lse, int64_t bh, int seq, float scale,
                     cudaStream_t stream, int device) {
   constexpr int smem = forward_smem_bytes<D>();
-  allow_dynamic_smem<flash_forward_kernel<T, D>>(smem, device);
+  allow_dynamic_shared_memory<flash_forward_kernel<T, D>>(smem, device);
   const dim3 grid((seq + kBlock - 1) / kBlock, static_cast<unsigned int>(bh));
   flash_forward_kernel<T, D><<<grid, kThreads, smem, stream>>>(q, k, v, o, lse, seq, scale * kLog2e);
   WEFT_CUDA_CHECK_LAUNCH();
@@ -790,7 +780,7 @@ void launch_backward(const T* q, const T* k, const T* v, const T* o, const T* gr
   WEFT_CUDA_CHECK_LAUNCH();
   WEFT_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
   constexpr int smem = backward_smem_bytes<D>();
-  allow_dynamic_smem<flash_backward_kernel<T, D>>(smem, device);
+  allow_dynamic_shared_memory<flash_backward_kernel<T, D>>(smem, device);
   const dim3 grid((seq + kBlock - 1) / kBlock, static_cast<unsigned int>(bh));
   flash_backward_kernel<T, D><<<grid, kThreads, smem, stream>>>(q, k, v, grad_out, lse, delta, dq_accum, dk, dv,
                                                                 seq, scale, scale * kLog2e);
