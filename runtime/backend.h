@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "runtime/binary_op.h"
 #include "runtime/device.h"
 #include "runtime/tensor.h"
 
@@ -26,7 +27,6 @@ namespace weft {
 enum class UnaryOp : uint8_t {
   kNeg, kRelu, kGelu /* tanh form */, kSilu, kExp, kLog, kTanh, kSqrt, kSquare, kReciprocal
 };
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax };
 enum class RandomDistribution : uint8_t { kUniform, kNormal };
 

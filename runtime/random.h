@@ -17,11 +17,8 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define WEFT_HOST_DEVICE __host__ __device__
-#else
-#define WEFT_HOST_DEVICE
-#endif
+#include "runtime/host_device.h"
+
 
 namespace weft {
 

@@ -83,17 +83,6 @@ T largest_below(double limit) {
   }
 }
 
-template <class C>
-C apply_binary(BinaryOp op, C a, C b) {
-  switch (op) {
-    case BinaryOp::kAdd: return a + b;
-    case BinaryOp::kSub: return a - b;
-    case BinaryOp::kMul: return a * b;
-    case BinaryOp::kDiv: return a / b;
-  }
-  return a;
-}
-
 }  // namespace
 
 void CpuBackend::fill(const Tensor& out, double value) {
@@ -177,7 +166,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
     T* data = out.data<T>();
     cpu::for_each_index<3>(out.shape(), {&a.strides(), &b.strides(), &out.strides()},
                            [&](int64_t i, int64_t j, int64_t o) {
-                             data[o] = store_element<T>(apply_binary<C>(op, load_element(in_a[i]), load_element(in_b[j])));
+                             data[o] = store_element<T>(apply_binary_op<C>(op, load_element(in_a[i]), load_element(in_b[j])));
                            });
   });
 }

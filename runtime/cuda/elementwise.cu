@@ -551,15 +551,7 @@ struct UnaryBackwardFunctor {
 
 struct BinaryFunctor {
   BinaryOp op;
-  __device__ __forceinline__ float operator()(float a, float b) const {
-    switch (op) {
-      case BinaryOp::kAdd: return a + b;
-      case BinaryOp::kSub: return a - b;
-      case BinaryOp::kMul: return a * b;
-      case BinaryOp::kDiv: return a / b;
-    }
-    return a;
-  }
+  __device__ __forceinline__ float operator()(float a, float b) const { return apply_binary_op(op, a, b); }
 };
 
 struct AffineFunctor {
