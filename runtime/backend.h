@@ -133,11 +133,13 @@ class Backend {
   virtual void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight) = 0;
 
   // --- Causal self-attention -------------------------------------------------------------
-  // q, k, v, out [B, H, T, D] contiguous; lse [B, H, T] (f32; f64 for f64) = log-sum-exp of each
-  // scaled, causally masked score row. out = softmax(mask(q k^T * scale)) v.
+  // q, k, v, out [B, H, T, D] with any strides whose last (D) is 1, so that the heads of one
+  // [B, T, 3, H, D] projection (the layer's q, k, v) and an output in [B, T, H, D] order need no copy;
+  // lse [B, H, T] contiguous (f32; f64 for f64) = log-sum-exp of each scaled, causally masked score
+  // row. out = softmax(mask(q k^T * scale)) v.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                          const Tensor& lse) = 0;
-  // grad_q, grad_k, grad_v [B, H, T, D] written.
+  // grad_q, grad_k, grad_v [B, H, T, D] written (strides as for q; grad_out likewise).
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
                                   const Tensor& grad_k, const Tensor& grad_v) = 0;

@@ -412,22 +412,30 @@ class GraphBuilder {
   int64_t next_virtual_ = kFirstVirtual;
 };
 
+// The call's sizes and the strides of its [B, H, T, D] tensors (unit stride in D, any others: the
+// heads of one [B, T, 3, H, D] projection, an output in [B, T, H, D] order); the gradients' strides
+// are used by the backward only.
 struct Shape {
   int64_t b, h, s, d;
+  Dims q, k, v, o, grad_out, grad_q, grad_k, grad_v;
 };
 
+Dims strides_of(const Tensor& tensor) {
+  return {tensor.stride(0), tensor.stride(1), tensor.stride(2), tensor.stride(3)};
+}
 Dims bhsd_strides(const Shape& x) { return {x.h * x.s * x.d, x.s * x.d, x.d, 1}; }
-Dims transposed_strides(const Shape& x) { return {x.h * x.s * x.d, x.s * x.d, 1, x.d}; }  // [B, H, D, T] view
+// The [B, H, D, T] (transposed) view of a [B, H, T, D] tensor with these strides.
+Dims transposed(const Dims& strides) { return {strides[0], strides[1], strides[3], strides[2]}; }
 
 std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io) {
   GraphBuilder g(handle);
   const Dims bhsd = {x.b, x.h, x.s, x.d}, bhds = {x.b, x.h, x.d, x.s};
   const Dims scores = {x.b, x.h, x.s, x.s}, score_strides = {x.h * x.s * x.s, x.s * x.s, x.s, 1};
   const Dims rows = {x.b, x.h, x.s, 1}, row_strides = {x.h * x.s, x.s, 1, 1};
-  cudnnBackendDescriptor_t q = g.tensor(kQ, io, bhsd, bhsd_strides(x), false);
-  cudnnBackendDescriptor_t kt = g.tensor(kK, io, bhds, transposed_strides(x), false);
-  cudnnBackendDescriptor_t v = g.tensor(kV, io, bhsd, bhsd_strides(x), false);
-  cudnnBackendDescriptor_t o = g.tensor(kO, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t q = g.tensor(kQ, io, bhsd, x.q, false);
+  cudnnBackendDescriptor_t kt = g.tensor(kK, io, bhds, transposed(x.k), false);
+  cudnnBackendDescriptor_t v = g.tensor(kV, io, bhsd, x.v, false);
+  cudnnBackendDescriptor_t o = g.tensor(kO, io, bhsd, x.o, false);
   cudnnBackendDescriptor_t stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rows, row_strides, false);
   cudnnBackendDescriptor_t scale = g.scalar(kScale);
   cudnnBackendDescriptor_t mask_value = g.scalar(kMaskValue);
@@ -463,15 +471,15 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnn
   const Dims scores = {x.b, x.h, x.s, x.s}, score_strides = {x.h * x.s * x.s, x.s * x.s, x.s, 1};
   const Dims transposed_score_strides = {x.h * x.s * x.s, x.s * x.s, 1, x.s};
   const Dims rows = {x.b, x.h, x.s, 1}, row_strides = {x.h * x.s, x.s, 1, 1};
-  cudnnBackendDescriptor_t q = g.tensor(kQ, io, bhsd, bhsd_strides(x), false);
-  cudnnBackendDescriptor_t kt = g.tensor(kK, io, bhds, transposed_strides(x), false);
-  cudnnBackendDescriptor_t vt = g.tensor(kV, io, bhds, transposed_strides(x), false);
-  cudnnBackendDescriptor_t o = g.tensor(kO, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t q = g.tensor(kQ, io, bhsd, x.q, false);
+  cudnnBackendDescriptor_t kt = g.tensor(kK, io, bhds, transposed(x.k), false);
+  cudnnBackendDescriptor_t vt = g.tensor(kV, io, bhds, transposed(x.v), false);
+  cudnnBackendDescriptor_t o = g.tensor(kO, io, bhsd, x.o, false);
   cudnnBackendDescriptor_t stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rows, row_strides, false);
-  cudnnBackendDescriptor_t grad_out = g.tensor(kGradOut, io, bhsd, bhsd_strides(x), false);
-  cudnnBackendDescriptor_t grad_q = g.tensor(kGradQ, io, bhsd, bhsd_strides(x), false);
-  cudnnBackendDescriptor_t grad_k = g.tensor(kGradK, io, bhsd, bhsd_strides(x), false);
-  cudnnBackendDescriptor_t grad_v = g.tensor(kGradV, io, bhsd, bhsd_strides(x), false);
+  cudnnBackendDescriptor_t grad_out = g.tensor(kGradOut, io, bhsd, x.grad_out, false);
+  cudnnBackendDescriptor_t grad_q = g.tensor(kGradQ, io, bhsd, x.grad_q, false);
+  cudnnBackendDescriptor_t grad_k = g.tensor(kGradK, io, bhsd, x.grad_k, false);
+  cudnnBackendDescriptor_t grad_v = g.tensor(kGradV, io, bhsd, x.grad_v, false);
   cudnnBackendDescriptor_t scale = g.scalar(kScale);
   cudnnBackendDescriptor_t mask_value = g.scalar(kMaskValue);
   cudnnBackendDescriptor_t one = g.scalar(kOne);
@@ -521,7 +529,7 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnn
   g.matmul(ds_t, q, grad_k, "matmul dS^T Q");
 
   // dQ = identity(dS @ K), accumulated in f32
-  cudnnBackendDescriptor_t k = g.virtual_tensor(io, bhsd, bhsd_strides(x));
+  cudnnBackendDescriptor_t k = g.virtual_tensor(io, bhsd, x.k);  // K itself: the view kt transposes
   g.reshape(kt, k, "reshape K");
   g.matmul(ds, k, grad_q_accum, "matmul dS K");
   g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, grad_q_accum, nullptr, nullptr, grad_q, "identity dQ");
@@ -530,7 +538,8 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnn
 
 // --- Per-device state -----------------------------------------------------------------------------
 
-using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int>;  // backward, B, H, T, D, dtype
+// backward, B, H, T, D, dtype, and the strides of the graph's tensors in role order (Shape)
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int, Dims>;
 
 struct DeviceState {
   std::mutex mutex;
@@ -564,9 +573,11 @@ std::string unsupported_reason(std::initializer_list<const Tensor*> tensors, con
   }
   if (q.dim() != 4 || (q.size(3) != 64 && q.size(3) != 128)) return "head dim must be 64 or 128";
   for (const Tensor* tensor : tensors) {
-    if (!tensor->is_contiguous() || reinterpret_cast<uintptr_t>(tensor->raw_data()) % 16 != 0) {
-      return "tensors must be contiguous and 16-byte aligned";
-    }
+    // Rows of D elements, each 16-byte aligned: unit stride in D, the other strides whole 16 bytes.
+    const int64_t pack = 16 / static_cast<int64_t>(dtype_size(tensor->dtype()));
+    bool rows_aligned = tensor->stride(3) == 1 && reinterpret_cast<uintptr_t>(tensor->raw_data()) % 16 == 0;
+    for (int dim = 0; dim < 3; ++dim) rows_aligned = rows_aligned && tensor->stride(dim) % pack == 0;
+    if (!rows_aligned) return "tensors must have unit stride in D and 16-byte aligned rows";
   }
   return "";
 }
@@ -659,21 +670,31 @@ bool execute(DeviceState& state, Plan& plan, const Device& device, std::vector<i
 
 cudnnDataType_t io_type(const Tensor& q) { return q.dtype() == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
-// What both directions do before executing: the plan for q's shape and dtype, or null (the
-// fallback noted) when cuDNN does not take `tensors`. On a plan, `state` is q's device state and
-// `lock` holds its mutex.
+// What both directions do before executing: the plan for q's shape, dtype and the tensors' strides,
+// or null (the fallback noted) when cuDNN does not take `tensors` (in Shape's role order: q, k, v,
+// o, then for the backward grad_out, grad_q, grad_k, grad_v). On a plan, `state` is q's device
+// state and `lock` holds its mutex.
 Plan* plan_for(std::initializer_list<const Tensor*> tensors, const Tensor& q, bool backward, DeviceState*& state,
                std::unique_lock<std::mutex>& lock) {
   if (const std::string reason = unsupported_reason(tensors, q); !reason.empty()) {
     note_fallback(reason);
     return nullptr;
   }
-  const Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
+  Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
+  Dims* const roles[] = {&shape.q, &shape.k, &shape.v, &shape.o, &shape.grad_out, &shape.grad_q, &shape.grad_k,
+                         &shape.grad_v};
+  Dims all_strides;
+  size_t role = 0;
+  for (const Tensor* tensor : tensors) {
+    *roles[role++] = strides_of(*tensor);
+    all_strides.insert(all_strides.end(), roles[role - 1]->begin(), roles[role - 1]->end());
+  }
   set_device(q.device().index);
   state = &device_state(q.device().index);
   lock = std::unique_lock<std::mutex>(state->mutex);
-  return get_plan(*state, {backward, shape.b, shape.h, shape.s, shape.d, static_cast<int>(q.dtype())}, shape,
-                  io_type(q));
+  return get_plan(*state,
+                  {backward, shape.b, shape.h, shape.s, shape.d, static_cast<int>(q.dtype()), std::move(all_strides)},
+                  shape, io_type(q));
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 //
 // The graphs are the ones cudnn-frontend's composite sdpa / sdpa_backward nodes lower to (matmul,
 // pointwise, reduction and reshape operations, causal mask from gen-index + compare + select);
-// plans are built once per (device, B, H, T, D, dtype) and kept for the process (the scale is a
+// plans are built once per (device, B, H, T, D, dtype, strides of the tensors) and kept for the process (the scale is a
 // by-value scalar of the variant pack, so one plan serves every scale). The forward's "stats"
 // output is max + log(sum(exp(s - max))) of the scaled masked scores in natural log: exactly
 // weft's lse contract (runtime/backend.h).
@@ -39,7 +39,8 @@ const char* attention_impl_name(AttentionImpl impl);
 bool cudnn_attention_built();
 
 // Run the cuDNN forward / backward for the (already checked) contract of runtime/backend.h with
-// bf16 / f16 contiguous [B, H, T, D] tensors, D 64 or 128, on the current stream. Return false
+// bf16 / f16 [B, H, T, D] views (unit stride in D, 16-byte aligned rows; read and written in place),
+// D 64 or 128, on the current stream. Return false
 // without touching the outputs when cuDNN cannot run the call (not built, unsupported dtype or head
 // dim, no engine, ...); the reason is then in cudnn_attention_last_error() and was logged once.
 // Errors while executing a finalized plan throw weft::Error.

@@ -11,13 +11,27 @@
 namespace weft {
 namespace {
 
+// Backends take [B, H, T, D] views with unit stride in D (backend.h), so the heads of the layer's
+// q, k, v projection go in without a copy; anything else is made contiguous first.
+Tensor with_unit_row_stride(const Tensor& tensor) {
+  return tensor.size(3) <= 1 || tensor.stride(3) == 1 ? tensor : tensor.contiguous();
+}
+
+// A [B, H, T, D] result stored in [B, T, H, D] order, so that merging the heads back into
+// [B, T, H * D] (the layer's next step) is a view, not a copy.
+Tensor empty_heads_last(const Tensor& like) {
+  return Tensor::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.dtype(), like.device())
+      .permute({0, 2, 1, 3});
+}
+
 class AttentionFunction final : public autograd::Function {
  public:
   explicit AttentionFunction(double scale) : scale_(scale) {}
   std::string name() const override { return "CausalAttentionBackward"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
-    const Tensor q = inputs[0].contiguous(), k = inputs[1].contiguous(), v = inputs[2].contiguous();
-    Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
+    const Tensor q = with_unit_row_stride(inputs[0]), k = with_unit_row_stride(inputs[1]),
+                 v = with_unit_row_stride(inputs[2]);
+    Tensor out = empty_heads_last(q);
     Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, statistic_dtype(q.dtype()),
                                q.device());
     backend_for(q.device()).attention(q, k, v, scale_, out, lse);
@@ -26,11 +40,11 @@ class AttentionFunction final : public autograd::Function {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const std::vector<Tensor>& s = saved();
-    Tensor grad_q = Tensor::empty(s[0].shape(), s[0].dtype(), s[0].device());
-    Tensor grad_k = Tensor::empty(s[0].shape(), s[0].dtype(), s[0].device());
-    Tensor grad_v = Tensor::empty(s[0].shape(), s[0].dtype(), s[0].device());
-    backend_for(s[0].device()).attention_backward(s[0], s[1], s[2], s[3], s[4], grads[0].contiguous(), scale_, grad_q,
-                                                  grad_k, grad_v);
+    // In [B, T, H, D] order, like the output: the layer's q, k, v gradients then merge into its
+    // projection's gradient from contiguous rows.
+    Tensor grad_q = empty_heads_last(s[0]), grad_k = empty_heads_last(s[0]), grad_v = empty_heads_last(s[0]);
+    backend_for(s[0].device()).attention_backward(s[0], s[1], s[2], s[3], s[4], with_unit_row_stride(grads[0]),
+                                                  scale_, grad_q, grad_k, grad_v);
     return {grad_q, grad_k, grad_v};
   }
 

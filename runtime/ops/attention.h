@@ -2,7 +2,10 @@
 //
 // q, k, v [B, H, T, D] -> out [B, H, T, D]: out = softmax(q k^T * scale + causal mask) v, where
 // position t attends to positions 0..t. scale defaults (when <= 0) to 1/sqrt(D). The CPU kernel may
-// materialise T x T scores; device kernels must not.
+// materialise T x T scores; device kernels must not. q, k, v may be any [B, H, T, D] views (the
+// heads of one [B, T, 3, H, D] projection go to the backend without a copy); out is a [B, H, T, D]
+// view stored in [B, T, H, D] order, so out.permute({0, 2, 1, 3}) is contiguous and merging the heads
+// is free.
 #pragma once
 
 #include "runtime/tensor.h"

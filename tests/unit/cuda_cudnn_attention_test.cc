@@ -164,6 +164,59 @@ TEST(CudnnAttention, MatchesFlashThroughTheBackend) {
   }
 }
 
+// The layer's layout (layers/attention.cc): q, k, v are the heads of one [B, T, 3 * H * D]
+// projection and the output and gradients are stored in [B, T, H, D] order. cuDNN reads and writes
+// these views in place (called directly here, so a refusal fails); flash runs on contiguous copies,
+// so its results must be the contiguous call's bits.
+TEST(CudnnAttention, StridedViewsMatchContiguousTensors) {
+  SKIP_WITHOUT_CUDNN();
+  ImplGuard guard;
+  Backend& gpu = backend_for(kGpu);
+  for (const Case& c : {Case{2, 3, 77, 64}, Case{1, 2, 130, 128}}) {
+    SCOPED_TRACE(describe(c, kBFloat16));
+    const int64_t batch = c.batch, heads = c.heads, seq = c.seq, dim = c.head_dim;
+    const std::vector<int64_t> shape = {batch, heads, seq, dim}, stat_shape = {batch, heads, seq};
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+    const Tensor qkv = Tensor::normal({batch, seq, 3 * heads * dim}, 8100, 0, 0.0, 1.0, kBFloat16).to(kGpu);
+    const auto part = [&](int index) {  // [B, H, T, D] view with strides (T * 3HD, D, 3HD, 1)
+      return qkv.narrow(2, index * heads * dim, heads * dim).reshape({batch, seq, heads, dim}).permute({0, 2, 1, 3});
+    };
+    const Tensor q = part(0), k = part(1), v = part(2);
+    ASSERT_FALSE(q.is_contiguous());
+    ASSERT_EQ(q.stride(2), 3 * heads * dim);
+    const Tensor grad_out =
+        Tensor::normal({batch, seq, heads, dim}, 8101, 0, 0.0, 1.0, kBFloat16).to(kGpu).permute({0, 2, 1, 3});
+    const auto heads_last = [&] { return poisoned({batch, seq, heads, dim}, kBFloat16).permute({0, 2, 1, 3}); };
+
+    for (const cuda::AttentionImpl impl : {cuda::AttentionImpl::kFlash, cuda::AttentionImpl::kCudnn}) {
+      SCOPED_TRACE(cuda::attention_impl_name(impl));
+      cuda::set_attention_impl(impl);
+      Tensor out = poisoned(shape, kBFloat16), lse = poisoned(stat_shape, kFloat32);
+      Tensor gq = poisoned(shape, kBFloat16), gk = poisoned(shape, kBFloat16), gv = poisoned(shape, kBFloat16);
+      gpu.attention(q.contiguous(), k.contiguous(), v.contiguous(), scale, out, lse);
+      gpu.attention_backward(q.contiguous(), k.contiguous(), v.contiguous(), out, lse, grad_out.contiguous(), scale,
+                             gq, gk, gv);
+      Tensor out_view = heads_last(), lse_view = poisoned(stat_shape, kFloat32);
+      Tensor gq_view = heads_last(), gk_view = heads_last(), gv_view = heads_last();
+      gpu.attention(q, k, v, scale, out_view, lse_view);
+      gpu.attention_backward(q, k, v, out_view, lse_view, grad_out, scale, gq_view, gk_view, gv_view);
+      // cuDNN may pick another engine for other strides; flash sees the same contiguous bits.
+      const double tolerance = impl == cuda::AttentionImpl::kFlash ? 0.0 : 2e-2;
+      EXPECT_LE(relative_l2_error(out_view, out), tolerance) << "out";
+      EXPECT_LE(max_abs_error(lse_view, lse), impl == cuda::AttentionImpl::kFlash ? 0.0 : 1e-3) << "lse";
+      EXPECT_LE(relative_l2_error(gq_view, gq), tolerance) << "grad_q";
+      EXPECT_LE(relative_l2_error(gk_view, gk), tolerance) << "grad_k";
+      EXPECT_LE(relative_l2_error(gv_view, gv), tolerance) << "grad_v";
+    }
+    Tensor out_view = heads_last(), lse_view = poisoned(stat_shape, kFloat32);
+    EXPECT_TRUE(cuda::cudnn_attention_forward(q, k, v, scale, out_view, lse_view))
+        << "cuDNN refused the strided views: " << cuda::cudnn_attention_last_error();
+    Tensor gq_view = heads_last(), gk_view = heads_last(), gv_view = heads_last();
+    EXPECT_TRUE(cuda::cudnn_attention_backward(q, k, v, out_view, lse_view, grad_out, scale, gq_view, gk_view, gv_view))
+        << "cuDNN refused the strided views: " << cuda::cudnn_attention_last_error();
+  }
+}
+
 TEST(CudnnAttention, RefusesWhatItCannotRun) {
   SKIP_WITHOUT_CUDNN();
   const Tensor q = Tensor::zeros({1, 1, 8, 64}, kFloat32, kGpu);

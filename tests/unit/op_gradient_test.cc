@@ -90,6 +90,21 @@ TEST(OpGradient, CausalAttention) {
                          {q, k, v});
 }
 
+// As the layer calls it: q, k, v are the heads of one projection (strided views the backend reads in
+// place) and the output's heads are merged back by a view.
+TEST(OpGradient, CausalAttentionOnViewsOfOneProjection) {
+  Tensor qkv = random_leaf({2, 5, 3 * 2 * 3}, 27);  // [B, T, 3 * H * D], H = 2, D = 3
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        const auto part = [&](int64_t index) {
+          return in[0].narrow(2, index * 6, 6).reshape({2, 5, 2, 3}).permute({0, 2, 1, 3});
+        };
+        const Tensor out = causal_attention(part(0), part(1), part(2));  // [B, H, T, D]
+        return out.permute({0, 2, 1, 3}).reshape({2, 5, 6});
+      },
+      {qkv});
+}
+
 TEST(OpGradient, CrossEntropyWithIgnoredRows) {
   Tensor logits = random_leaf({5, 7}, 25);
   Tensor targets = Tensor::from_vector(std::vector<int64_t>{2, -100, 6, 0, -100}, {5});
