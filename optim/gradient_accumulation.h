@@ -20,7 +20,16 @@
 
 namespace weft {
 
-// Multiplies every defined .grad of `parameters` by `factor`, in place, on its device.
+// Multiplies every defined .grad of `parameters` by `factor`, in place, on its device (one
+// Backend::scale_in_place call per device).
 void scale_gradients(const std::vector<Tensor>& parameters, double factor);
+
+// The defined, non-empty .grad of each parameter, grouped by device in first-seen order (for
+// whole-model calls such as Backend::squared_norms and scale_in_place, one per device).
+struct DeviceGradients {
+  Device device;
+  std::vector<Tensor> grads;
+};
+std::vector<DeviceGradients> gradients_by_device(const std::vector<Tensor>& parameters);
 
 }  // namespace weft

@@ -5,35 +5,23 @@
 
 #include "optim/gradient_accumulation.h"
 #include "runtime/autograd/grad_mode.h"
-#include "runtime/ops/elementwise.h"
-#include "runtime/ops/reduction.h"
+#include "runtime/backend.h"
 
 namespace weft {
 
 double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm) {
   autograd::NoGradGuard no_grad;
-  // Per device, a running total kept on that device, read back once: one host synchronization per
-  // call, not one per parameter.
-  std::vector<Tensor> totals;
-  for (const Tensor& parameter : parameters) {
-    const Tensor grad = parameter.grad();
-    if (!grad.defined() || grad.numel() == 0) continue;
-    // Through the ops, so it runs on any backend. On the CPU in f64, so that many small squares
-    // are not lost to a sequential f32 sum; device backends sum f32 in trees (and have no f64).
-    const DType wide = grad.device().is_cpu() ? kFloat64 : kFloat32;
-    const Tensor widened = grad.dtype() == wide ? grad.detach() : grad.detach().to(wide);
-    const Tensor squares = sum(square(widened));
-    bool added = false;
-    for (Tensor& total : totals) {
-      if (total.device() == squares.device() && total.dtype() == squares.dtype()) {
-        total = add(total, squares);
-        added = true;
-      }
-    }
-    if (!added) totals.push_back(squares);
-  }
+  // Per device, one Backend::squared_norms call over all its gradients (one pass over each, no
+  // widened copies; on CUDA two launches for the whole model) and one read back: one host
+  // synchronization per device and call. The CPU accumulates in f64, so that many small squares are
+  // not lost to a sequential sum; devices add f32 in trees (and have no f64).
   double sum_of_squares = 0.0;
-  for (const Tensor& total : totals) sum_of_squares += total.item();
+  for (const DeviceGradients& group : gradients_by_device(parameters)) {
+    const Tensor squares = Tensor::empty({static_cast<int64_t>(group.grads.size())},
+                                         group.device.is_cpu() ? kFloat64 : kFloat32, group.device);
+    backend_for(group.device).squared_norms(group.grads, squares);
+    for (double value : squares.to(Device::cpu()).to_vector()) sum_of_squares += value;
+  }
   const double norm = std::sqrt(sum_of_squares);
   if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
     scale_gradients(parameters, max_norm / (norm + 1e-6));

@@ -8,8 +8,6 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
-#include "runtime/ops/elementwise.h"
-#include "runtime/ops/reduction.h"
 
 namespace weft {
 namespace {
@@ -186,7 +184,8 @@ double DataParallel::clip_gradients(double max_norm) {
   autograd::NoGradGuard no_grad;
   const Device device = group_->device();
   // Each rank's shard holds distinct elements (padding is zero): the squares add up across ranks.
-  Tensor squares = sum(square(shard_gradients_.to(wide_dtype(device)))).reshape({1});
+  Tensor squares = Tensor::empty({1}, wide_dtype(device), device);
+  backend_for(device).squared_norms({shard_gradients_}, squares);
   wait(group_->all_reduce(squares, Reduction::kSum, stream_));
   const double norm = std::sqrt(squares.item());
   if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {

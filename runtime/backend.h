@@ -72,6 +72,15 @@ class Backend {
   // reduced dim (dims has one entry then) — pass an undefined tensor when not needed.
   virtual void reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t> dims, const Tensor& out,
                       const Tensor& indices) = 0;
+  // out[i] = the sum of the squares of every element of tensors[i] (any shapes and strides, all on
+  // this backend's device); out [tensors.size()] contiguous, f32 or f64. Accumulated in f64 on the
+  // CPU and in f32 on devices, in a fixed order (the same bits from run to run); one pass over each
+  // tensor, no widened copies (the gradient norm of a whole model in one launch on CUDA).
+  virtual void squared_norms(absl::Span<const Tensor> tensors, const Tensor& out) = 0;
+  // Every element of every tensor (any shapes and strides, none overlapping another, all on this
+  // backend's device) multiplied by `factor` in place, rounded once to its dtype: what affine(x,
+  // factor, 0, x) does to each, in one launch on CUDA (gradient clipping and accumulation).
+  virtual void scale_in_place(absl::Span<const Tensor> tensors, double factor) = 0;
 
   // --- Matmul ----------------------------------------------------------------------------
   // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N], out [B, M, N] contiguous.

@@ -27,6 +27,8 @@ class CpuBackend final : public Backend {
 
   void reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t> dims, const Tensor& out,
               const Tensor& indices) override;
+  void squared_norms(absl::Span<const Tensor> tensors, const Tensor& out) override;
+  void scale_in_place(absl::Span<const Tensor> tensors, double factor) override;
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
 

@@ -183,4 +183,8 @@ void CpuBackend::affine(const Tensor& x, double scale, double shift, const Tenso
   });
 }
 
+void CpuBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor) {
+  for (const Tensor& tensor : tensors) affine(tensor, factor, 0.0, tensor);  // elementwise: in place is safe
+}
+
 }  // namespace weft

@@ -1,4 +1,5 @@
-// CPU kernels: sum, mean and max over a set of dims, accumulating in double for exactness.
+// CPU kernels: sum, mean and max over a set of dims, and the squared norms of a list of tensors,
+// accumulating in double for exactness.
 //
 // One strided walk over x visits every element; each element is mapped to its output slot by
 // strides equal to out's contiguous strides with the reduced dims set to 0 (out is contiguous).
@@ -47,6 +48,32 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t> 
     const double divisor = op == ReduceOp::kMean && reduced_count > 0 ? static_cast<double>(reduced_count) : 1.0;
     for (int64_t s = 0; s < out_numel; ++s) data[s] = store_element<T>(totals[s] / divisor);
   });
+}
+
+void CpuBackend::squared_norms(absl::Span<const Tensor> tensors, const Tensor& out) {
+  WEFT_CHECK(out.dim() == 1 && out.size(0) == static_cast<int64_t>(tensors.size()) && out.is_contiguous() &&
+                 (out.dtype() == kFloat32 || out.dtype() == kFloat64),
+             "squared_norms: out must be [", tensors.size(), "] f32 or f64, contiguous; got ", out.describe());
+  std::vector<double> totals(tensors.size(), 0.0);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const Tensor& x = tensors[t];
+    cpu::dispatch_floating(x.dtype(), "squared_norms", [&]<class T>() {
+      const T* in = x.data<T>();
+      double total = 0.0;
+      cpu::for_each_index<1>(x.shape(), {&x.strides()}, [&](int64_t i) {
+        const double value = static_cast<double>(load_element(in[i]));
+        total += value * value;
+      });
+      totals[t] = total;
+    });
+  }
+  for (size_t t = 0; t < totals.size(); ++t) {
+    if (out.dtype() == kFloat64) {
+      out.data<double>()[t] = totals[t];
+    } else {
+      out.data<float>()[t] = static_cast<float>(totals[t]);
+    }
+  }
 }
 
 }  // namespace weft

@@ -1,25 +1,21 @@
-// Multi-tensor AdamW (optimizer_kernels.h). The host packs one slot per parameter and one entry per
-// chunk of 64K elements into a small device table; each block updates one chunk, so one launch
-// covers a whole model whatever the parameter sizes.
+// Multi-tensor AdamW (optimizer_kernels.h): one slot per parameter in a multi_tensor_table.cuh
+// table; each block updates one chunk of 64K elements, so one launch covers a whole model whatever
+// the parameter sizes.
 #include "runtime/cuda/optimizer_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstring>
-
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/multi_tensor_table.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/error.h"
 
 namespace weft::cuda {
 namespace {
 
-constexpr int64_t kChunkElements = 65536;
 constexpr int kThreads = 512;
-
-enum StorageKind : int32_t { kStorageF32 = 0, kStorageBF16 = 1, kStorageF16 = 2 };
 
 struct TensorSlot {
   void* parameter;
@@ -34,36 +30,6 @@ struct TensorSlot {
   int32_t parameter_kind;
   int32_t grad_kind;
 };
-
-struct ChunkSlot {
-  int64_t tensor;
-  int64_t start;
-};
-
-int32_t storage_kind(const Tensor& tensor, const char* role) {
-  switch (tensor.dtype()) {
-    case kFloat32: return kStorageF32;
-    case kBFloat16: return kStorageBF16;
-    case kFloat16: return kStorageF16;
-    default: WEFT_FAIL("adamw_multi_tensor: ", role, " ", tensor.describe(), " must be f32, bf16 or f16");
-  }
-}
-
-__device__ __forceinline__ float load_kind(const void* base, int32_t kind, int64_t i) {
-  switch (kind) {
-    case kStorageBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-    case kStorageF16: return __half2float(static_cast<const __half*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
-  }
-}
-
-__device__ __forceinline__ void store_kind(void* base, int32_t kind, int64_t i, float value) {
-  switch (kind) {
-    case kStorageBF16: static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(value); return;
-    case kStorageF16: static_cast<__half*>(base)[i] = __float2half_rn(value); return;
-    default: static_cast<float*>(base)[i] = value;
-  }
-}
 
 __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, float beta1,
                                     float one_minus_beta1, float beta2, float one_minus_beta2, float eps) {
@@ -129,28 +95,16 @@ void adamw_multi_tensor(const std::vector<AdamWTensorUpdate>& updates, double be
     slot.step_size = static_cast<float>(update.step_size);
     slot.bias_correction2_sqrt = static_cast<float>(update.bias_correction2_sqrt);
     slot.decay = static_cast<float>(update.decay);
-    slot.parameter_kind = storage_kind(update.parameter, "parameter");
-    slot.grad_kind = storage_kind(update.grad, "grad");
-    for (int64_t start = 0; start < slot.numel; start += kChunkElements) {
-      chunks.push_back({static_cast<int64_t>(tensors.size()), start});
-    }
+    slot.parameter_kind = storage_kind(update.parameter, "adamw_multi_tensor: parameter");
+    slot.grad_kind = storage_kind(update.grad, "adamw_multi_tensor: grad");
+    add_chunks(chunks, static_cast<int64_t>(tensors.size()), slot.numel);
     tensors.push_back(slot);
   }
   if (chunks.empty()) return;
-  // One host table, copied in one transfer: [tensor slots][chunk slots], 8-byte aligned.
-  const size_t tensor_bytes = tensors.size() * sizeof(TensorSlot);
-  const size_t chunk_bytes = chunks.size() * sizeof(ChunkSlot);
-  const int64_t words = static_cast<int64_t>((tensor_bytes + chunk_bytes + 7) / 8);
-  Tensor host = Tensor::empty({words}, kInt64, Device::cpu());
-  std::memcpy(host.raw_data(), tensors.data(), tensor_bytes);
-  std::memcpy(static_cast<char*>(host.raw_data()) + tensor_bytes, chunks.data(), chunk_bytes);
-  Tensor table = host.to(device);  // pageable source: the copy has read it before returning
-  const auto* device_tensors = static_cast<const TensorSlot*>(table.raw_data());
-  const auto* device_chunks =
-      reinterpret_cast<const ChunkSlot*>(static_cast<const char*>(table.raw_data()) + tensor_bytes);
+  const DeviceTable<TensorSlot> table = upload_table(tensors, chunks, device);
   set_device(device.index);
   adamw_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, current_stream(device.index)>>>(
-      device_tensors, device_chunks, static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
+      table.slots, table.chunks, static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
       static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps));
   WEFT_CUDA_CHECK_LAUNCH();
 }

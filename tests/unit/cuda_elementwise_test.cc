@@ -458,6 +458,33 @@ TEST(CudaReduce, SplitSumsAndMeansOfLargeReductionsMatchCpu) {
   }
 }
 
+// The gradient norm's sums of squares (clip_grad_norm): tensors of one element, of exactly one and
+// of just over one 64K chunk, of several chunks, empty, and a strided view, in f32, bf16 and f16;
+// against the CPU's f64 sums, and the same bits on a second call.
+TEST(CudaSquaredNorms, MatchCpuAcrossChunksDtypesAndViews) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
+  const Tensor base = random_host({300, 7}, kFloat32);  // viewed transposed below
+  const std::vector<Tensor> host = {random_host({1}, kFloat32),       random_host({65536}, kBFloat16),
+                                    random_host({65537}, kFloat16),   random_host({3, 100003}, kFloat32),
+                                    Tensor::empty({0, 5}, kBFloat16), base.transpose(0, 1)};
+  std::vector<Tensor> device;
+  for (size_t i = 0; i + 1 < host.size(); ++i) device.push_back(host[i].to(kGpu));
+  device.push_back(base.to(kGpu).transpose(0, 1));
+  ASSERT_FALSE(device.back().is_contiguous());
+  Tensor expected = Tensor::empty({6}, kFloat64);
+  backend_for(Device::cpu()).squared_norms(host, expected);
+  Tensor out = poisoned({6}, kFloat32);
+  backend_for(kGpu).squared_norms(device, out);
+  const std::vector<double> actual = out.to_vector(), reference = expected.to_vector();
+  for (size_t i = 0; i < reference.size(); ++i) {
+    EXPECT_NEAR(actual[i], reference[i], 1e-5 * reference[i] + 1e-30) << "tensor " << i << " " << host[i].describe();
+  }
+  EXPECT_EQ(actual[4], 0.0) << "empty tensor";
+  Tensor again = poisoned({6}, kFloat32);
+  backend_for(kGpu).squared_norms(device, again);
+  EXPECT_EQ(again.to_vector(), actual) << "the same bits from run to run";
+}
+
 TEST(CudaReduce, MaxTakesTheFirstIndexOnTiesAndPropagatesNan) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   // Values from {0, 1, 2, 3}: every row has ties for its maximum.

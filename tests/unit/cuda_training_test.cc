@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "launcher/trainer.h"
+#include "optim/gradient_clipping.h"
 #include "optim/optimizer.h"
 #include "runtime/weft.h"
 #include "tests/support/cuda_expectations.h"
@@ -74,6 +75,35 @@ RunConfig small_run(const std::string& text_path, const std::string& device, con
   config.log.every = 1;
   config.log.progress = "plain";
   return config;
+}
+
+// clip_grad_norm on GPU gradients (one squared_norms call for all of them) against the same
+// gradients on the CPU: the norm, and the gradients it scales down.
+TEST(CudaGradientClipping, MatchesTheCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  const std::vector<std::vector<int64_t>> shapes = {{37, 19}, {19}, {300, 257}, {70000}};
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    std::vector<Tensor> cpu_parameters, gpu_parameters;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor cpu = Tensor::normal(shapes[i], 10 + i).to(dtype).set_requires_grad(true);
+      Tensor gpu = cpu.detach().to(Device::cuda(0)).set_requires_grad(true);
+      const Tensor grad = Tensor::normal(shapes[i], 200 + i, 0, 0.0, 0.1).to(dtype);
+      cpu.set_grad(grad);
+      gpu.set_grad(grad.to(Device::cuda(0)));
+      cpu_parameters.push_back(cpu);
+      gpu_parameters.push_back(gpu);
+    }
+    const double cpu_norm = clip_grad_norm(cpu_parameters, 1.0);
+    const double gpu_norm = clip_grad_norm(gpu_parameters, 1.0);
+    ASSERT_GT(cpu_norm, 1.0) << "the gradients must be clipped for this test";
+    EXPECT_NEAR(gpu_norm, cpu_norm, 1e-5 * cpu_norm) << dtype_name(dtype);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_LE(testing::relative_error(gpu_parameters[i].grad().to(Device::cpu()).to(kFloat32),
+                                        cpu_parameters[i].grad().to(kFloat32)),
+                dtype == kFloat32 ? 1e-6 : 1e-2)
+          << "gradient " << i << " " << dtype_name(dtype);
+    }
+  }
 }
 
 TEST(CudaTraining, SmallGptStepsMatchTheCpu) {

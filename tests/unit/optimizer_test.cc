@@ -559,6 +559,32 @@ TEST(GradientClipping, LowPrecisionGradientsAreSummedInDouble) {
   EXPECT_EQ(clip_grad_norm({weight.tensor}, 0.0), 64.0);
 }
 
+// The backend call behind clip_grad_norm: one sum of squares per tensor, read in place whatever the
+// dtype and strides, into f64 or f32, and 0 for an empty tensor.
+TEST(GradientClipping, SquaredNormsOfMixedTensors) {
+  const Tensor wide = Tensor::normal({7, 5}, 41, 0, 0.0, 1.0, kFloat64);
+  const Tensor transposed = Tensor::normal({6, 3}, 42, 0, 0.0, 1.0, kFloat32).transpose(0, 1);  // strided view
+  const Tensor narrow = Tensor::normal({300}, 43, 0, 0.0, 1.0, kBFloat16);
+  const Tensor empty = Tensor::empty({0, 4}, kFloat32);
+  const std::vector<Tensor> tensors = {wide, transposed, narrow, empty};
+  std::vector<double> expected;
+  for (const Tensor& tensor : tensors) {
+    double total = 0.0;
+    for (double value : tensor.to_vector()) total += value * value;
+    expected.push_back(total);
+  }
+  Backend& cpu = backend_for(Device::cpu());
+  Tensor out = Tensor::full({4}, std::nan(""), kFloat64);
+  cpu.squared_norms(tensors, out);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_DOUBLE_EQ(out.to_vector()[i], expected[i]) << i;
+  Tensor single = Tensor::full({4}, std::nan(""), kFloat32);
+  cpu.squared_norms(tensors, single);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(single.to_vector()[i], static_cast<double>(static_cast<float>(expected[i]))) << i;
+  }
+  expect_error([&] { cpu.squared_norms(tensors, Tensor::empty({3}, kFloat64)); }, "squared_norms: out must be [4]");
+}
+
 // --- Gradient accumulation -------------------------------------------------------------------
 
 TEST(GradientAccumulation, TwoHalfBatchesScaledByHalfEqualTheFullBatch) {

@@ -1,0 +1,146 @@
+// Whole-model passes over a list of tensors (a model's gradients) in one or two launches, whatever
+// their number and sizes, through multi_tensor_table.cuh tables of 64K-element chunks:
+//   CudaBackend::squared_norms: each block adds the squares of one chunk into a partial sum, then
+//     one warp per tensor adds its chunks' partials in order. f32 accumulation (fmaf), fixed order:
+//     the same bits from run to run. Strided tensors are copied contiguous first.
+//   CudaBackend::scale_in_place: each block scales one chunk (strided tensors go through affine).
+// Elements are f32, bf16 or f16, read and written in place.
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/multi_tensor_table.cuh"
+#include "runtime/cuda/row_kernels.cuh"
+#include "runtime/cuda/stream.h"
+
+namespace weft {
+namespace cuda {
+namespace {
+
+constexpr int kChunkThreads = 512;
+constexpr int kTensorsPerBlock = 8;  // one warp each in the second launch
+
+struct NormSlot {
+  const void* data;
+  int64_t numel;
+  int64_t first_chunk;  // this tensor's chunks are [first_chunk, first_chunk + chunk_count)
+  int64_t chunk_count;
+  int32_t kind;
+  int32_t unused;  // keeps the slot a multiple of 8 bytes
+};
+
+__global__ void __launch_bounds__(kChunkThreads)
+    chunk_squares_kernel(const NormSlot* tensors, const ChunkSlot* chunks, float* partials /* [chunks] */) {
+  __shared__ float scratch[32];
+  const ChunkSlot chunk = chunks[blockIdx.x];
+  const NormSlot slot = tensors[chunk.tensor];
+  const int64_t end = min(chunk.start + kChunkElements, slot.numel);
+  float total = 0.0f;
+  for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
+    const float value = load_kind(slot.data, slot.kind, i);
+    total = fmaf(value, value, total);
+  }
+  total = block_sum(total, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void __launch_bounds__(32 * kTensorsPerBlock)
+    tensor_sums_kernel(const NormSlot* tensors, int64_t count, const float* partials, float* out /* [count] */) {
+  const int64_t tensor = static_cast<int64_t>(blockIdx.x) * kTensorsPerBlock + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (tensor >= count) return;  // whole warps leave together
+  const NormSlot slot = tensors[tensor];
+  float total = 0.0f;
+  for (int64_t c = lane; c < slot.chunk_count; c += 32) total += partials[slot.first_chunk + c];
+  total = warp_sum(total);
+  if (lane == 0) out[tensor] = total;
+}
+
+struct ScaleSlot {
+  void* data;
+  int64_t numel;
+  int32_t kind;
+  int32_t unused;  // keeps the slot a multiple of 8 bytes
+};
+
+__global__ void __launch_bounds__(kChunkThreads)
+    scale_chunks_kernel(const ScaleSlot* tensors, const ChunkSlot* chunks, float factor) {
+  const ChunkSlot chunk = chunks[blockIdx.x];
+  const ScaleSlot slot = tensors[chunk.tensor];
+  const int64_t end = min(chunk.start + kChunkElements, slot.numel);
+  for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
+    store_kind(slot.data, slot.kind, i, load_kind(slot.data, slot.kind, i) * factor);
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::squared_norms(absl::Span<const Tensor> tensors, const Tensor& out) {
+  const int64_t count = static_cast<int64_t>(tensors.size());
+  WEFT_CHECK(out.dim() == 1 && out.size(0) == count && out.is_contiguous() && out.dtype() == kFloat32 &&
+                 out.device().is_cuda(),
+             "squared_norms: out must be [", count, "] f32, contiguous, on a CUDA device; got ", out.describe());
+  if (count == 0) return;
+  const Device device = out.device();
+  cuda::set_device(device.index);
+  const cudaStream_t stream = cuda::current_stream(device.index);
+  std::vector<Tensor> contiguous;  // keeps the copies of strided inputs alive until the launch
+  std::vector<cuda::NormSlot> slots;
+  std::vector<cuda::ChunkSlot> chunks;
+  for (const Tensor& tensor : tensors) {
+    WEFT_CHECK(tensor.device() == device, "squared_norms: ", tensor.describe(), " is not on ", device.to_string(),
+               " like out");
+    const Tensor& x = tensor.is_contiguous() ? tensor : contiguous.emplace_back(tensor.contiguous());
+    cuda::NormSlot slot{};
+    slot.data = x.raw_data();
+    slot.numel = x.numel();
+    slot.first_chunk = static_cast<int64_t>(chunks.size());
+    slot.kind = cuda::storage_kind(x, "squared_norms:");
+    cuda::add_chunks(chunks, static_cast<int64_t>(slots.size()), slot.numel);
+    slot.chunk_count = static_cast<int64_t>(chunks.size()) - slot.first_chunk;
+    slots.push_back(slot);
+  }
+  const cuda::DeviceTable<cuda::NormSlot> table = cuda::upload_table(slots, chunks, device);
+  // An empty tensor has no chunks: its warp adds nothing and writes 0.
+  Tensor partials = Tensor::empty({std::max<int64_t>(1, static_cast<int64_t>(chunks.size()))}, kFloat32, device);
+  if (!chunks.empty()) {
+    cuda::chunk_squares_kernel<<<static_cast<unsigned int>(chunks.size()), cuda::kChunkThreads, 0, stream>>>(
+        table.slots, table.chunks, partials.data<float>());
+    WEFT_CUDA_CHECK_LAUNCH();
+  }
+  const auto blocks = static_cast<unsigned int>((count + cuda::kTensorsPerBlock - 1) / cuda::kTensorsPerBlock);
+  cuda::tensor_sums_kernel<<<blocks, 32 * cuda::kTensorsPerBlock, 0, stream>>>(table.slots, count,
+                                                                               partials.data<float>(),
+                                                                               out.data<float>());
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor) {
+  if (tensors.empty()) return;
+  const Device device = tensors[0].device();
+  WEFT_CHECK(device.is_cuda(), "scale_in_place: ", tensors[0].describe(), " is not on a CUDA device");
+  std::vector<cuda::ScaleSlot> slots;
+  std::vector<cuda::ChunkSlot> chunks;
+  for (const Tensor& tensor : tensors) {
+    WEFT_CHECK(tensor.device() == device, "scale_in_place: ", tensor.describe(), " is not on ", device.to_string(),
+               " like ", tensors[0].describe());
+    if (!tensor.is_contiguous()) {
+      affine(tensor, factor, 0.0, tensor);  // elementwise, so in place is safe
+      continue;
+    }
+    cuda::ScaleSlot slot{};
+    slot.data = tensor.raw_data();
+    slot.numel = tensor.numel();
+    slot.kind = cuda::storage_kind(tensor, "scale_in_place:");
+    cuda::add_chunks(chunks, static_cast<int64_t>(slots.size()), slot.numel);
+    slots.push_back(slot);
+  }
+  if (chunks.empty()) return;
+  cuda::set_device(device.index);
+  const cuda::DeviceTable<cuda::ScaleSlot> table = cuda::upload_table(slots, chunks, device);
+  cuda::scale_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), cuda::kChunkThreads, 0,
+                              cuda::current_stream(device.index)>>>(table.slots, table.chunks,
+                                                                    static_cast<float>(factor));
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace weft

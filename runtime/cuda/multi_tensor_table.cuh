@@ -1,0 +1,88 @@
+// Tables for multi-tensor kernels: one launch walks a whole list of tensors (every parameter of a
+// model, whatever their sizes) in chunks of kChunkElements. The host packs one slot per tensor (a
+// struct the kernel defines) and one ChunkSlot per chunk into one device table, copied in one
+// transfer; block b handles chunks[b]. A tensor's chunks are consecutive in the table.
+//
+// Elements are f32, bf16 or f16, tagged per tensor (StorageKind) and read and written as f32
+// through load_kind / store_kind, so one kernel serves every mix of dtypes.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+namespace weft::cuda {
+
+inline constexpr int64_t kChunkElements = 65536;
+
+enum StorageKind : int32_t { kStorageF32 = 0, kStorageBF16 = 1, kStorageF16 = 2 };
+
+struct ChunkSlot {
+  int64_t tensor;  // index into the tensor slots
+  int64_t start;   // first element of the chunk
+};
+
+// The storage tag of `tensor`; `what` names the op and the tensor's role for the error.
+inline int32_t storage_kind(const Tensor& tensor, const char* what) {
+  switch (tensor.dtype()) {
+    case kFloat32: return kStorageF32;
+    case kBFloat16: return kStorageBF16;
+    case kFloat16: return kStorageF16;
+    default: WEFT_FAIL(what, " ", tensor.describe(), " must be f32, bf16 or f16");
+  }
+}
+
+// Appends the chunks of tensor slot `tensor` (numel elements).
+inline void add_chunks(std::vector<ChunkSlot>& chunks, int64_t tensor, int64_t numel) {
+  for (int64_t start = 0; start < numel; start += kChunkElements) chunks.push_back({tensor, start});
+}
+
+template <class Slot>
+struct DeviceTable {
+  Tensor storage;  // owns the device copy; keep it alive until the kernels reading it are enqueued
+  const Slot* slots = nullptr;
+  const ChunkSlot* chunks = nullptr;
+};
+
+// Copies [slots][chunks] to `device` in one transfer (8-byte aligned). The source is pageable host
+// memory, so the copy has read it before this returns.
+template <class Slot>
+DeviceTable<Slot> upload_table(const std::vector<Slot>& slots, const std::vector<ChunkSlot>& chunks,
+                               const Device& device) {
+  static_assert(sizeof(Slot) % 8 == 0, "slots keep the chunk table 8-byte aligned");
+  const size_t slot_bytes = slots.size() * sizeof(Slot);
+  const size_t chunk_bytes = chunks.size() * sizeof(ChunkSlot);
+  const int64_t words = static_cast<int64_t>((slot_bytes + chunk_bytes + 7) / 8);
+  Tensor host = Tensor::empty({words}, kInt64, Device::cpu());
+  std::memcpy(host.raw_data(), slots.data(), slot_bytes);
+  std::memcpy(static_cast<char*>(host.raw_data()) + slot_bytes, chunks.data(), chunk_bytes);
+  DeviceTable<Slot> table;
+  table.storage = host.to(device);
+  table.slots = static_cast<const Slot*>(table.storage.raw_data());
+  table.chunks = reinterpret_cast<const ChunkSlot*>(static_cast<const char*>(table.storage.raw_data()) + slot_bytes);
+  return table;
+}
+
+__device__ __forceinline__ float load_kind(const void* base, int32_t kind, int64_t i) {
+  switch (kind) {
+    case kStorageBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case kStorageF16: return __half2float(static_cast<const __half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+__device__ __forceinline__ void store_kind(void* base, int32_t kind, int64_t i, float value) {
+  switch (kind) {
+    case kStorageBF16: static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(value); return;
+    case kStorageF16: static_cast<__half*>(base)[i] = __float2half_rn(value); return;
+    default: static_cast<float*>(base)[i] = value;
+  }
+}
+
+}  // namespace weft::cuda
