@@ -9,6 +9,10 @@
 #include "optim/optimizer.h"
 #include "runtime/error.h"
 
+#if defined(WEFT_HAVE_CUDA)
+#include "runtime/cuda/optimizer_kernels.h"
+#endif
+
 namespace weft {
 namespace {
 
@@ -41,6 +45,18 @@ void sgd_update_cpu_typed(const Tensor& parameter, const Tensor& grad, const Ten
                                    master.defined() ? master.data<State>() : nullptr, parameter.numel(), step);
 }
 
+#if defined(WEFT_HAVE_CUDA)
+cuda::SgdTensorUpdate cuda_update(const Tensor& parameter, const Tensor& grad, const Tensor& momentum_buffer,
+                                  const Tensor& master, const SgdStep& step) {
+  return cuda::SgdTensorUpdate{.parameter = parameter,
+                               .grad = grad.contiguous(),
+                               .momentum_buffer = momentum_buffer,
+                               .master = master,
+                               .lr = step.lr,
+                               .weight_decay = step.weight_decay};
+}
+#endif
+
 class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<ParameterGroup> groups, const SgdOptions& options)
@@ -64,19 +80,31 @@ class Sgd final : public Optimizer {
 
   void step(double lr) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "sgd: lr must be finite and >= 0, got ", lr);
+#if defined(WEFT_HAVE_CUDA)
+    std::vector<cuda::SgdTensorUpdate> device_updates;  // all CUDA parameters: one launch
+#endif
     size_t index = 0;
     for (const ParameterGroup& group : groups_) {
       for (const NamedParameter& parameter : group.parameters) {
         const State& state = states_[index++];
         const Tensor grad = parameter.tensor.grad();
         if (!grad.defined()) continue;
-        sgd_update(parameter.tensor, grad, state.momentum_buffer, state.master,
-                   SgdStep{.lr = lr,
-                           .momentum = options_.momentum,
-                           .nesterov = options_.nesterov,
-                           .weight_decay = group.weight_decay});
+        const SgdStep scalars{.lr = lr,
+                              .momentum = options_.momentum,
+                              .nesterov = options_.nesterov,
+                              .weight_decay = group.weight_decay};
+#if defined(WEFT_HAVE_CUDA)
+        if (parameter.tensor.device().is_cuda()) {
+          device_updates.push_back(cuda_update(parameter.tensor, grad, state.momentum_buffer, state.master, scalars));
+          continue;
+        }
+#endif
+        sgd_update(parameter.tensor, grad, state.momentum_buffer, state.master, scalars);
       }
     }
+#if defined(WEFT_HAVE_CUDA)
+    cuda::sgd_multi_tensor(device_updates, options_.momentum, options_.nesterov);
+#endif
     steps_ += 1;
   }
 
@@ -97,8 +125,14 @@ class Sgd final : public Optimizer {
 void sgd_update(const Tensor& parameter, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& master,
                 const SgdStep& step) {
   if (!parameter.device().is_cpu()) {
+#if defined(WEFT_HAVE_CUDA)
+    cuda::sgd_multi_tensor({cuda_update(parameter, grad, momentum_buffer, master, step)}, step.momentum,
+                           step.nesterov);
+    return;
+#else
     WEFT_FAIL("sgd_update: parameter ", parameter.describe(), " is on ", parameter.device().to_string(),
-              ", but SGD has no CUDA kernel yet; use train.optimizer: adamw on GPUs");
+              ", but this build of weft has no CUDA backend");
+#endif
   }
   const Tensor gradient = gradient_in_state_dtype(parameter, grad, "sgd_update");
   const DType state_dtype = optimizer_state_dtype(parameter.dtype());

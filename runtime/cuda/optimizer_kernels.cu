@@ -31,27 +31,33 @@ struct TensorSlot {
   int32_t grad_kind;
 };
 
+// The value an update starts from: the f32 master of a 16-bit parameter, unless an outside write
+// to the parameter (a weight load) left the master stale, in which case the stored parameter wins
+// (as optim/master_weights.h's load_parameter_value does on the CPU).
+__device__ __forceinline__ float starting_value(const void* parameter, int32_t parameter_kind, const float* master,
+                                                int64_t i) {
+  if (master == nullptr) return static_cast<const float*>(parameter)[i];
+  const float stored = load_kind(parameter, parameter_kind, i);
+  const float kept = master[i];
+  const float rounded = parameter_kind == kStorageBF16 ? __bfloat162float(__float2bfloat16_rn(kept))
+                                                       : __half2float(__float2half_rn(kept));
+  return (rounded == stored || (isnan(rounded) && isnan(stored))) ? kept : stored;
+}
+
+// Writes the updated value to the master (when there is one) and, rounded once, to the parameter.
+__device__ __forceinline__ void store_value(void* parameter, int32_t parameter_kind, float* master, int64_t i,
+                                            float value) {
+  if (master != nullptr) master[i] = value;
+  store_kind(parameter, parameter_kind, i, value);
+}
+
 __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, float beta1,
                                     float one_minus_beta1, float beta2, float one_minus_beta2, float eps) {
   const ChunkSlot chunk = chunks[blockIdx.x];
   const TensorSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
   for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
-    float value;
-    if (slot.master != nullptr) {
-      // An outside write to the 16-bit parameter (a weight load) wins over a stale master.
-      const float stored = load_kind(slot.parameter, slot.parameter_kind, i);
-      const float master = slot.master[i];
-      float rounded;
-      if (slot.parameter_kind == kStorageBF16) {
-        rounded = __bfloat162float(__float2bfloat16_rn(master));
-      } else {
-        rounded = __half2float(__float2half_rn(master));
-      }
-      value = (rounded == stored || (isnan(rounded) && isnan(stored))) ? master : stored;
-    } else {
-      value = static_cast<float*>(slot.parameter)[i];
-    }
+    float value = starting_value(slot.parameter, slot.parameter_kind, slot.master, i);
     const float g = load_kind(slot.grad, slot.grad_kind, i);
     value = value * slot.decay;
     const float m = slot.exp_avg[i] * beta1 + g * one_minus_beta1;
@@ -60,9 +66,52 @@ __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* 
     slot.exp_avg_sq[i] = v;
     const float denominator = sqrtf(v) / slot.bias_correction2_sqrt + eps;
     value = value - slot.step_size * (m / denominator);
-    if (slot.master != nullptr) slot.master[i] = value;
-    store_kind(slot.parameter, slot.parameter_kind, i, value);
+    store_value(slot.parameter, slot.parameter_kind, slot.master, i, value);
   }
+}
+
+struct SgdSlot {
+  void* parameter;
+  const void* grad;
+  float* momentum_buffer;  // null when momentum is 0
+  float* master;           // null for f32 parameters
+  int64_t numel;
+  float lr;
+  float weight_decay;
+  int32_t parameter_kind;
+  int32_t grad_kind;
+};
+
+__global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunks, float momentum, bool nesterov) {
+  const ChunkSlot chunk = chunks[blockIdx.x];
+  const SgdSlot slot = tensors[chunk.tensor];
+  const int64_t end = min(chunk.start + kChunkElements, slot.numel);
+  for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
+    float value = starting_value(slot.parameter, slot.parameter_kind, slot.master, i);
+    float direction = load_kind(slot.grad, slot.grad_kind, i);
+    if (slot.weight_decay != 0.0f) direction = direction + slot.weight_decay * value;
+    if (slot.momentum_buffer != nullptr) {
+      const float buffer = momentum * slot.momentum_buffer[i] + direction;
+      slot.momentum_buffer[i] = buffer;
+      direction = nesterov ? direction + momentum * buffer : buffer;
+    }
+    value = value - slot.lr * direction;
+    store_value(slot.parameter, slot.parameter_kind, slot.master, i, value);
+  }
+}
+
+// The checks every multi-tensor update makes of one parameter's tensors: same device as the first
+// parameter, contiguous, the parameter's size; an f32 master exactly for a 16-bit parameter.
+void check_update_tensors(const char* op, const Device& device, const Tensor& parameter, const Tensor& master,
+                          std::initializer_list<const Tensor*> same_size) {
+  for (const Tensor* tensor : same_size) {
+    WEFT_CHECK(tensor->device() == device && tensor->is_contiguous() && tensor->numel() == parameter.numel(), op,
+               ": ", tensor->describe(), " does not fit parameter ", parameter.describe(),
+               " (same device, size, contiguous)");
+  }
+  const bool sixteen_bit = parameter.dtype() != kFloat32;
+  WEFT_CHECK(sixteen_bit == master.defined(), op, ": ", parameter.describe(),
+             sixteen_bit ? " needs an f32 master copy" : " must not have a master copy");
 }
 
 }  // namespace
@@ -75,16 +124,11 @@ void adamw_multi_tensor(const std::vector<AdamWTensorUpdate>& updates, double be
   std::vector<TensorSlot> tensors;
   std::vector<ChunkSlot> chunks;
   for (const AdamWTensorUpdate& update : updates) {
-    for (const Tensor* tensor : {&update.parameter, &update.grad, &update.exp_avg, &update.exp_avg_sq}) {
-      WEFT_CHECK(tensor->device() == device && tensor->is_contiguous() && tensor->numel() == update.parameter.numel(),
-                 "adamw_multi_tensor: ", tensor->describe(), " does not fit parameter ", update.parameter.describe(),
-                 " (same device, size, contiguous)");
-    }
+    check_update_tensors("adamw_multi_tensor", device, update.parameter, update.master,
+                         {&update.parameter, &update.grad, &update.exp_avg, &update.exp_avg_sq});
     WEFT_CHECK(update.exp_avg.dtype() == kFloat32 && update.exp_avg_sq.dtype() == kFloat32,
                "adamw_multi_tensor: state must be f32 on CUDA");
     const bool sixteen_bit = update.parameter.dtype() != kFloat32;
-    WEFT_CHECK(sixteen_bit == update.master.defined(), "adamw_multi_tensor: ", update.parameter.describe(),
-               sixteen_bit ? " needs an f32 master copy" : " must not have a master copy");
     TensorSlot slot{};
     slot.parameter = update.parameter.raw_data();
     slot.grad = update.grad.raw_data();
@@ -106,6 +150,44 @@ void adamw_multi_tensor(const std::vector<AdamWTensorUpdate>& updates, double be
   adamw_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, current_stream(device.index)>>>(
       table.slots, table.chunks, static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
       static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps));
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void sgd_multi_tensor(const std::vector<SgdTensorUpdate>& updates, double momentum, bool nesterov) {
+  if (updates.empty()) return;
+  const Device device = updates[0].parameter.device();
+  WEFT_CHECK(device.is_cuda(), "sgd_multi_tensor: parameters must be on a CUDA device, got ",
+             updates[0].parameter.describe());
+  std::vector<SgdSlot> tensors;
+  std::vector<ChunkSlot> chunks;
+  for (const SgdTensorUpdate& update : updates) {
+    check_update_tensors("sgd_multi_tensor", device, update.parameter, update.master,
+                         {&update.parameter, &update.grad});
+    const bool with_buffer = update.momentum_buffer.defined();
+    WEFT_CHECK(with_buffer == (momentum != 0.0), "sgd_multi_tensor: a momentum buffer goes with momentum != 0 (",
+               momentum, "), got ", with_buffer ? update.momentum_buffer.describe() : std::string("none"));
+    if (with_buffer) {
+      check_update_tensors("sgd_multi_tensor", device, update.parameter, update.master, {&update.momentum_buffer});
+      WEFT_CHECK(update.momentum_buffer.dtype() == kFloat32, "sgd_multi_tensor: the momentum buffer must be f32 on CUDA");
+    }
+    SgdSlot slot{};
+    slot.parameter = update.parameter.raw_data();
+    slot.grad = update.grad.raw_data();
+    slot.momentum_buffer = with_buffer ? update.momentum_buffer.data<float>() : nullptr;
+    slot.master = update.master.defined() ? update.master.data<float>() : nullptr;
+    slot.numel = update.parameter.numel();
+    slot.lr = static_cast<float>(update.lr);
+    slot.weight_decay = static_cast<float>(update.weight_decay);
+    slot.parameter_kind = storage_kind(update.parameter, "sgd_multi_tensor: parameter");
+    slot.grad_kind = storage_kind(update.grad, "sgd_multi_tensor: grad");
+    add_chunks(chunks, static_cast<int64_t>(tensors.size()), slot.numel);
+    tensors.push_back(slot);
+  }
+  if (chunks.empty()) return;
+  const DeviceTable<SgdSlot> table = upload_table(tensors, chunks, device);
+  set_device(device.index);
+  sgd_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, current_stream(device.index)>>>(
+      table.slots, table.chunks, static_cast<float>(momentum), nesterov);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 

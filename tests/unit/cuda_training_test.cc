@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 
 #include "gtest/gtest.h"
 #include "launcher/trainer.h"
@@ -16,8 +18,11 @@
 namespace weft {
 namespace {
 
-// Three steps of AdamW on the same parameters and gradients, on the CPU and on the GPU.
-void expect_adamw_matches(DType dtype, double tolerance) {
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(const std::vector<NamedParameter>&)>;
+
+// Three steps of an optimizer on the same parameters and gradients, on the CPU and on the GPU: the
+// parameters after them, and every state tensor.
+void expect_optimizer_matches(const OptimizerFactory& make, DType dtype, double tolerance) {
   std::vector<NamedParameter> cpu_parameters, gpu_parameters;
   const std::vector<std::vector<int64_t>> shapes = {{37, 19}, {19}, {300, 257}};
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -26,8 +31,8 @@ void expect_adamw_matches(DType dtype, double tolerance) {
     cpu_parameters.push_back({"p" + std::to_string(i), cpu, Layout::replicate()});
     gpu_parameters.push_back({"p" + std::to_string(i), gpu, Layout::replicate()});
   }
-  auto cpu_optimizer = make_adamw(default_parameter_groups(cpu_parameters, 0.1), {0.9, 0.95, 1e-8});
-  auto gpu_optimizer = make_adamw(default_parameter_groups(gpu_parameters, 0.1), {0.9, 0.95, 1e-8});
+  auto cpu_optimizer = make(cpu_parameters);
+  auto gpu_optimizer = make(gpu_parameters);
   for (int step = 0; step < 3; ++step) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       Tensor grad = Tensor::normal(shapes[i], 100 + 10 * step + i, 0, 0.0, 0.1).to(dtype);
@@ -43,10 +48,20 @@ void expect_adamw_matches(DType dtype, double tolerance) {
     EXPECT_LE(error, tolerance) << "parameter " << i << " " << dtype_name(dtype);
   }
   const auto cpu_state = cpu_optimizer->state_dict();
-  for (const auto& [name, tensor] : gpu_optimizer->state_dict()) {
+  const auto gpu_state = gpu_optimizer->state_dict();
+  EXPECT_EQ(gpu_state.size(), cpu_state.size());
+  for (const auto& [name, tensor] : gpu_state) {
     if (tensor.dtype() == kInt64) continue;
     EXPECT_LE(testing::relative_error(tensor.to(Device::cpu()), cpu_state.at(name)), 1e-5) << name;
   }
+}
+
+void expect_adamw_matches(DType dtype, double tolerance) {
+  expect_optimizer_matches(
+      [](const std::vector<NamedParameter>& parameters) {
+        return make_adamw(default_parameter_groups(parameters, 0.1), {0.9, 0.95, 1e-8});
+      },
+      dtype, tolerance);
 }
 
 TEST(CudaAdamW, MatchesTheCpuUpdateInF32) {
@@ -57,6 +72,20 @@ TEST(CudaAdamW, MatchesTheCpuUpdateInF32) {
 TEST(CudaAdamW, MatchesTheCpuUpdateInBF16WithMasterWeights) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
   expect_adamw_matches(kBFloat16, 1e-2);
+}
+
+// SGD without momentum, with momentum and weight decay, and Nesterov momentum.
+TEST(CudaSgd, MatchesTheCpuUpdateInF32AndBF16WithMasterWeights) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  for (const SgdOptions options : {SgdOptions{.momentum = 0.0}, SgdOptions{.momentum = 0.9},
+                                   SgdOptions{.momentum = 0.9, .nesterov = true}}) {
+    SCOPED_TRACE("momentum " + std::to_string(options.momentum) + (options.nesterov ? " nesterov" : ""));
+    const OptimizerFactory make = [&](const std::vector<NamedParameter>& parameters) {
+      return make_sgd(default_parameter_groups(parameters, 0.1), options);
+    };
+    expect_optimizer_matches(make, kFloat32, 1e-6);
+    expect_optimizer_matches(make, kBFloat16, 1e-2);
+  }
 }
 
 RunConfig small_run(const std::string& text_path, const std::string& device, const std::string& dtype) {
