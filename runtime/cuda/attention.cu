@@ -6,8 +6,9 @@
 // simple kernels there (no tensor cores, the reference path of the tests). None writes the T x T
 // scores to device memory. cuDNN reads and writes strided views (the heads of one [B, T, 3, H, D]
 // projection, an output in [B, T, H, D] order) in place; the flash and f32 kernels address
-// contiguous tensors, so views go to them through contiguous copies. Scratch (the backward's delta = rowsum(dO * O) and the f32 dQ
-// accumulator, or cuDNN's workspace) comes from weft's allocator on the current stream.
+// contiguous tensors, so views go to them through contiguous copies. Scratch (the backward's
+// delta = rowsum(dO * O) and the f32 dQ accumulator, or cuDNN's workspace) comes from weft's
+// allocator on the current stream.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
