@@ -13,12 +13,11 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm) {
   autograd::NoGradGuard no_grad;
   // Per device, one Backend::squared_norms call over all its gradients (one pass over each, no
   // widened copies; on CUDA two launches for the whole model) and one read back: one host
-  // synchronization per device and call. The CPU accumulates in f64, so that many small squares are
-  // not lost to a sequential sum; devices add f32 in trees (and have no f64).
+  // synchronization per device and call, in the device's accumulation_dtype.
   double sum_of_squares = 0.0;
   for (const DeviceGradients& group : gradients_by_device(parameters)) {
-    const Tensor squares = Tensor::empty({static_cast<int64_t>(group.grads.size())},
-                                         group.device.is_cpu() ? kFloat64 : kFloat32, group.device);
+    const Tensor squares =
+        Tensor::empty({static_cast<int64_t>(group.grads.size())}, accumulation_dtype(group.device), group.device);
     backend_for(group.device).squared_norms(group.grads, squares);
     for (double value : squares.to(Device::cpu()).to_vector()) sum_of_squares += value;
   }

@@ -10,12 +10,6 @@
 #include "runtime/error.h"
 
 namespace weft {
-namespace {
-
-// The dtype sums of squares are taken in: f64 on the CPU (no drift), f32 on devices (no f64).
-DType wide_dtype(Device device) { return device.is_cpu() ? kFloat64 : kFloat32; }
-
-}  // namespace
 
 DataParallel::DataParallel(const Module& model, std::shared_ptr<ProcessGroup> group, CommStream stream,
                            const DataParallelOptions& options)
@@ -184,7 +178,7 @@ double DataParallel::clip_gradients(double max_norm) {
   autograd::NoGradGuard no_grad;
   const Device device = group_->device();
   // Each rank's shard holds distinct elements (padding is zero): the squares add up across ranks.
-  Tensor squares = Tensor::empty({1}, wide_dtype(device), device);
+  Tensor squares = Tensor::empty({1}, accumulation_dtype(device), device);
   backend_for(device).squared_norms({shard_gradients_}, squares);
   wait(group_->all_reduce(squares, Reduction::kSum, stream_));
   const double norm = std::sqrt(squares.item());
@@ -213,7 +207,7 @@ void DataParallel::zero_grad() {
 
 double DataParallel::average(double value) {
   if (group_->size() == 1) return value;
-  Tensor scalar = Tensor::full({1}, value, wide_dtype(group_->device()), group_->device());
+  Tensor scalar = Tensor::full({1}, value, accumulation_dtype(group_->device()), group_->device());
   group_->all_reduce(scalar, Reduction::kAverage, stream_)->synchronize();
   return scalar.item();
 }

@@ -172,6 +172,11 @@ class Backend {
 
 // The backend for a device type; weft::Error when the build lacks it.
 Backend& backend_for(Device device);
+
+// The dtype whole-tensor sums (a gradient norm, a loss over ranks) are taken in on `device`: f64 on
+// the CPU, so that long sequential sums do not drift; f32 on devices, which sum in trees (and whose
+// kernels have no f64).
+inline DType accumulation_dtype(const Device& device) { return device.is_cpu() ? kFloat64 : kFloat32; }
 // Called once by each backend at start-up.
 void register_backend(DeviceType type, Backend* backend);
 
