@@ -166,8 +166,10 @@ Tensor Tensor::view(absl::Span<const int64_t> requested) const {
 Tensor Tensor::reshape(absl::Span<const int64_t> requested) const {
   Shape shape = infer_shape(requested, numel(), "reshape", *this);
   Strides strides;
-  if (view_strides(*this, shape, &strides)) return view(shape);
-  return contiguous().view(shape);
+  if (!view_strides(*this, shape, &strides)) return contiguous().view(shape);
+  if (records_history(*this)) return autograd::apply<ViewFunction>({*this}, shape)[0];
+  // The strides just computed are the view's: no second view_strides through view().
+  return make_view(*this, std::move(shape), std::move(strides), offset());
 }
 
 Tensor Tensor::permute(absl::Span<const int64_t> order) const {
