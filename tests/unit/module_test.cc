@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/error_expectations.h"
+#include "tests/support/small_model_config.h"
 #include "layers/gpt.h"
 #include "layers/language_model.h"
 #include "layers/linear.h"
@@ -31,15 +32,11 @@ using testing::expect_contains;
         << "expected to find: " << (part) << "\nin: " << contains_text;                \
   } while (0)
 
-// A tiny GPT config used across tests: C = 8, H = 2, V = 11, T = 6, two blocks.
+// The layer tests' small config (tests/support) with V = 11 and the given model type.
 ModelConfig tiny_config(const std::string& type = "gpt") {
-  ModelConfig config;
+  ModelConfig config = testing::small_model_config();
   config.type = type;
-  config.layers = 2;
-  config.dim = 8;
-  config.heads = 2;
   config.vocab = 11;
-  config.seq_len = 6;
   return config;
 }
 
