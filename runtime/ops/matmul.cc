@@ -90,10 +90,13 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
   return {x.reshape({-1, x.size(-1)}), out_shape};
 }
 
-// linear with a bias: one product with the bias fused (Backend::matmul_bias), and linear_backward.
+// linear with a bias as one product with the bias fused (Backend::matmul_bias), or with `gelu`
+// gelu(linear(...)) from one Backend::matmul_bias_gelu call, which also writes the pre-activation.
+// Backward: with gelu, dPre = gelu'(pre) * dY (Backend::unary_backward) first; then linear_backward.
 class LinearFunction final : public autograd::Function {
  public:
-  std::string name() const override { return "LinearBackward"; }
+  explicit LinearFunction(bool gelu) : gelu_(gelu) {}
+  std::string name() const override { return gelu_ ? "LinearGeluBackward" : "LinearBackward"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const Tensor& x = inputs[0];
     const Tensor& weight = inputs[1];  // [N, K]
@@ -102,54 +105,33 @@ class LinearFunction final : public autograd::Function {
     x_shape_ = x.shape();
     const auto [rows, out_shape] = linear_rows(x, weight);  // [R, K], [..., N]
     Tensor out = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
-    backend_for(x.device()).matmul_bias(rows.unsqueeze(0), weight.transpose(0, 1).unsqueeze(0), bias.contiguous(),
-                                        out);
-    save_for_backward({rows, weight});
+    const Tensor a = rows.unsqueeze(0), b = weight.transpose(0, 1).unsqueeze(0);
+    if (gelu_) {
+      Tensor pre_activation = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
+      backend_for(x.device()).matmul_bias_gelu(a, b, bias.contiguous(), out, pre_activation);
+      save_for_backward({rows, weight, pre_activation.view({rows.size(0), n})});
+    } else {
+      backend_for(x.device()).matmul_bias(a, b, bias.contiguous(), out);
+      save_for_backward({rows, weight});
+    }
     return {out.view(out_shape)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& rows = saved()[0];    // [R, K]
     const Tensor& weight = saved()[1];  // [N, K]
     const int64_t n = weight.size(0);
-    const Tensor g = grad_or_zeros(grads, 0).reshape({-1, n});  // [R, N]
+    Tensor g = grad_or_zeros(grads, 0).reshape({-1, n});  // [R, N]
+    if (gelu_) {
+      const Tensor& pre_activation = saved()[2];  // [R, N]
+      Tensor grad_pre = Tensor::empty(pre_activation.shape(), pre_activation.dtype(), pre_activation.device());
+      backend_for(g.device()).unary_backward(UnaryOp::kGelu, pre_activation, g, grad_pre);
+      g = grad_pre;
+    }
     return linear_backward(g, rows, weight, x_shape_);
   }
 
  private:
-  Shape x_shape_;
-};
-
-// gelu(linear(x, weight, bias)) from one Backend::matmul_bias_gelu call, which also writes the
-// pre-activation; backward: dPre = gelu'(pre) * dY (Backend::unary_backward), then linear_backward.
-class LinearGeluFunction final : public autograd::Function {
- public:
-  std::string name() const override { return "LinearGeluBackward"; }
-  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
-    const Tensor& x = inputs[0];
-    const Tensor& weight = inputs[1];  // [N, K]
-    const Tensor& bias = inputs[2];    // [N]
-    const int64_t n = weight.size(0);
-    x_shape_ = x.shape();
-    const auto [rows, out_shape] = linear_rows(x, weight);  // [R, K], [..., N]
-    Tensor out = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
-    Tensor pre_activation = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
-    backend_for(x.device()).matmul_bias_gelu(rows.unsqueeze(0), weight.transpose(0, 1).unsqueeze(0),
-                                             bias.contiguous(), out, pre_activation);
-    save_for_backward({rows, weight, pre_activation.view({rows.size(0), n})});
-    return {out.view(out_shape)};
-  }
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    const Tensor& rows = saved()[0];            // [R, K]
-    const Tensor& weight = saved()[1];          // [N, K]
-    const Tensor& pre_activation = saved()[2];  // [R, N]
-    const int64_t n = weight.size(0);
-    const Tensor g = grad_or_zeros(grads, 0).reshape({-1, n});  // [R, N]
-    Tensor grad_pre = Tensor::empty(pre_activation.shape(), pre_activation.dtype(), pre_activation.device());
-    backend_for(g.device()).unary_backward(UnaryOp::kGelu, pre_activation, g, grad_pre);
-    return linear_backward(grad_pre, rows, weight, x_shape_);
-  }
-
- private:
+  bool gelu_;
   Shape x_shape_;
 };
 
@@ -195,7 +177,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x;
   Tensor out;
   if (bias.defined()) {
-    out = autograd::apply<LinearFunction>({rows, weight, bias})[0];
+    out = autograd::apply<LinearFunction>({rows, weight, bias}, false)[0];
   } else {
     out = matmul(rows, weight.transpose(0, 1));
   }
@@ -206,7 +188,7 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_linear_arguments("linear_gelu", x, weight, bias);
   if (!bias.defined()) return gelu(linear(x, weight));
   const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x;
-  const Tensor out = autograd::apply<LinearGeluFunction>({rows, weight, bias})[0];
+  const Tensor out = autograd::apply<LinearFunction>({rows, weight, bias}, true)[0];
   return x.dim() == 1 ? out.squeeze(0) : out;
 }
 
