@@ -5,7 +5,7 @@
 // Errors in the configuration or the data are reported in one line that names the key, file and
 // line where it can, and the program exits with status 2 (1 for a failure during training).
 // Under mpirun (`mpirun -np N weft-train run.yaml`) every rank runs this program; a rank that fails
-// ends the whole job at once (parallel/fault_handler.h), naming itself, so no rank is left waiting.
+// ends the whole job at once (parallel/comm/fault_handler.h), naming itself, so no rank is left waiting.
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -15,9 +15,9 @@
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
 #include "launcher/trainer.h"
-#include "parallel/fault_handler.h"
+#include "parallel/comm/fault_handler.h"
 #include "parallel/mesh.h"
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/mpi_environment.h"
 #include "runtime/error.h"
 
 int main(int argc, char** argv) {

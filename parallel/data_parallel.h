@@ -34,7 +34,7 @@
 
 #include "layers/module.h"
 #include "optim/optimizer.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace weft {
 
@@ -44,7 +44,7 @@ struct DataParallelOptions {
   double weight_decay = 0.0;        // for the decayed group (2-D and larger parameters)
 };
 
-// Timing of the collectives of one step, in host_clock_ms() (parallel/process_group.h).
+// Timing of the collectives of one step, in host_clock_ms() (parallel/comm/process_group.h).
 struct CommunicationRecord {
   std::string description;
   double start_ms = 0;

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <tuple>
 
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/mpi_environment.h"
 #include "runtime/error.h"
 
 namespace weft {

@@ -11,10 +11,10 @@
 #include <cmath>
 #include <thread>
 
-#include "parallel/comm_thread.h"
+#include "parallel/comm/comm_thread.h"
 #include "parallel/mesh.h"
-#include "parallel/mpi_environment.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/mpi_environment.h"
+#include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 
 namespace weft {

@@ -9,7 +9,7 @@
 #include "optim/gradient_clipping.h"
 #include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/mpi_environment.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
 

@@ -14,9 +14,9 @@
 #include <exception>
 #include <thread>
 
-#include "parallel/fault_handler.h"
-#include "parallel/mpi_environment.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/fault_handler.h"
+#include "parallel/comm/mpi_environment.h"
+#include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "parallel/mesh.h"
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/mpi_environment.h"
 
 int main(int argc, char** argv) {
   weft::MpiEnvironment mpi(&argc, &argv);

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/mpi_environment.h"
 
 namespace {
 

@@ -6,10 +6,10 @@
 #include <chrono>
 #include <thread>
 
-#include "parallel/collective_completion.h"
-#include "parallel/local_process_group.h"
+#include "parallel/comm/collective_completion.h"
+#include "parallel/comm/local_process_group.h"
 #include "parallel/mesh.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 #include "tests/support/error_expectations.h"
 
@@ -97,7 +97,7 @@ TEST(LocalProcessGroup, CollectivesOfOneRank) {
   }
 }
 
-// Root and peer checks are shared by every backend (parallel/collective_arguments.h): the message
+// Root and peer checks are shared by every backend (parallel/comm/collective_arguments.h): the message
 // names the call as written, with the rank that is out of range and the ranks the group has.
 TEST(LocalProcessGroup, BadRootsAndPeersAreNamed) {
   auto group = make_local_process_group(Device::cpu(), "dp");

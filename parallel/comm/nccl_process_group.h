@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 
 #define WEFT_NCCL_CHECK(call)                                                                          \

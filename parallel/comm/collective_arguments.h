@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace weft {
 

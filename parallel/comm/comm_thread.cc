@@ -1,4 +1,4 @@
-#include "parallel/comm_thread.h"
+#include "parallel/comm/comm_thread.h"
 
 #include <atomic>
 #include <cstdio>

@@ -2,9 +2,9 @@
 //
 // A ProcessGroup is a set of ranks (one axis of the Mesh: "dp", "pp" or "tp", or the whole world)
 // and the collectives among them: all_reduce, reduce_scatter, all_gather, broadcast, send/recv and
-// barrier. Backends: MPI on the CPU (parallel/mpi_process_group.cc), NCCL on CUDA
-// (parallel/nccl_process_group.cc), and a single-process group of size 1
-// (parallel/local_process_group.cc) so that most tests need no mpirun. make_process_group picks one.
+// barrier. Backends: MPI on the CPU (parallel/comm/mpi_process_group.cc), NCCL on CUDA
+// (parallel/comm/nccl_process_group.cc), and a single-process group of size 1
+// (parallel/comm/local_process_group.cc) so that most tests need no mpirun. make_process_group picks one.
 //
 // Every call names the CommStream it runs on and returns at once with a CollectiveHandle:
 //   auto handle = group.all_reduce(gradients, Reduction::kAverage, dp_stream);  // queued
@@ -29,7 +29,7 @@
 //   of each rank. The first use blocks the caller on NCCL (unique id broadcast, ncclCommInitRank),
 //   not on the CPU (MPI_Comm_idup).
 // - A collective that does not finish within WEFT_COMM_TIMEOUT_S seconds (default 60) aborts the
-//   whole job with a message naming the group and the collective (see parallel/fault_handler.h).
+//   whole job with a message naming the group and the collective (see parallel/comm/fault_handler.h).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,7 @@ struct CUstream_st;
 
 namespace weft {
 
-class CommThread;  // parallel/comm_thread.h: the CPU backend's communication thread
+class CommThread;  // parallel/comm/comm_thread.h: the CPU backend's communication thread
 class CommStream;
 
 enum class Reduction : uint8_t { kSum, kAverage, kMax };

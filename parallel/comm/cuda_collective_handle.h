@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "runtime/cuda/stream.h"
 
 namespace weft {

@@ -1,14 +1,14 @@
 #if WEFT_HAVE_CUDA && WEFT_HAVE_NCCL
 
-#include "parallel/nccl_process_group.h"
+#include "parallel/comm/nccl_process_group.h"
 
 #include <chrono>
 #include <cstdlib>
 
-#include "parallel/collective_arguments.h"
-#include "parallel/cuda_collective_handle.h"
-#include "parallel/fault_handler.h"
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/collective_arguments.h"
+#include "parallel/comm/cuda_collective_handle.h"
+#include "parallel/comm/fault_handler.h"
+#include "parallel/comm/mpi_environment.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/stream.h"
 

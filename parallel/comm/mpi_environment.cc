@@ -1,8 +1,8 @@
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/mpi_environment.h"
 
 #include <atomic>
 
-#include "parallel/fault_handler.h"
+#include "parallel/comm/fault_handler.h"
 
 namespace weft {
 namespace {

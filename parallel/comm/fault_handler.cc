@@ -1,4 +1,4 @@
-#include "parallel/fault_handler.h"
+#include "parallel/comm/fault_handler.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/mpi_environment.h"
 #include "runtime/error.h"
 
 namespace weft {

@@ -1,12 +1,12 @@
-#include "parallel/local_process_group.h"
+#include "parallel/comm/local_process_group.h"
 
-#include "parallel/collective_arguments.h"
-#include "parallel/comm_thread.h"
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/collective_arguments.h"
+#include "parallel/comm/comm_thread.h"
+#include "parallel/comm/mpi_environment.h"
 #include "runtime/error.h"
 
 #if WEFT_HAVE_CUDA
-#include "parallel/cuda_collective_handle.h"
+#include "parallel/comm/cuda_collective_handle.h"
 #include "runtime/cuda/stream.h"
 #endif
 

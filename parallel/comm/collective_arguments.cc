@@ -1,4 +1,4 @@
-#include "parallel/collective_arguments.h"
+#include "parallel/comm/collective_arguments.h"
 
 #include "runtime/error.h"
 

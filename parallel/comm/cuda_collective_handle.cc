@@ -1,10 +1,10 @@
 #if WEFT_HAVE_CUDA
 
-#include "parallel/cuda_collective_handle.h"
+#include "parallel/comm/cuda_collective_handle.h"
 
 #include <mutex>
 
-#include "parallel/comm_thread.h"
+#include "parallel/comm/comm_thread.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/error.h"
 

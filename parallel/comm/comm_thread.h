@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace weft {
 

@@ -6,7 +6,7 @@
 // clock), -1 before.
 #pragma once
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "runtime/graph/completion.h"
 
 namespace weft {

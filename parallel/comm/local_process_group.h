@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace weft {
 

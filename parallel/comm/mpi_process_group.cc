@@ -1,14 +1,14 @@
-#include "parallel/mpi_process_group.h"
+#include "parallel/comm/mpi_process_group.h"
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <thread>
 
-#include "parallel/collective_arguments.h"
-#include "parallel/comm_thread.h"
-#include "parallel/fault_handler.h"
-#include "parallel/mpi_environment.h"
+#include "parallel/comm/collective_arguments.h"
+#include "parallel/comm/comm_thread.h"
+#include "parallel/comm/fault_handler.h"
+#include "parallel/comm/mpi_environment.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 

@@ -1,15 +1,15 @@
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 #include <chrono>
 
-#include "parallel/local_process_group.h"
+#include "parallel/comm/local_process_group.h"
 #include "parallel/mesh.h"
-#include "parallel/mpi_environment.h"
-#include "parallel/mpi_process_group.h"
+#include "parallel/comm/mpi_environment.h"
+#include "parallel/comm/mpi_process_group.h"
 #include "runtime/error.h"
 
 #if WEFT_HAVE_CUDA && WEFT_HAVE_NCCL
-#include "parallel/nccl_process_group.h"
+#include "parallel/comm/nccl_process_group.h"
 #endif
 
 namespace weft {

@@ -1,4 +1,4 @@
-#include "parallel/collective_completion.h"
+#include "parallel/comm/collective_completion.h"
 
 namespace weft {
 namespace {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace weft {
 
