@@ -51,6 +51,7 @@ struct ParallelConfig {
 
 struct CommConfig {
   std::string mode = "manual";        // manual | auto
+  double bucket_mb = 25.0;            // data-parallel gradient bucket size (docs/performance.md)
 };
 
 struct CheckpointConfig {

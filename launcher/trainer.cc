@@ -15,20 +15,14 @@
 #include "launcher/metrics_logger.h"
 #include "launcher/text_dataset.h"
 #include "launcher/token_shard_dataset.h"
-#include "optim/gradient_clipping.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "parallel/data_parallel.h"
-#include "parallel/mesh.h"
 #include "parallel/comm/mpi_environment.h"
-#include "parallel/comm/process_group.h"
-#include "runtime/graph/executor.h"
-#include "runtime/graph/scheduler.h"
-#include "runtime/graph/step_graph.h"
+#include "parallel/mesh.h"
+#include "parallel/strategy.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
-#include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 
 namespace weft {
@@ -89,27 +83,17 @@ Value state_value(const LoadedCheckpoint& checkpoint, const std::string& key) {
   }
 }
 
-// Bytes of every tensor of an optimizer state dict (what one rank keeps), in MB.
-double state_megabytes(const std::map<std::string, Tensor>& state) {
-  double bytes = 0;
-  for (const auto& [name, tensor] : state) bytes += static_cast<double>(tensor.numel() * tensor.element_size());
-  return bytes / (1024.0 * 1024.0);
-}
-
 }  // namespace
 
 struct Trainer::State {
   int world_rank = 0;
   int world_size = 1;
-  std::unique_ptr<DataParallel> data_parallel;  // when parallel.dp > 1 or parallel.zero > 0
-  std::unique_ptr<graph::Executor> executor;
-  graph::CommMode comm_mode = graph::CommMode::kManual;
+  std::unique_ptr<Strategy> strategy;  // how the step is spread over the ranks (one process too)
   Device device;
   DType compute_dtype = kFloat32;
   std::unique_ptr<Dataset> train_data;
   std::unique_ptr<Dataset> validation_data;
   DatasetPosition validation_start;
-  std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LearningRateSchedule> schedule;
   int64_t start_step = 0;  // steps already done (from a checkpoint)
 };
@@ -134,7 +118,6 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   if (config_.train.device == "cuda" && MpiEnvironment::current() != nullptr) {
     s.device = Device::cuda(MpiEnvironment::current()->local_rank());  // one GPU per rank of a host
   }
-  s.comm_mode = graph::parse_comm_mode(config_.comm.mode);
   s.compute_dtype = parse_dtype(config_.train.dtype);
   const ModelConfig& model_config = config_.model;
 
@@ -166,20 +149,20 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   if (!s.device.is_cpu()) model_->to(s.device);
 
   const TrainConfig& train = config_.train;
-  auto make_optimizer = [&train](std::vector<ParameterGroup> groups) {
+  StrategyOptions options;
+  options.comm_mode = config_.comm.mode;
+  options.zero_stage = config_.parallel.zero;
+  options.bucket_bytes = static_cast<int64_t>(config_.comm.bucket_mb * 1024.0 * 1024.0);
+  options.micro_batches = train.micro_batches;
+  options.weight_decay = train.weight_decay;
+  options.grad_clip = train.grad_clip;
+  options.on_nan = train.on_nan;
+  options.trace = !config_.log.trace_file.empty();
+  options.make_optimizer = [&train](std::vector<ParameterGroup> groups) {
     return train.optimizer == "adamw" ? make_adamw(std::move(groups), {train.beta1, train.beta2, train.eps})
                                       : make_sgd(std::move(groups), {train.momentum, false});
   };
-  if (mesh.dp() > 1 || config_.parallel.zero > 0) {
-    // Manual comm mode: collectives run on the caller's stream and are waited for at once.
-    s.data_parallel = std::make_unique<DataParallel>(
-        *model_, make_process_group(mesh, Axis::kData, s.device), CommStream(),
-        DataParallelOptions{.zero_stage = config_.parallel.zero, .weight_decay = train.weight_decay});
-    s.optimizer = s.data_parallel->make_optimizer(make_optimizer);
-  } else {
-    s.optimizer = make_optimizer(default_parameter_groups(model_->named_parameters(), train.weight_decay));
-  }
-  s.executor = std::make_unique<graph::Executor>(s.device);
+  s.strategy = make_strategy(mesh, s.world_rank, *model_, options);
   s.schedule = std::make_unique<LearningRateSchedule>(config_.train.lr, config_.train.warmup_steps,
                                                       config_.train.steps, config_.train.schedule,
                                                       config_.train.min_lr_ratio);
@@ -209,13 +192,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
                ", this run has dp = ", config_.parallel.dp, " and zero = ", config_.parallel.zero,
                "; resume with the same parallel.dp and parallel.zero");
     model_->load_state_dict(strip_prefix(checkpoint.tensors, kModelPrefix));
-    if (s.data_parallel) {
-      // The shard from the loaded parameters, then the checkpoint's f32 master values over it.
-      s.data_parallel->load_shard_from_parameters();
-      s.data_parallel->scatter_optimizer_state(*s.optimizer, strip_prefix(checkpoint.tensors, kOptimizerPrefix));
-    } else {
-      s.optimizer->load_state_dict(strip_prefix(checkpoint.tensors, kOptimizerPrefix));
-    }
+    s.strategy->load_optimizer_state(strip_prefix(checkpoint.tensors, kOptimizerPrefix));
     s.train_data->seek(state_value<DatasetPosition>(checkpoint, "train_data"));
     model_->load_random_state(state_value<std::map<std::string, uint64_t>>(checkpoint, "random_state"));
     s.start_step = checkpoint.step;
@@ -234,7 +211,6 @@ TrainResult Trainer::run() {
   const int64_t vocabulary = config_.model.vocab;
   const double tokens_per_step = static_cast<double>(train.batch_size * steps_per_sequence);
   const double step_flops = tokens_per_step * flops_per_token(config_.model, model_->parameter_count());
-  const std::vector<Tensor> parameters = model_->parameters();
   const bool leader = s.world_rank == 0;  // prints, writes metrics and checkpoints
 
   MetricsLogger logger(train.steps, config_.log.every, leader ? config_.log.metrics_file : "",
@@ -245,7 +221,7 @@ TrainResult Trainer::run() {
                                    dtype_name(s.compute_dtype), s.device.to_string(), s.train_data->describe(),
                                    static_cast<long long>(train.steps), static_cast<long long>(train.batch_size),
                                    static_cast<long long>(steps_per_sequence)));
-  const double optimizer_mb = state_megabytes(s.optimizer->state_dict());
+  const double optimizer_mb = static_cast<double>(s.strategy->optimizer_state_bytes()) / (1024.0 * 1024.0);
   logger.log_event(absl::StrFormat("parallel: %d rank(s), dp %lld, zero %lld, comm %s; optimizer state %.1f MB on "
                                    "this rank",
                                    s.world_size, static_cast<long long>(config_.parallel.dp),
@@ -256,13 +232,12 @@ TrainResult Trainer::run() {
   } else if (config_.checkpoint.resume == "latest") {
     logger.log_event(absl::StrFormat("no checkpoint in %s yet; starting at step 1", config_.checkpoint.dir));
   }
-  std::string trace_events;  // log.trace_file: every step's timeline, laid end to end
-  double trace_offset_ms = 0;
 
   TrainResult result;
   result.first_step = s.start_step + 1;
   auto evaluate = [&](int64_t step) {
     if (!s.validation_data) return;
+    s.strategy->complete_parameter_updates();
     autograd::NoGradGuard no_grad;
     model_->eval();
     s.validation_data->seek(s.validation_start);  // the same batches every time, so losses compare
@@ -274,13 +249,13 @@ TrainResult Trainer::run() {
     }
     model_->train();
     const double mean = total / static_cast<double>(config_.data.val_batches);
-    result.last_validation_loss = s.data_parallel ? s.data_parallel->average(mean) : mean;
+    result.last_validation_loss = s.strategy->average(mean);
     logger.log_validation(step, *result.last_validation_loss);
   };
   auto save = [&](int64_t step) {
     // Every rank takes part in gathering sharded optimizer state; rank 0 writes.
-    const std::map<std::string, Tensor> optimizer_state =
-        s.data_parallel ? s.data_parallel->gather_optimizer_state(*s.optimizer) : s.optimizer->state_dict();
+    s.strategy->complete_parameter_updates();
+    const std::map<std::string, Tensor> optimizer_state = s.strategy->optimizer_state();
     if (leader) {
       std::map<std::string, Tensor> tensors = with_prefix(model_->state_dict(), kModelPrefix);
       for (auto& [name, tensor] : with_prefix(optimizer_state, kOptimizerPrefix)) tensors[name] = tensor;
@@ -294,10 +269,7 @@ TrainResult Trainer::run() {
                                        config_.checkpoint.dir, checkpoint_folder_name(step)));
     }
     // The other ranks wait here, without the collectives' deadline, however long the write takes.
-    if (s.world_size > 1) {
-      MpiCallLock lock;
-      MPI_Barrier(MPI_COMM_WORLD);
-    }
+    s.strategy->wait_for_all_ranks();
   };
 
   model_->train();
@@ -307,85 +279,21 @@ TrainResult Trainer::run() {
     metrics.step = step;
     metrics.lr = s.schedule->at(step - 1);
 
-    // The step as a graph: forward and backward of each micro-batch, the data-parallel
-    // collectives, the update. The scheduler orders it for the comm mode; the executor runs it and
-    // times every node, which gives the compute / communication / exposed-communication split.
-    graph::StepGraph step_graph;
-    std::vector<Tensor> losses(static_cast<size_t>(train.micro_batches));
-    double loss_total = 0;
-    graph::NodeId previous = -1;
-    auto after_previous = [&previous]() { return previous < 0 ? std::vector<graph::NodeId>{} : std::vector{previous}; };
-    for (int64_t micro = 0; micro < train.micro_batches; ++micro) {
-      previous = step_graph.add_node(
-          {graph::NodeKind::kForward, str("forward mb", micro), static_cast<int>(micro), graph::StreamClass::kCompute, 0,
-           graph::task([&, micro] {
-             TokenBatch batch = s.train_data->next_batch(micro_batch, steps_per_sequence);
-             Tensor logits = model_->logits(batch.inputs.to(s.device));  // [B, T, V]
-             Tensor loss = cross_entropy(logits.reshape({-1, vocabulary}), batch.targets.to(s.device).reshape({-1}));
-             // Each micro-batch's mean loss is divided by their count, so the accumulated gradient
-             // is the gradient of the mean over the whole step's batch.
-             if (train.micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(train.micro_batches));
-             losses[micro] = loss;
-           })},
-          after_previous());
-      previous = step_graph.add_node({graph::NodeKind::kBackward, str("backward mb", micro), static_cast<int>(micro),
-                                      graph::StreamClass::kCompute, 0, graph::task([&, micro] {
-                                        losses[micro].backward();
-                                        loss_total += losses[micro].item();
-                                        losses[micro] = Tensor();
-                                      })},
-                                      after_previous());
-    }
-    const int64_t gradient_bytes = model_->parameter_count() * dtype_size(s.compute_dtype);
-    if (s.data_parallel) {
-      previous = step_graph.add_node({graph::NodeKind::kCollective, "all_reduce loss", -1, graph::StreamClass::kDpComm,
-                                      8, graph::task([&] { loss_total = s.data_parallel->average(loss_total); })},
-                                     after_previous());
-      previous = step_graph.add_node(
-          {graph::NodeKind::kCollective, s.data_parallel->zero_stage() == 2 ? "reduce_scatter gradients"
-                                                                           : "all_reduce gradients",
-           -1, graph::StreamClass::kDpComm, gradient_bytes, graph::task([&] { s.data_parallel->reduce_gradients(); })},
-          after_previous());
-    }
-    previous = step_graph.add_node(
-        {graph::NodeKind::kOptimizer, "clip and update", -1, graph::StreamClass::kCompute, 0, graph::task([&] {
-           // The loss is the mean over the global batch (all ranks agree on it), so every rank
-           // takes the same decision here.
-           metrics.loss = loss_total;
-           if (!std::isfinite(metrics.loss)) {
-             WEFT_CHECK(train.on_nan == "skip", "the training loss is ", metrics.loss, " at step ", step,
-                        " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: "
-                        "skip");
-             metrics.skipped = true;
-           } else {
-             metrics.grad_norm = s.data_parallel ? s.data_parallel->clip_gradients(train.grad_clip)
-                                                 : clip_grad_norm(parameters, train.grad_clip);
-             s.optimizer->step(metrics.lr);
-           }
-           s.optimizer->zero_grad();
-           if (s.data_parallel) s.data_parallel->zero_grad();
-         })},
-        after_previous());
-    if (s.data_parallel && s.data_parallel->zero_stage() > 0) {
-      step_graph.add_node({graph::NodeKind::kCollective, "all_gather parameters", -1, graph::StreamClass::kDpComm,
-                           gradient_bytes / std::max(1, s.data_parallel->group().size()), graph::task([&] {
-                             if (!metrics.skipped) s.data_parallel->finish_step();
-                           })},
-                          after_previous());
-    }
-    const graph::StepTimeline timeline =
-        s.executor->execute(step_graph, graph::Scheduler::plan(step_graph, s.comm_mode));
+    // The step's graph (built once, by the strategy) runs every micro-batch, collective and the
+    // update, and times every node: the compute / communication / exposed-communication split.
+    const StepReport report = s.strategy->step(step, metrics.lr, [&] {
+      TokenBatch batch = s.train_data->next_batch(micro_batch, steps_per_sequence);
+      return MicroBatch{batch.inputs.to(s.device), batch.targets.to(s.device)};
+    });
     if (step == s.start_step + 1 && !config_.log.graph_file.empty() && leader) {
-      write_graph(step_graph, config_.log.graph_file);
-    }
-    if (!config_.log.trace_file.empty() && leader) {
-      const std::string events = timeline.chrome_trace_events(s.world_rank, "rank 0", trace_offset_ms);
-      if (!events.empty()) trace_events += (trace_events.empty() ? "" : ",") + events;
-      trace_offset_ms += timeline.step_ms;
+      s.strategy->write_graph(config_.log.graph_file);
     }
     backend_for(s.device).synchronize(s.device);  // step times measure the work, not its launch
-    metrics.comm_ms = timeline.comm_ms;
-    metrics.exposed_comm_ms = timeline.exposed_comm_ms;
+    metrics.loss = report.loss;
+    metrics.grad_norm = report.grad_norm;
+    metrics.skipped = report.skipped;
+    metrics.comm_ms = report.comm_ms;
+    metrics.exposed_comm_ms = report.exposed_comm_ms;
     metrics.optimizer_state_mb = optimizer_mb;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     metrics.step_ms = 1000.0 * seconds;
@@ -409,12 +317,8 @@ TrainResult Trainer::run() {
       (config_.checkpoint.every == 0 || result.last_step % config_.checkpoint.every != 0)) {
     save(result.last_step);
   }
-  if (!config_.log.trace_file.empty() && leader) {
-    // The Chrome trace event format: chrome://tracing or ui.perfetto.dev draw one row per stream.
-    std::ofstream trace(config_.log.trace_file);
-    trace << "{\"traceEvents\": [" << trace_events << "]}\n";
-    WEFT_CHECK(trace.good(), "log.trace_file: cannot write '", config_.log.trace_file, "'");
-  }
+  s.strategy->complete_parameter_updates();
+  if (!config_.log.trace_file.empty()) s.strategy->write_trace(config_.log.trace_file);  // every rank's rows
   return result;
 }
 

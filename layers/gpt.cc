@@ -34,7 +34,7 @@ std::string GptModel::settings() const {
   return out;
 }
 
-Tensor GptModel::logits(const Tensor& ids) {
+Tensor GptModel::embed(const Tensor& ids) {
   WEFT_CHECK(ids.dim() == 2, type_name(), ".logits: ids must be [B, T], got ", ids.describe());
   const int64_t time = ids.size(1);
   WEFT_CHECK(time >= 1 && time <= config_.seq_len, type_name(), ".logits: a sequence of ", time,
@@ -44,11 +44,38 @@ Tensor GptModel::logits(const Tensor& ids) {
     // Rows 0..T-1 of the table, a view: the same as looking up arange(T), without the lookup.
     x = add(x, position_embedding_->weight().narrow(0, 0, time));  // + [T, C]
   }
-  x = dropout_.apply(x, is_training());
-  for (size_t layer = 0; layer < blocks_->size(); ++layer) x = (*blocks_)[layer].forward(x);  // [B, T, C]
-  x = final_norm_->forward(x);
+  return dropout_.apply(x, is_training());
+}
+
+Tensor GptModel::head(const Tensor& x) {
+  const Tensor normed = final_norm_->forward(x);
   const Tensor output_weight = head_ != nullptr ? head_->weight() : token_embedding_->weight();  // [V, C]
-  return linear(x, output_weight);  // [B, T, V]
+  return linear(normed, output_weight);  // [B, T, V]
+}
+
+Tensor GptModel::logits(const Tensor& ids) { return run_segments(segments(), ids); }
+
+std::vector<ModelSegment> GptModel::segments() {
+  const std::vector<NamedParameter> parameters = named_parameters();
+  auto names_under = [&parameters](const std::vector<std::string>& prefixes) {
+    std::vector<std::string> names;
+    for (const NamedParameter& parameter : parameters) {
+      for (const std::string& prefix : prefixes) {
+        if (parameter.name.rfind(prefix, 0) == 0) names.push_back(parameter.name);
+      }
+    }
+    return names;
+  };
+  std::vector<ModelSegment> out;
+  out.push_back({"embedding", [this](const Tensor& ids) { return embed(ids); },
+                 names_under({"token_embedding.", "position_embedding."})});
+  for (size_t layer = 0; layer < blocks_->size(); ++layer) {
+    out.push_back({str("block ", layer), [this, layer](const Tensor& x) { return (*blocks_)[layer].forward(x); },
+                   names_under({str("blocks.", layer, ".")})});
+  }
+  out.push_back({"head", [this](const Tensor& x) { return head(x); },
+                 names_under({"final_norm.", head_ != nullptr ? "head." : "token_embedding."})});
+  return out;
 }
 
 WEFT_REGISTER_LAYER("gpt", [](const LayerContext& context) { return std::make_shared<GptModel>(context); });

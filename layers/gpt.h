@@ -9,6 +9,10 @@
 // token_embedding.weight, position_embedding.weight, blocks.N.{norm1,attention,norm2,mlp}...,
 // final_norm.weight, head.weight. Draw order is construction order: token embedding, position
 // embedding, blocks in order, final norm, head.
+//
+// Segments (layers/model_segment.h): "embedding" (ids -> embeddings + dropout), one per block
+// ("block N"), and "head" (final norm and output projection); logits() runs them in order. With
+// tied embeddings the head reads token_embedding.weight too.
 #pragma once
 
 #include <memory>
@@ -31,6 +35,7 @@ class GptModel : public LanguageModel {
   std::string settings() const override;
   // ids [B, T] -> [B, T, V]
   Tensor logits(const Tensor& ids) override;
+  std::vector<ModelSegment> segments() override;
 
   const ModelConfig& config() const { return config_; }
 
@@ -42,6 +47,11 @@ class GptModel : public LanguageModel {
   std::shared_ptr<Module> final_norm_;              // config.norm over C
   std::shared_ptr<Linear> head_;                    // [V, C]; null when tied
   DropoutStream dropout_;                           // on the embeddings
+
+  // ids [B, T] -> [B, T, C]: token (+ position) embeddings, dropout.
+  Tensor embed(const Tensor& ids);
+  // [B, T, C] -> [B, T, V]: final norm, output projection.
+  Tensor head(const Tensor& x);
 };
 
 }  // namespace weft

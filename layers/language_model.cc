@@ -7,6 +7,12 @@
 
 namespace weft {
 
+std::vector<ModelSegment> LanguageModel::segments() {
+  ModelSegment whole{"model", [this](const Tensor& ids) { return logits(ids); }, {}};
+  for (const NamedParameter& parameter : named_parameters()) whole.parameters.push_back(parameter.name);
+  return {whole};
+}
+
 std::shared_ptr<LanguageModel> build_model(const ModelConfig& config) {
   validate_model_config(config);
   uint64_t offset = 0;  // every build starts at counter 0: same seed, same weights

@@ -4,15 +4,20 @@
 //   std::shared_ptr<LanguageModel> model = build_model(config);   // config.type through the registry
 //   Tensor logits = model->logits(ids);                            // ids [B, T] -> [B, T, V]
 //   loss(*model, ids, targets).backward();                         // mean cross-entropy
+//   for (ModelSegment& segment : model->segments()) ...            // the pieces the step graph runs
 //
 // Weights are drawn from Philox(config.seed) in construction order, each layer at its own offsets,
 // so two builds of one config are identical on every backend. A custom model registers a factory
-// that returns a LanguageModel subclass (build_model refuses anything else).
+// that returns a LanguageModel subclass (build_model refuses anything else); it need not cut itself
+// into segments: by default the whole model is one segment (layers/model_segment.h).
 #pragma once
 
 #include <memory>
 
+#include <vector>
+
 #include "layers/model_config.h"
+#include "layers/model_segment.h"
 #include "layers/module.h"
 
 namespace weft {
@@ -23,6 +28,9 @@ class LanguageModel : public Module {
   virtual Tensor logits(const Tensor& ids) = 0;
   // forward is logits, so a model also works where a plain Module is expected.
   Tensor forward(const Tensor& ids) override { return logits(ids); }
+  // The model cut into pieces whose composition is logits() (model_segment.h). The default is one
+  // segment, logits itself, reading every parameter: a model that cannot be cut still trains.
+  virtual std::vector<ModelSegment> segments();
 };
 
 // Validates `config` (validate_model_config) and builds config.type through LayerRegistry::global().

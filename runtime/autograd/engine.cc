@@ -25,7 +25,12 @@ struct LaterFirst {
 
 }  // namespace
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph) {
+namespace {
+
+// The walk behind backward and backward_to_inputs: `stops` are accumulator nodes whose summed
+// gradient is stored in `stopped` (same index) instead of being run.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph,
+                  const std::vector<Node*>& stops, std::vector<Tensor>* stopped) {
   WEFT_CHECK(roots.size() == gradients.size(), "backward: ", roots.size(), " roots but ", gradients.size(),
              " gradients");
   NoGradGuard no_grad;
@@ -99,6 +104,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
     std::vector<Tensor> inputs = std::move(buffers[node]);
     buffers.erase(node);
     if (inputs.empty()) inputs.resize(node->num_outputs());
+    const auto stop = std::find(stops.begin(), stops.end(), node);
+    if (stop != stops.end()) {
+      (*stopped)[stop - stops.begin()] = inputs[0];
+      continue;
+    }
     // A node that received no gradient at all (a custom op returned none for this path) passes none
     // on: built-in backwards expect at least one gradient, and zeros would only cost time.
     const bool any_gradient = std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined(); });
@@ -121,6 +131,25 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
       if (--dependencies[next.node.get()] == 0) ready.push(next.node.get());
     }
   }
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph) {
+  run_backward(roots, gradients, retain_graph, {}, nullptr);
+}
+
+std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
+                                       const std::vector<Tensor>& inputs) {
+  std::vector<Node*> stops;
+  for (const Tensor& input : inputs) {
+    WEFT_CHECK(input.defined() && input.is_leaf() && input.requires_grad(), "backward_to_inputs: input ",
+               input.defined() ? input.describe() : std::string("(undefined)"), " is not a leaf that requires grad");
+    stops.push_back(gradient_edge(input).node.get());
+  }
+  std::vector<Tensor> stopped(inputs.size());
+  run_backward(roots, gradients, /*retain_graph=*/false, stops, &stopped);
+  return stopped;
 }
 
 }  // namespace weft::autograd

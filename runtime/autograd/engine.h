@@ -15,4 +15,10 @@ namespace weft::autograd {
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph = false);
 
+// backward that stops at `inputs` (leaves that require grad, such as a model segment's input):
+// the gradient summed at each input is returned, in order, instead of being accumulated into its
+// .grad (undefined where none arrived), so no copy is made. Other leaves accumulate as usual.
+std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
+                                       const std::vector<Tensor>& inputs);
+
 }  // namespace weft::autograd

@@ -1,0 +1,44 @@
+// wait_for_every_rank and gather_text_to_rank_zero (world_exchange.h).
+#include "parallel/comm/world_exchange.h"
+
+#include <mpi.h>
+
+#include <climits>
+
+#include "parallel/comm/mpi_environment.h"
+#include "runtime/error.h"
+
+namespace weft {
+
+void wait_for_every_rank() {
+  if (!mpi_is_active() || mpi_world_size() == 1) return;
+  MpiCallLock lock;
+  WEFT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+std::vector<std::string> gather_text_to_rank_zero(const std::string& text) {
+  if (!mpi_is_active() || mpi_world_size() == 1) return {text};
+  WEFT_CHECK(text.size() < static_cast<size_t>(INT_MAX), "gather_text_to_rank_zero: ", text.size(),
+             " bytes is more than one MPI message takes");
+  const int size = mpi_world_size();
+  const int rank = mpi_world_rank();
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(rank == 0 ? size : 0);
+  MpiCallLock lock;
+  WEFT_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::vector<int> offsets(lengths.size(), 0);
+  long long total = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    offsets[r] = static_cast<int>(total);
+    total += lengths[r];
+  }
+  WEFT_CHECK(total < INT_MAX, "gather_text_to_rank_zero: ", total, " bytes in all is more than one MPI message takes");
+  std::string joined(static_cast<size_t>(total), '\0');
+  WEFT_MPI_CHECK(MPI_Gatherv(text.data(), length, MPI_CHAR, joined.data(), lengths.data(), offsets.data(), MPI_CHAR, 0,
+                             MPI_COMM_WORLD));
+  std::vector<std::string> texts;
+  for (size_t r = 0; r < lengths.size(); ++r) texts.push_back(joined.substr(offsets[r], lengths[r]));
+  return texts;
+}
+
+}  // namespace weft

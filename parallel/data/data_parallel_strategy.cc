@@ -1,0 +1,230 @@
+// DataParallelStrategy (data_parallel_strategy.h) and make_strategy (parallel/strategy.h).
+#include "parallel/data/data_parallel_strategy.h"
+
+#include <fstream>
+#include <set>
+
+#include "optim/gradient_clipping.h"
+#include "parallel/comm/world_exchange.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+#include "parallel/comm/collective_completion.h"
+
+namespace weft {
+namespace {
+
+// Per bucket, the segment whose backward makes its gradients final: the lowest segment that reads
+// any of its parameters (backward reaches it last). A parameter no segment names is final only
+// after the whole backward (segment 0).
+std::vector<int> ready_segments(const GradientBuffer& buffer, const std::vector<ModelSegment>& segments) {
+  std::map<std::string, int> first_reader;
+  for (int s = static_cast<int>(segments.size()); s-- > 0;) {
+    for (const std::string& name : segments[s].parameters) first_reader[name] = s;
+  }
+  std::vector<int> ready(buffer.buckets().size(), static_cast<int>(segments.size()) - 1);
+  for (size_t b = 0; b < buffer.buckets().size(); ++b) {
+    for (const GradientBuffer::Slot& slot : buffer.buckets()[b].slots) {
+      const auto found = first_reader.find(buffer.parameters()[slot.parameter].name);
+      ready[b] = std::min(ready[b], found == first_reader.end() ? 0 : found->second);
+    }
+  }
+  return ready;
+}
+
+// Per segment, the buckets holding a parameter its forward reads (all buckets for a parameter no
+// segment names, which the first segment then waits for).
+std::vector<std::vector<size_t>> segment_buckets(const GradientBuffer& buffer, const std::vector<ModelSegment>& segments) {
+  std::map<std::string, size_t> bucket_of;
+  for (size_t i = 0; i < buffer.parameters().size(); ++i) bucket_of[buffer.parameters()[i].name] = buffer.bucket_of(i);
+  std::vector<std::set<size_t>> sets(segments.size());
+  std::set<std::string> named;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    for (const std::string& name : segments[s].parameters) {
+      const auto found = bucket_of.find(name);
+      WEFT_CHECK(found != bucket_of.end(), "model segment '", segments[s].name, "' names parameter '", name,
+                 "', which the model does not have");
+      sets[s].insert(found->second);
+      named.insert(name);
+    }
+  }
+  for (const auto& [name, bucket] : bucket_of) {
+    if (named.count(name) == 0) sets[0].insert(bucket);
+  }
+  std::vector<std::vector<size_t>> out;
+  for (const std::set<size_t>& set : sets) out.emplace_back(set.begin(), set.end());
+  return out;
+}
+
+int64_t state_bytes(const std::map<std::string, Tensor>& state) {
+  int64_t bytes = 0;
+  for (const auto& [name, tensor] : state) bytes += tensor.numel() * tensor.element_size();
+  return bytes;
+}
+
+}  // namespace
+
+DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, int world_rank, LanguageModel& model,
+                                           const StrategyOptions& options)
+    : group_(std::move(group)), world_rank_(world_rank), options_(options),
+      mode_(graph::parse_comm_mode(options.comm_mode)), device_(group_->device()), parameters_(model.parameters()),
+      buffer_(model.named_parameters(), options.bucket_bytes, group_->size()), executor_(group_->device()) {
+  WEFT_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, "parallel.zero = ", options.zero_stage,
+             " is not one of 0, 1, 2");
+  WEFT_CHECK(options.make_optimizer != nullptr, "strategy: no optimizer factory given");
+  buffer_.attach();
+  if (options.zero_stage > 0) {
+    zero_ = std::make_unique<ZeroSharding>(options.zero_stage, buffer_, group_);
+    optimizer_ = zero_->make_optimizer(options.make_optimizer, options.weight_decay);
+  } else {
+    optimizer_ = options.make_optimizer(default_parameter_groups(buffer_.parameters(), options.weight_decay));
+  }
+  gather_pending_.assign(buffer_.buckets().size(), 0);
+
+  const bool communicate = group_->size() > 1 || options.collectives_for_one_rank;
+  if (communicate && device_.is_cpu()) {
+    // The executor's dp_comm thread runs collectives on a stream of its own. A stream's first use in
+    // a group creates its communicator, collectively: make it here, on one thread, in one order on
+    // every rank, rather than from two threads at once during a step.
+    dp_comm_ = CommStream::caller("dp_comm");
+    group_->barrier(CommStream())->synchronize();
+    group_->barrier(dp_comm_)->synchronize();
+  }
+
+  StepRecipe recipe;
+  recipe.segments = model.segments();
+  recipe.micro_batches = options.micro_batches;
+  recipe.device = device_;
+  recipe.on_nan = options.on_nan;
+  recipe.update = [this](StepState& state) { update(state); };
+  if (communicate) {
+    BucketReductions reductions;
+    reductions.ready_segment = ready_segments(buffer_, recipe.segments);
+    for (const GradientBuffer::Bucket& bucket : buffer_.buckets()) {
+      reductions.bytes.push_back(bucket.padded_elements * dtype_size(buffer_.dtype()));
+    }
+    reductions.operation = options.zero_stage == 2 ? "reduce_scatter" : "all_reduce";
+    reductions.reduce = [this](size_t bucket, const graph::NodeContext& context) -> graph::CompletionPtr {
+      const CommStream stream = stream_for(context);
+      if (zero_ != nullptr) return to_completion(zero_->reduce_bucket(bucket, stream));
+      return to_completion(group_->all_reduce(buffer_.buckets()[bucket].data, Reduction::kAverage, stream));
+    };
+    if (mode_ == graph::CommMode::kManual) {
+      reducer_ = std::make_unique<ManualReducer>(std::move(reductions));
+    } else {
+      reducer_ = std::make_unique<OverlappedReducer>(std::move(reductions));
+    }
+    recipe.reducer = reducer_.get();
+    recipe.average_loss = [this](const graph::NodeContext& context) {
+      return to_completion(group_->all_reduce(state_.loss_sum, Reduction::kAverage, stream_for(context)));
+    };
+    if (zero_ != nullptr) {
+      auto gathers = std::make_unique<ParameterGathers>();
+      for (const GradientBuffer::Bucket& bucket : buffer_.buckets()) {
+        gathers->bytes.push_back(bucket.padded_elements / group_->size() * dtype_size(kFloat32));
+      }
+      gathers->segment_buckets = segment_buckets(buffer_, recipe.segments);
+      gathers->before_forward = mode_ == graph::CommMode::kAuto;
+      gathers->gather = [this](size_t bucket, const graph::NodeContext& context) -> graph::CompletionPtr {
+        if (!gather_pending_[bucket]) return nullptr;  // no update since the last gather (first step, skipped step)
+        gather_pending_[bucket] = 0;
+        return to_completion(zero_->gather_bucket(bucket, stream_for(context)));
+      };
+      recipe.gathers = std::move(gathers);
+    }
+  }
+  graph_ = build_step_graph(recipe, state_);
+  plan_ = graph::Scheduler::plan(graph_, mode_);
+  if (communicate && device_.is_cpu()) group_->barrier(CommStream())->synchronize();
+  origin_ms_ = graph::clock_ms();
+}
+
+CommStream DataParallelStrategy::stream_for(const graph::NodeContext& context) const {
+  if (context.stream() == graph::StreamClass::kCompute) return CommStream();  // manual: in line with compute
+  if (context.cuda_stream() != nullptr) return CommStream::cuda(context.cuda_stream(), context.device().index);
+  return dp_comm_;
+}
+
+void DataParallelStrategy::update(StepState& state) {
+  if (!state.skipped) {
+    state.grad_norm = zero_ != nullptr ? zero_->clip_gradients(options_.grad_clip, CommStream())
+                                       : clip_grad_norm(parameters_, options_.grad_clip);
+    optimizer_->step(state.lr);
+    if (zero_ != nullptr) gather_pending_.assign(gather_pending_.size(), 1);
+  }
+  buffer_.zero();  // in place: every .grad stays a view of its bucket
+}
+
+StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) {
+  state_.next_micro_batch = next_micro_batch;
+  state_.lr = lr;
+  state_.step = step;
+  const double started_ms = graph::clock_ms() - origin_ms_;
+  const graph::StepTimeline timeline = executor_.execute(graph_, plan_);
+  state_.next_micro_batch = nullptr;
+  if (options_.trace) {
+    const std::string events =
+        timeline.chrome_trace_events(world_rank_, str("rank ", world_rank_), started_ms);
+    if (!events.empty()) trace_events_ += (trace_events_.empty() ? "" : ",") + events;
+  }
+  StepReport report;
+  report.loss = state_.loss;
+  report.grad_norm = state_.grad_norm;
+  report.skipped = state_.skipped;
+  report.compute_ms = timeline.compute_ms;
+  report.comm_ms = timeline.comm_ms;
+  report.exposed_comm_ms = timeline.exposed_comm_ms;
+  report.overlap_ratio = timeline.overlap_ratio;
+  return report;
+}
+
+void DataParallelStrategy::complete_parameter_updates() {
+  for (size_t bucket = 0; bucket < gather_pending_.size(); ++bucket) {
+    if (!gather_pending_[bucket]) continue;
+    gather_pending_[bucket] = 0;
+    zero_->gather_bucket(bucket, CommStream())->synchronize();
+  }
+}
+
+double DataParallelStrategy::average(double value) {
+  if (group_->size() == 1) return value;
+  Tensor scalar = Tensor::full({1}, value, accumulation_dtype(device_), device_);
+  group_->all_reduce(scalar, Reduction::kAverage, CommStream())->synchronize();
+  return scalar.item();
+}
+
+void DataParallelStrategy::wait_for_all_ranks() { wait_for_every_rank(); }
+
+std::map<std::string, Tensor> DataParallelStrategy::optimizer_state() {
+  return zero_ != nullptr ? zero_->gather_optimizer_state(*optimizer_, CommStream()) : optimizer_->state_dict();
+}
+
+void DataParallelStrategy::load_optimizer_state(const std::map<std::string, Tensor>& state) {
+  if (zero_ == nullptr) {
+    optimizer_->load_state_dict(state);
+    return;
+  }
+  // The shard from the loaded parameters, then the checkpoint's f32 master values over it.
+  zero_->load_shard_from_parameters();
+  zero_->scatter_optimizer_state(*optimizer_, state);
+}
+
+int64_t DataParallelStrategy::optimizer_state_bytes() const { return state_bytes(optimizer_->state_dict()); }
+
+void DataParallelStrategy::write_graph(const std::string& path) const { graph::write_graph(graph_, path); }
+
+void DataParallelStrategy::write_trace(const std::string& path) {
+  const std::vector<std::string> ranks = gather_text_to_rank_zero(trace_events_);
+  if (world_rank_ != 0) return;
+  std::string joined;
+  for (const std::string& events : ranks) {
+    if (!events.empty()) joined += (joined.empty() ? "" : ",") + events;
+  }
+  // The Chrome trace event format: chrome://tracing or ui.perfetto.dev draw a process per rank and
+  // a thread per stream.
+  std::ofstream trace(path);
+  trace << "{\"traceEvents\": [" << joined << "]}\n";
+  WEFT_CHECK(trace.good(), "log.trace_file: cannot write '", path, "'");
+}
+
+}  // namespace weft

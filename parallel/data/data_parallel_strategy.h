@@ -1,0 +1,80 @@
+// DataParallelStrategy: data parallelism (ZeRO 0, 1, 2) in either comm mode, one process included.
+//
+// Every dp rank holds the whole model and computes gradients on its own rows of each global batch;
+// the strategy turns them into one update that is identical on every rank:
+//
+//   zero 0  each gradient bucket (gradient_buffer.h) is averaged with an all-reduce; every rank
+//           runs the whole optimizer;
+//   zero 1  as zero 0, and each rank keeps the optimizer state and f32 weights of its chunk of
+//           every bucket only (zero_sharding.h), updates them, and all-gathers them back;
+//   zero 2  as zero 1, but buckets are reduce-scattered: each rank receives only its chunk's mean.
+//
+// The comm mode picks the reducer (reducer.h) and where the gathers go: manual reduces after
+// backward and gathers at the step's end, on the compute stream, each collective waited for at
+// once; auto reduces each bucket on the dp_comm stream as soon as backward has produced it and
+// gathers each bucket at the next step's start, before the first forward that reads it. Both run
+// the same collectives on the same buffers, so on the CPU they give the same bits.
+//
+// With one dp rank the group is the local group of one and no collective is added (unless
+// options.collectives_for_one_rank, for stream-ordering tests).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+#include "parallel/data/gradient_buffer.h"
+#include "parallel/data/reducer.h"
+#include "parallel/data/zero_sharding.h"
+#include "parallel/strategy.h"
+#include "runtime/graph/executor.h"
+#include "runtime/graph/scheduler.h"
+
+namespace weft {
+
+class DataParallelStrategy final : public Strategy {
+ public:
+  DataParallelStrategy(std::shared_ptr<ProcessGroup> group, int world_rank, LanguageModel& model,
+                       const StrategyOptions& options);
+
+  StepReport step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) override;
+  void complete_parameter_updates() override;
+  double average(double value) override;
+  void wait_for_all_ranks() override;
+  std::map<std::string, Tensor> optimizer_state() override;
+  void load_optimizer_state(const std::map<std::string, Tensor>& state) override;
+  int64_t optimizer_state_bytes() const override;
+  void write_graph(const std::string& path) const override;
+  void write_trace(const std::string& path) override;
+
+  // For tests: the graph and plan every step runs.
+  const graph::StepGraph& step_graph() const { return graph_; }
+  const graph::ExecutionPlan& plan() const { return plan_; }
+
+ private:
+  // The CommStream a collective node runs on, from where the executor runs it.
+  CommStream stream_for(const graph::NodeContext& context) const;
+  void update(StepState& state);
+
+  std::shared_ptr<ProcessGroup> group_;
+  int world_rank_;
+  StrategyOptions options_;
+  graph::CommMode mode_;
+  Device device_;
+  std::vector<Tensor> parameters_;          // the model's, for clipping (zero 0)
+  GradientBuffer buffer_;
+  std::unique_ptr<ZeroSharding> zero_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Reducer> reducer_;
+  std::vector<char> gather_pending_;        // per bucket: updated, not yet gathered (zero, auto)
+  CommStream dp_comm_;                      // CPU: the executor's dp_comm thread's own stream
+  StepState state_;
+  graph::StepGraph graph_;
+  graph::ExecutionPlan plan_;
+  graph::Executor executor_;
+  double origin_ms_ = 0.0;                  // clock_ms() after the ranks met: the trace's zero
+  std::string trace_events_;
+};
+
+}  // namespace weft

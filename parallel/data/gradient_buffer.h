@@ -1,0 +1,67 @@
+// GradientBuffer: every parameter gradient of a model in persistent flat buckets.
+//
+// Parameters are grouped into buckets in the order backward produces their gradients (the reverse
+// of registration order: the head's first, the embedding's last), each bucket about
+// `bucket_bytes` large. A bucket is one contiguous tensor [padded_elements] in the parameters'
+// dtype, allocated once; attach() makes each parameter's .grad a view of its slot, so the autograd
+// engine accumulates weight gradients into the bucket in place (no allocation, copy or pack per
+// step) and a collective can reduce the bucket as it is. The padding (zeros) rounds each bucket up
+// to a multiple of `pad_multiple` (the dp size) so that reduce-scatter splits it evenly.
+//
+// Invariants:
+// - every parameter is in exactly one bucket; within a bucket, parameters are in backward order
+//   and slots are laid end to end;
+// - .grad of an attached parameter is a view of its slot until something replaces it (the
+//   optimizers never do; Module::to() does, so attach after converting the model);
+// - zero() writes zeros in place: the views stay valid.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "layers/module.h"
+#include "runtime/tensor.h"
+
+namespace weft {
+
+class GradientBuffer {
+ public:
+  struct Slot {
+    size_t parameter;   // index into the parameter list given at construction
+    int64_t offset;     // first element in the bucket
+    int64_t elements;
+  };
+  struct Bucket {
+    std::vector<Slot> slots;     // in backward order
+    int64_t elements = 0;        // used
+    int64_t padded_elements = 0; // a multiple of pad_multiple
+    Tensor data;                 // [padded_elements], the parameters' dtype and device
+  };
+
+  // `parameters` in registration order; all of one dtype and device. Throws weft::Error naming a
+  // parameter that differs.
+  GradientBuffer(std::vector<NamedParameter> parameters, int64_t bucket_bytes, int64_t pad_multiple);
+
+  // Points every parameter's .grad at its slot (contents: whatever the bucket holds).
+  void attach();
+  // Zeros every bucket in place.
+  void zero();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<NamedParameter>& parameters() const { return parameters_; }
+  // Which bucket holds parameter `index`, and where.
+  size_t bucket_of(size_t parameter) const { return bucket_of_[parameter]; }
+  const Slot& slot_of(size_t parameter) const;
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+
+ private:
+  std::vector<NamedParameter> parameters_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;       // per parameter
+  std::vector<size_t> slot_index_of_;   // per parameter, into its bucket's slots
+  DType dtype_;
+  Device device_;
+};
+
+}  // namespace weft

@@ -1,0 +1,64 @@
+// Reducer: when a gradient bucket's collective runs, as graph nodes of the step.
+//
+// The step builder (parallel/step/step_builder.h) tells the reducer where backward is; the reducer
+// adds one collective node per bucket (kind collective, stream dp_comm, its bytes) whose work is
+// `reduce(bucket, context)`. The two comm modes differ only in where those nodes hang:
+//
+//   ManualReducer      every bucket after the whole backward (the last micro-batch's last segment),
+//                      as a hand-written loop does; the manual scheduler then runs them on the
+//                      compute stream, each waited for at once.
+//   OverlappedReducer  bucket b as soon as the backward that completes it has run: the backward
+//                      of segment ready_segment[b] in the last micro-batch (earlier micro-batches
+//                      only accumulate). The auto scheduler runs it on the dp_comm stream while
+//                      backward goes on with the segments below.
+//
+// Either way the collectives and their order on the dp group are the same, so both modes give the
+// same bits. backward_finished returns the nodes the optimizer must wait for.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/graph/step_graph.h"
+
+namespace weft {
+
+struct BucketReductions {
+  std::vector<int> ready_segment;     // per bucket: the segment whose backward completes it
+  std::vector<int64_t> bytes;         // per bucket, this rank's contribution
+  std::string operation;              // "all_reduce" or "reduce_scatter", for node names
+  std::function<graph::CompletionPtr(size_t bucket, const graph::NodeContext&)> reduce;
+};
+
+class Reducer {
+ public:
+  explicit Reducer(BucketReductions reductions) : reductions_(std::move(reductions)) {}
+  virtual ~Reducer() = default;
+  // The backward of `segment` for the step's last micro-batch was just added as `backward`.
+  virtual void segment_backward_added(graph::StepGraph& graph, int segment, graph::NodeId backward) = 0;
+  // Every backward node is in; `last_backward` is the last one. Returns the bucket nodes.
+  virtual std::vector<graph::NodeId> backward_finished(graph::StepGraph& graph, graph::NodeId last_backward) = 0;
+
+ protected:
+  graph::NodeId add_bucket(graph::StepGraph& graph, size_t bucket, graph::NodeId after);
+  BucketReductions reductions_;
+  std::vector<graph::NodeId> nodes_;
+};
+
+class ManualReducer final : public Reducer {
+ public:
+  using Reducer::Reducer;
+  void segment_backward_added(graph::StepGraph&, int, graph::NodeId) override {}
+  std::vector<graph::NodeId> backward_finished(graph::StepGraph& graph, graph::NodeId last_backward) override;
+};
+
+class OverlappedReducer final : public Reducer {
+ public:
+  using Reducer::Reducer;
+  void segment_backward_added(graph::StepGraph& graph, int segment, graph::NodeId backward) override;
+  std::vector<graph::NodeId> backward_finished(graph::StepGraph& graph, graph::NodeId last_backward) override;
+};
+
+}  // namespace weft

@@ -1,0 +1,167 @@
+// build_step_graph (step_builder.h).
+#include "parallel/step/step_builder.h"
+
+#include <cmath>
+
+#include "runtime/autograd/engine.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/loss.h"
+
+namespace weft {
+
+using graph::NodeId;
+using graph::NodeKind;
+using graph::StreamClass;
+
+namespace {
+
+// The gather nodes of every bucket, in forward order (the last bucket holds the first segment's
+// parameters), each after `after` (none at the step's start).
+std::vector<NodeId> add_gathers(graph::StepGraph& graph, const ParameterGathers& gathers,
+                                const std::vector<NodeId>& after) {
+  const size_t count = gathers.bytes.size();
+  std::vector<NodeId> nodes(count, -1);
+  for (size_t k = count; k-- > 0;) {
+    nodes[k] = graph.add_node({NodeKind::kCollective, str("all_gather bucket ", k), -1, StreamClass::kDpComm,
+                               gathers.bytes[k],
+                               [gather = gathers.gather, k](const graph::NodeContext& context) {
+                                 return gather(k, context);
+                               }},
+                              after);
+  }
+  return nodes;
+}
+
+}  // namespace
+
+graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
+  const int segments = static_cast<int>(recipe.segments.size());
+  const int64_t micro_batches = recipe.micro_batches;
+  WEFT_CHECK(segments >= 1 && micro_batches >= 1, "step builder: ", segments, " segments and ", micro_batches,
+             " micro-batches; both must be at least 1");
+  WEFT_CHECK(recipe.update != nullptr, "step builder: the recipe has no update");
+  state.inputs.assign(micro_batches, std::vector<Tensor>(segments));
+  state.outputs.assign(micro_batches, std::vector<Tensor>(segments));
+  state.input_gradients.assign(micro_batches, std::vector<Tensor>(segments));
+  state.targets.assign(micro_batches, Tensor());
+  state.loss_sum = Tensor::zeros({1}, accumulation_dtype(recipe.device), recipe.device);
+
+  graph::StepGraph graph;
+  std::vector<NodeId> gather_nodes;
+  if (recipe.gathers != nullptr && recipe.gathers->before_forward) gather_nodes = add_gathers(graph, *recipe.gathers, {});
+
+  std::vector<NodeId> previous_forward(segments, -1), previous_backward(segments, -1);
+  NodeId last_backward = -1;
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    const int mb = static_cast<int>(micro);
+    const bool last_micro_batch = micro + 1 == micro_batches;
+    std::vector<NodeId> forward(segments);
+    for (int s = 0; s < segments; ++s) {
+      std::vector<NodeId> dependencies;
+      if (s > 0) dependencies.push_back(forward[s - 1]);
+      if (s == 0 && previous_forward[0] >= 0) dependencies.push_back(previous_forward[0]);  // the data's order
+      if (!gather_nodes.empty()) {
+        for (size_t bucket : recipe.gathers->segment_buckets[s]) dependencies.push_back(gather_nodes[bucket]);
+      }
+      const bool last_segment = s + 1 == segments;
+      forward[s] = graph.add_node(
+          {NodeKind::kForward, str("forward ", recipe.segments[s].name, " mb", micro), mb, StreamClass::kCompute, 0,
+           graph::task([&state, forward = recipe.segments[s].forward, s, micro, micro_batches, last_segment] {
+             std::vector<Tensor>& inputs = state.inputs[micro];
+             std::vector<Tensor>& outputs = state.outputs[micro];
+             Tensor input;
+             if (s == 0) {
+               if (micro == 0) state.loss_sum.zero_();
+               MicroBatch batch = state.next_micro_batch();
+               state.targets[micro] = batch.targets;
+               input = batch.inputs;
+             } else {
+               // A leaf: this segment's backward stops here and hands its gradient down.
+               input = outputs[s - 1].detach();
+               input.set_requires_grad(true);
+               inputs[s] = input;
+             }
+             Tensor output = forward(input);
+             if (last_segment) {
+               const int64_t vocabulary = output.size(-1);
+               Tensor loss = cross_entropy(output.reshape({-1, vocabulary}), state.targets[micro].reshape({-1}));
+               // Each micro-batch's mean loss is divided by their count, so the accumulated gradient
+               // is the gradient of the mean over the whole step's batch.
+               if (micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(micro_batches));
+               autograd::NoGradGuard no_grad;
+               const Tensor value = loss.detach();
+               backend_for(value.device()).binary(BinaryOp::kAdd, state.loss_sum,
+                                                  value.reshape({1}).to(state.loss_sum.dtype()), state.loss_sum);
+               output = loss;
+               state.targets[micro] = Tensor();
+             }
+             outputs[s] = output;
+           })},
+          dependencies);
+      previous_forward[s] = forward[s];
+    }
+    for (int s = segments - 1; s >= 0; --s) {
+      std::vector<NodeId> dependencies{s + 1 < segments ? last_backward : forward[s]};
+      if (previous_backward[s] >= 0) dependencies.push_back(previous_backward[s]);  // accumulation order
+      const NodeId backward = graph.add_node(
+          {NodeKind::kBackward, str("backward ", recipe.segments[s].name, " mb", micro), mb, StreamClass::kCompute, 0,
+           graph::task([&state, s, micro, segments] {
+             std::vector<Tensor>& inputs = state.inputs[micro];
+             std::vector<Tensor>& outputs = state.outputs[micro];
+             std::vector<Tensor>& input_gradients = state.input_gradients[micro];
+             // The loss starts from 1; a segment below from the gradient of the input of the
+             // segment above it, which that segment's backward handed back.
+             const Tensor gradient = s + 1 == segments ? Tensor() : input_gradients[s + 1];
+             std::vector<Tensor> stops;
+             if (s > 0) stops.push_back(inputs[s]);
+             std::vector<Tensor> reached = autograd::backward_to_inputs({outputs[s]}, {gradient}, stops);
+             outputs[s] = Tensor();
+             if (s + 1 < segments) input_gradients[s + 1] = Tensor();
+             if (s > 0) {
+               inputs[s] = Tensor();
+               WEFT_CHECK(reached[0].defined(), "backward of segment ", s, ": no gradient reached its input; "
+                          "every segment's output must depend on its input");
+               input_gradients[s] = reached[0];
+             }
+           })},
+          dependencies);
+      previous_backward[s] = backward;
+      last_backward = backward;
+      if (last_micro_batch && recipe.reducer != nullptr) recipe.reducer->segment_backward_added(graph, s, backward);
+    }
+  }
+  std::vector<NodeId> before_update{last_backward};
+  if (recipe.reducer != nullptr) {
+    for (NodeId node : recipe.reducer->backward_finished(graph, last_backward)) before_update.push_back(node);
+  }
+  if (recipe.average_loss) {
+    before_update.push_back(graph.add_node({NodeKind::kCollective, "all_reduce loss", -1, StreamClass::kDpComm,
+                                            static_cast<int64_t>(state.loss_sum.element_size()), recipe.average_loss},
+                                           {last_backward}));
+  }
+  // The update overwrites what the gathers of the previous update read (the shard weights).
+  for (NodeId node : gather_nodes) before_update.push_back(node);
+  const NodeId update = graph.add_node(
+      {NodeKind::kOptimizer, "optimizer", -1, StreamClass::kCompute, 0, graph::task([&state, update = recipe.update, on_nan = recipe.on_nan] {
+         // The step's one host read: the NaN policy must be decided before the update.
+         state.loss = state.loss_sum.item();
+         state.skipped = false;
+         state.grad_norm = 0.0;
+         if (!std::isfinite(state.loss)) {
+           // The loss is the mean over the global batch (all ranks agree on it), so every rank
+           // takes the same decision here.
+           WEFT_CHECK(on_nan == "skip", "the training loss is ", state.loss, " at step ", state.step,
+                      " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: skip");
+           state.skipped = true;
+         }
+         update(state);
+       })},
+      before_update);
+  if (recipe.gathers != nullptr && !recipe.gathers->before_forward) add_gathers(graph, *recipe.gathers, {update});
+  return graph;
+}
+
+}  // namespace weft

@@ -1,0 +1,92 @@
+// StepBuilder: the graph of one optimizer step, built once per run over a reusable StepState.
+//
+// For M micro-batches and S model segments (layers/model_segment.h) the graph holds, in program
+// order (the order the manual comm mode runs it in):
+//
+//   [gathers of the previous update]    ZeRO, auto mode: one all_gather per bucket, before the
+//                                       forwards that read its parameters (dp_comm)
+//   per micro-batch m:
+//     forward <segment> mb<m>           s = 0..S-1; segment 0 reads the micro-batch; the last
+//                                       computes the loss (/ M) and adds it to the step's loss sum
+//     backward <segment> mb<m>          s = S-1..0: backward from the segment output's gradient to
+//                                       its input, whose gradient the segment below starts from
+//     (last micro-batch: the reducer's bucket collectives, each after the backward that completes
+//      it in the auto mode, all after backward in the manual mode)
+//   all_reduce loss                     the loss sum averaged over the dp group, on the device
+//   optimizer                           reads the loss (the step's one host read), applies the NaN
+//                                       policy, clips, updates, zeroes the gradient buffer
+//   [gathers of this update]            ZeRO, manual mode: at the end of the step
+//
+// A segment's input is a detached leaf of the previous segment's output, so backward stops there
+// (autograd::backward_to_inputs hands back its gradient without accumulating it): a pipeline
+// stage's backward will be the same node on another rank. Edges are data dependencies only: the
+// previous segment, the same segment of the previous micro-batch (gradient accumulation), the
+// bucket gathers a forward reads. The scheduler and the comm mode decide the rest.
+//
+// StepState is what the work of the nodes reads and writes; the caller fills its inputs before
+// each execution and reads its results after. The graph and the state must outlive each other's
+// use: the nodes hold a reference to the state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "layers/model_segment.h"
+#include "parallel/data/reducer.h"
+#include "runtime/graph/step_graph.h"
+#include "runtime/tensor.h"
+
+namespace weft {
+
+// One micro-batch: token ids and next-token targets, [B, T] each, on the model's device.
+struct MicroBatch {
+  Tensor inputs;
+  Tensor targets;
+};
+using MicroBatchSource = std::function<MicroBatch()>;
+
+struct StepState {
+  // Set by the caller before each step.
+  MicroBatchSource next_micro_batch;
+  double lr = 0.0;
+  int64_t step = 0;
+  // Written by the step.
+  double loss = 0.0;         // mean over the global batch (every rank agrees)
+  double grad_norm = 0.0;
+  bool skipped = false;      // non-finite loss with on_nan: skip
+  // Between nodes: per micro-batch and segment, the segment's input leaf and output.
+  std::vector<std::vector<Tensor>> inputs;
+  std::vector<std::vector<Tensor>> outputs;
+  std::vector<std::vector<Tensor>> input_gradients;  // what a segment's backward hands the one below
+  std::vector<Tensor> targets;       // per micro-batch [B, T]
+  Tensor loss_sum;                   // [1] accumulation dtype, on the device
+};
+
+// Collectives that bring parameters up to date after a sharded update (ZeRO).
+struct ParameterGathers {
+  std::vector<int64_t> bytes;                      // per bucket
+  std::vector<std::vector<size_t>> segment_buckets;  // per segment: the buckets its forward reads
+  bool before_forward = false;                     // auto: at the next step's start; manual: at the end
+  std::function<graph::CompletionPtr(size_t bucket, const graph::NodeContext&)> gather;
+};
+
+struct StepRecipe {
+  std::vector<ModelSegment> segments;
+  int64_t micro_batches = 1;
+  Device device;
+  Reducer* reducer = nullptr;                      // null: no bucket collectives (one rank)
+  std::unique_ptr<ParameterGathers> gathers;       // null: no ZeRO
+  // Averages state.loss_sum over the dp group; null with one rank.
+  std::function<graph::CompletionPtr(const graph::NodeContext&)> average_loss;
+  // The update: reads state.loss etc. (loss already read to the host and checked by the builder).
+  std::function<void(StepState&)> update;
+  std::string on_nan = "stop";                     // stop | skip
+};
+
+// Builds the step's graph over `state` (which the nodes keep a reference to; they copy what they
+// need of `recipe`, and the reducer's nodes copy its work, so the recipe may go).
+graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state);
+
+}  // namespace weft

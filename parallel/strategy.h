@@ -1,0 +1,89 @@
+// Strategy: how a run spreads one optimizer step over its ranks — the one object the trainer sees.
+//
+// make_strategy builds it once per run from the mesh, the model (already converted to its dtype
+// and device) and the options: it places the model's segments on this rank, owns the gradient
+// buffer, the reducer, the step graph, the scheduler's plan, the executor and the optimizer, and
+// runs one step per step() call. The trainer keeps the loop, evaluation, checkpoints and metrics;
+// it has no "if data parallel" branch and includes nothing of runtime/graph/. A single process is
+// the data-parallel strategy over a group of one, which adds no collectives.
+//
+// Every call marked collective must be made by every rank, in the same order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/language_model.h"
+#include "optim/optimizer.h"
+#include "parallel/mesh.h"
+#include "parallel/step/step_builder.h"
+
+namespace weft {
+
+struct StrategyOptions {
+  std::string comm_mode = "manual";   // manual | auto
+  int64_t zero_stage = 0;             // 0 | 1 | 2
+  int64_t bucket_bytes = 25 << 20;    // gradient bucket size
+  int64_t micro_batches = 1;
+  double weight_decay = 0.0;          // for the decayed group (2-D and larger parameters)
+  double grad_clip = 0.0;             // global grad-norm clip (0: off)
+  std::string on_nan = "stop";        // stop | skip
+  bool trace = false;                 // keep every step's timeline for write_trace
+  // With one dp rank, still add the bucket collectives (copies on a group of one): lets a test
+  // check stream ordering on one GPU.
+  bool collectives_for_one_rank = false;
+  // Builds the optimizer over the given groups (make_adamw / make_sgd with the run's options).
+  std::function<std::unique_ptr<Optimizer>(std::vector<ParameterGroup>)> make_optimizer;
+};
+
+// What one step did, for the step log.
+struct StepReport {
+  double loss = 0.0;            // mean over the global batch
+  double grad_norm = 0.0;       // before clipping
+  bool skipped = false;
+  double compute_ms = 0.0;
+  double comm_ms = 0.0;
+  double exposed_comm_ms = 0.0;
+  double overlap_ratio = 0.0;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  // One optimizer step at learning rate `lr`: every micro-batch from `next_micro_batch`, the
+  // collectives, the update. Collective.
+  virtual StepReport step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) = 0;
+  // Brings every parameter up to date with the last update (ZeRO's auto mode gathers them at the
+  // next step's start): call before evaluating or saving. Collective.
+  virtual void complete_parameter_updates() = 0;
+
+  // The mean over the dp group of a per-rank value (the validation loss). Collective.
+  virtual double average(double value) = 0;
+  // Waits for every rank, without the collectives' deadline (a checkpoint write may be slow).
+  virtual void wait_for_all_ranks() = 0;
+
+  // Checkpoints: the optimizer state in a layout that does not depend on the ranks (collective),
+  // and its restore, after the model's parameters were loaded.
+  virtual std::map<std::string, Tensor> optimizer_state() = 0;
+  virtual void load_optimizer_state(const std::map<std::string, Tensor>& state) = 0;
+  // Bytes of optimizer state this rank keeps.
+  virtual int64_t optimizer_state_bytes() const = 0;
+
+  // The step graph as log.graph_file writes it (.json or .dot).
+  virtual void write_graph(const std::string& path) const = 0;
+  // Every rank's timelines of the steps so far (options.trace) as one Chrome trace: a process row
+  // per rank, a thread row per stream. Collective; rank 0 writes `path`.
+  virtual void write_trace(const std::string& path) = 0;
+};
+
+// The strategy for `mesh` (today: data parallelism, with ZeRO and the two comm modes; tensor and
+// pipeline sizes above 1 are refused with a message saying so). Collective.
+std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, LanguageModel& model,
+                                        const StrategyOptions& options);
+
+}  // namespace weft
