@@ -1,10 +1,10 @@
 // Scheduler (see scheduler.h): program order, stream assignment per comm mode, waits, validation.
 //
-// plan() is three steps: (1) the order every list follows, (2) the stream each node runs on, (3)
-// the lists, with a wait inserted before a node for each dependency that runs on another stream
-// (once per stream: a stream that already waited for a node does not wait again). Steps (1) and (2)
-// are where the comm modes differ; the auto mode's versions are marked as the hook a later issue
-// replaces.
+// plan() is three steps: (1) the order every list follows (the caller's ordering policy, checked
+// to be topological), (2) the stream each node runs on (where the comm modes differ; the auto
+// mode's version is marked as the hook a later issue replaces), (3) the lists, with a wait
+// inserted before a node for each dependency that runs on another stream (once per stream: a
+// stream that already waited for a node does not wait again).
 #include "runtime/graph/scheduler.h"
 
 #include <sstream>
@@ -32,22 +32,17 @@ namespace {
 // --- manual mode ------------------------------------------------------------------------------
 // What a hand-written program does: everything on the compute stream, in the order it was written.
 
-std::vector<NodeId> manual_order(const StepGraph& graph) { return graph.topological_order(); }
-
 std::vector<StreamClass> manual_streams(const StepGraph& graph) {
   return std::vector<StreamClass>(graph.size(), StreamClass::kCompute);
 }
 
 // --- auto mode: the hook a later issue replaces ---------------------------------------------
-// Today: program order, and each node on the stream class its builder gave it. The dependency
-// waits inserted by build_lists are then the only points where streams meet, which already
+// Today: each node on the stream class its builder gave it. The dependency waits inserted by build_lists are then the only points where streams meet, which already
 // overlaps every collective with whatever compute does not depend on it. What goes here later:
 // ordering by priority (post pipeline sends and recvs early, issue the buckets backward produces
 // first), chunking tensor-parallel collectives around their matmuls, merging or splitting
 // buckets by the calibrated cost model. Any order returned must be topological and any stream
 // assignment is allowed: build_lists and validate_plan keep the plan correct.
-
-std::vector<NodeId> auto_order(const StepGraph& graph) { return graph.topological_order(); }
 
 std::vector<StreamClass> auto_streams(const StepGraph& graph) {
   std::vector<StreamClass> streams(graph.size());
@@ -75,16 +70,25 @@ void build_lists(const StepGraph& graph, ExecutionPlan& plan) {
 
 }  // namespace
 
-ExecutionPlan Scheduler::plan(const StepGraph& graph, CommMode mode) {
+std::vector<NodeId> program_order(const StepGraph& graph) { return graph.topological_order(); }
+
+ExecutionPlan Scheduler::plan(const StepGraph& graph, CommMode mode, const OrderingPolicy& ordering) {
   ExecutionPlan plan;
   plan.mode = mode;
-  if (mode == CommMode::kManual) {
-    plan.order = manual_order(graph);
-    plan.stream_of = manual_streams(graph);
-  } else {
-    plan.order = auto_order(graph);
-    plan.stream_of = auto_streams(graph);
+  plan.order = ordering(graph);
+  WEFT_CHECK(static_cast<int>(plan.order.size()) == graph.size(), "scheduler: the ordering policy returned ",
+             plan.order.size(), " nodes for a graph of ", graph.size());
+  std::vector<char> placed(graph.size(), 0);
+  for (NodeId id : plan.order) {
+    WEFT_CHECK(id >= 0 && id < graph.size() && !placed[id], "scheduler: the ordering policy names node ", id,
+               " twice or out of range");
+    for (NodeId dependency : graph.node(id).dependencies) {
+      WEFT_CHECK(placed[dependency], "scheduler: the ordering policy puts '", graph.node(id).name, "' before its "
+                 "dependency '", graph.node(dependency).name, "'");
+    }
+    placed[id] = 1;
   }
+  plan.stream_of = mode == CommMode::kManual ? manual_streams(graph) : auto_streams(graph);
   build_lists(graph, plan);
   validate_plan(graph, plan);
   return plan;

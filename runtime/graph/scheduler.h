@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,9 +63,17 @@ struct ExecutionPlan {
   std::string to_json() const;
 };
 
+// An ordering policy: the topological order every list of a plan follows. Pipeline schedules
+// (GPipe, 1F1B, interleaved) are policies over the same graph. A policy must return every node once,
+// dependencies first; plan() checks it.
+using OrderingPolicy = std::function<std::vector<NodeId>(const StepGraph&)>;
+// Program order: among ready nodes the earliest added first (StepGraph::topological_order).
+std::vector<NodeId> program_order(const StepGraph& graph);
+
 class Scheduler {
  public:
-  static ExecutionPlan plan(const StepGraph& graph, CommMode mode);
+  // `mode` places nodes on streams; `ordering` orders them.
+  static ExecutionPlan plan(const StepGraph& graph, CommMode mode, const OrderingPolicy& ordering = program_order);
 };
 
 // Throws weft::Error naming the node and the missing order if `plan` breaks an invariant above

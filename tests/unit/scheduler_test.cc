@@ -67,6 +67,28 @@ TEST(Scheduler, ManualPlanFollowsProgramOrderAmongReadyNodes) {
   EXPECT_EQ(plan.list(StreamClass::kCompute), runs({1, 0, 2}));
 }
 
+TEST(Scheduler, OrderingPolicyIsFollowedAndChecked) {
+  StepGraph g;
+  const NodeId first = g.add_node(node_spec(NodeKind::kForward, "forward mb0"));
+  const NodeId second = g.add_node(node_spec(NodeKind::kForward, "forward mb1"));
+  const NodeId reduce = g.add_node(node_spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm), {first});
+  // A policy that runs mb1 first (a pipeline schedule would): lists follow it.
+  const ExecutionPlan plan = Scheduler::plan(g, CommMode::kAuto, [&](const StepGraph&) {
+    return std::vector<NodeId>{second, first, reduce};
+  });
+  EXPECT_EQ(plan.order, (std::vector<NodeId>{second, first, reduce}));
+  EXPECT_EQ(plan.list(StreamClass::kCompute), runs({1, 0}));
+  // An order that breaks a dependency, or misses a node, is refused with the nodes named.
+  try {
+    Scheduler::plan(g, CommMode::kAuto, [&](const StepGraph&) { return std::vector<NodeId>{reduce, first, second}; });
+    FAIL() << "expected weft::Error";
+  } catch (const weft::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("before its dependency 'forward mb0'"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(Scheduler::plan(g, CommMode::kManual, [&](const StepGraph&) { return std::vector<NodeId>{first}; }),
+               weft::Error);
+}
+
 TEST(Scheduler, AutoPlanPutsCollectivesOnCommStreamsWithDependencyWaits) {
   DataParallelStep step;
   const ExecutionPlan plan = Scheduler::plan(step.graph, CommMode::kAuto);
