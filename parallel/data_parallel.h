@@ -44,7 +44,7 @@ struct DataParallelOptions {
   double weight_decay = 0.0;        // for the decayed group (2-D and larger parameters)
 };
 
-// Timing of the collectives of one step, in host_clock_ms() (parallel/comm/process_group.h).
+// Timing of the collectives of one step, in clock_ms() (runtime/clock.h).
 struct CommunicationRecord {
   std::string description;
   double start_ms = 0;

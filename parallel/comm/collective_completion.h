@@ -2,8 +2,8 @@
 // the executor (which may not name parallel/ types) waits on collectives and reads their timings.
 //
 // wait() blocks the host (CollectiveHandle::synchronize) and rethrows the collective's failure;
-// start_ms()/end_ms() are the handle's timing once done (host_clock_ms() is graph::clock_ms()'s
-// clock), -1 before.
+// start_ms()/end_ms() are the handle's timing once done (on clock_ms(), runtime/clock.h), -1
+// before.
 #pragma once
 
 #include "parallel/comm/process_group.h"

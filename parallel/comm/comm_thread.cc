@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 #if WEFT_HAVE_CUDA
@@ -18,14 +19,14 @@ namespace weft {
 // --- HostCollectiveHandle ----------------------------------------------------------------------
 
 void HostCollectiveHandle::run(const std::function<void()>& task) {
-  const double start = host_clock_ms();
+  const double start = clock_ms();
   std::exception_ptr failure;
   try {
     task();
   } catch (...) {
     failure = std::current_exception();
   }
-  const double end = host_clock_ms();
+  const double end = clock_ms();
   std::lock_guard<std::mutex> lock(mutex_);
   timing_ = {start, end};
   failure_ = failure;

@@ -3,7 +3,7 @@
 // A CommThread owns one thread that runs posted tasks one at a time in the order they were posted,
 // so the thread that posts them (compute) runs on meanwhile: on the CPU, overlap of communication
 // and compute is real. HostCollectiveHandle is the completion of one such task (or of one run at
-// once on the caller's thread): timings are host_clock_ms() when the task began and ended, and an
+// once on the caller's thread): timings are clock_ms() when the task began and ended, and an
 // exception the task threw is rethrown by wait() and synchronize().
 //
 // run_on_host_stream() is how a CPU backend runs a collective: now on the caller stream, queued on

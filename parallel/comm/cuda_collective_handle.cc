@@ -6,12 +6,13 @@
 
 #include "parallel/comm/comm_thread.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 namespace weft {
 namespace {
 
-// A timing event recorded on `device` and the host_clock_ms() reading taken when it completed.
+// A timing event recorded on `device` and the clock_ms() reading taken when it completed.
 struct ClockReference {
   std::unique_ptr<cuda::Event> event;
   double host_ms = 0.0;
@@ -33,7 +34,7 @@ const ClockReference& clock_reference(int device) {
     cuda::Stream stream(device);
     reference->event->record(stream.get());
     reference->event->synchronize();
-    reference->host_ms = host_clock_ms();
+    reference->host_ms = clock_ms();
   }
   return *reference;
 }

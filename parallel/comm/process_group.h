@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/clock.h"
 #include "runtime/device.h"
 #include "runtime/tensor.h"
 
@@ -54,13 +55,9 @@ enum class Reduction : uint8_t { kSum, kAverage, kMax };
 // "sum", "average", "max".
 const char* reduction_name(Reduction reduction);
 
-// Milliseconds since the steady clock's epoch: the clock of every collective timing, the same as
-// runtime/graph's clock_ms(), so collective and compute timings compare directly.
-double host_clock_ms();
-
 struct CollectiveTiming {
-  double start_ms = 0.0;  // host_clock_ms() when the collective began executing (not when queued)
-  double end_ms = 0.0;    // host_clock_ms() when it finished
+  double start_ms = 0.0;  // clock_ms() (runtime/clock.h) when the collective began executing (not when queued)
+  double end_ms = 0.0;    // clock_ms() when it finished
   double duration_ms() const { return end_ms - start_ms; }
 };
 

@@ -8,21 +8,16 @@
 // Invariants:
 // - wait() blocks the host until the work is done and rethrows its failure; it may be called more
 //   than once and from any thread. is_done() never blocks.
-// - start_ms()/end_ms() are on clock_ms()'s clock (the steady clock, in milliseconds since its
-//   epoch) and valid once done; a negative value means "unknown", and the executor then uses the
+// - start_ms()/end_ms() are on clock_ms() (runtime/clock.h) and valid once done; a negative value means "unknown", and the executor then uses the
 //   times it observed itself (call and return of the work, return of wait()).
 // - A null Completion means "done when the work returned".
 #pragma once
 
-#include <chrono>
 #include <memory>
 
-namespace weft::graph {
+#include "runtime/clock.h"
 
-// Milliseconds on the steady clock since its epoch: the clock every step timing is read on.
-inline double clock_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+namespace weft::graph {
 
 class Completion {
  public:

@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 #if defined(WEFT_HAVE_CUDA)

@@ -15,6 +15,7 @@
 #include "parallel/mesh.h"
 #include "parallel/comm/mpi_environment.h"
 #include "parallel/comm/process_group.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 namespace weft {
@@ -145,9 +146,9 @@ TEST_P(Collectives, BarrierWaitsForTheLastRank) {
   world->barrier(stream)->wait();
   // The last rank arrives 500 ms after the others (the margin allows for a loaded machine).
   if (world->rank() == world->size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const double before = host_clock_ms();
+  const double before = clock_ms();
   world->barrier(stream)->wait();
-  if (world->rank() == 0) EXPECT_GE(host_clock_ms() - before, 250.0);
+  if (world->rank() == 0) EXPECT_GE(clock_ms() - before, 250.0);
 }
 
 TEST_P(Collectives, CallsOnOneStreamRunInOrder) {
@@ -162,7 +163,7 @@ TEST_P(Collectives, CallsOnOneStreamRunInOrder) {
 
 TEST_P(Collectives, TimingIsFilledWhenDone) {
   Tensor tensor = rank_tensor(world->rank(), 1 << 16, kFloat32);
-  const double submitted = host_clock_ms();
+  const double submitted = clock_ms();
   CollectiveHandlePtr handle = world->all_reduce(tensor, Reduction::kSum, stream);
   handle->wait();
   ASSERT_TRUE(handle->is_done());
@@ -170,7 +171,7 @@ TEST_P(Collectives, TimingIsFilledWhenDone) {
   ASSERT_TRUE(timing.has_value());
   EXPECT_GE(timing->start_ms, submitted);
   EXPECT_GE(timing->end_ms, timing->start_ms);
-  EXPECT_LE(timing->end_ms, host_clock_ms());
+  EXPECT_LE(timing->end_ms, clock_ms());
   EXPECT_EQ(handle->bytes(), (1 << 16) * 4);
   EXPECT_NE(handle->description().find("all_reduce(sum) of f32[65536] cpu on world"), std::string::npos)
       << handle->description();
@@ -235,9 +236,9 @@ TEST(MeshGroups, TwoByTwoMeshGroupsAreTheExpectedRanks) {
 
 // Work the main thread does that touches no MPI: a dependent floating-point chain.
 double compute_for(double milliseconds) {
-  const double until = host_clock_ms() + milliseconds;
+  const double until = clock_ms() + milliseconds;
   double x = 1.0;
-  while (host_clock_ms() < until) {
+  while (clock_ms() < until) {
     for (int i = 0; i < 10000; ++i) x = x * 1.0000001 + 1e-9;
   }
   return x;
@@ -250,19 +251,19 @@ TEST(Overlap, CollectiveOnTheCommThreadProgressesWhileTheMainThreadComputes) {
   Tensor gradients = Tensor::full({n}, 1.0, kFloat32);
   world->barrier(CommStream())->wait();
 
-  const double compute_start = host_clock_ms();
+  const double compute_start = clock_ms();
   CollectiveHandlePtr handle = world->all_reduce(gradients, Reduction::kSum, comm);
   // Compute, never calling MPI, until the collective has finished (or 30 s pass).
   double sink = 0;
   bool done_while_computing = false;
-  while (host_clock_ms() - compute_start < 30000) {
+  while (clock_ms() - compute_start < 30000) {
     sink += compute_for(1.0);
     if (handle->is_done()) {
       done_while_computing = true;
       break;
     }
   }
-  const double compute_end = host_clock_ms();
+  const double compute_end = clock_ms();
   handle->wait();
   ASSERT_TRUE(done_while_computing) << "the collective did not finish while the main thread computed";
   std::optional<CollectiveTiming> timing = handle->timing();

@@ -190,12 +190,12 @@ TEST(CommStream, NamedCallerStreamsHaveTheirOwnIdentity) {
 
 TEST(CollectiveCompletion, AdaptsAHandleForTheStepGraph) {
   CommStream stream = CommStream::cpu("comm");
-  const double before = graph::clock_ms();
+  const double before = clock_ms();
   graph::CompletionPtr completion = to_completion(stream.enqueue("task", [] {}));
   completion->wait();
   EXPECT_TRUE(completion->is_done());
   EXPECT_GE(completion->start_ms(), before);
-  EXPECT_LE(completion->end_ms(), graph::clock_ms());
+  EXPECT_LE(completion->end_ms(), clock_ms());
   EXPECT_EQ(to_completion(nullptr), nullptr);
   graph::CompletionPtr failing = to_completion(stream.enqueue("failing", [] { WEFT_FAIL("injected"); }));
   EXPECT_THROW(failing->wait(), Error);
