@@ -96,8 +96,8 @@ std::unique_ptr<Optimizer> DataParallel::make_optimizer(
 
 // Keeps the timing only: a handle holds its tensors alive, and a step's buckets must be freed.
 void DataParallel::record(const CollectiveHandlePtr& handle) {
-  const std::optional<CollectiveTiming> timing = handle->timing();
-  records_.push_back({handle->description(), timing ? timing->start_ms : 0.0, timing ? timing->end_ms : 0.0,
+  const bool timed = handle->start_ms() >= 0.0;
+  records_.push_back({handle->description(), timed ? handle->start_ms() : 0.0, timed ? handle->end_ms() : 0.0,
                       handle->bytes()});
 }
 

@@ -28,7 +28,8 @@ void HostCollectiveHandle::run(const std::function<void()>& task) {
   }
   const double end = clock_ms();
   std::lock_guard<std::mutex> lock(mutex_);
-  timing_ = {start, end};
+  start_ms_ = start;
+  end_ms_ = end;
   failure_ = failure;
   done_ = true;
   done_condition_.notify_all();
@@ -59,10 +60,14 @@ bool HostCollectiveHandle::is_done() {
   return done_;
 }
 
-std::optional<CollectiveTiming> HostCollectiveHandle::timing() {
+double HostCollectiveHandle::start_ms() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!done_) return std::nullopt;
-  return timing_;
+  return start_ms_;
+}
+
+double HostCollectiveHandle::end_ms() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return end_ms_;
 }
 
 // --- CommThread --------------------------------------------------------------------------------

@@ -82,12 +82,17 @@ bool CudaCollectiveHandle::is_done() {
   return true;
 }
 
-std::optional<CollectiveTiming> CudaCollectiveHandle::timing() {
-  if (!is_done()) return std::nullopt;
+// The start event precedes the end event on the stream, so both have completed once is_done().
+double CudaCollectiveHandle::start_ms() {
+  if (!is_done()) return -1.0;
   const ClockReference& reference = clock_reference(device_);
-  const double start = reference.host_ms + start_.elapsed_since(*reference.event);
-  const double end = reference.host_ms + end_.elapsed_since(*reference.event);
-  return CollectiveTiming{start, end};
+  return reference.host_ms + start_.elapsed_since(*reference.event);
+}
+
+double CudaCollectiveHandle::end_ms() {
+  if (!is_done()) return -1.0;
+  const ClockReference& reference = clock_reference(device_);
+  return reference.host_ms + end_.elapsed_since(*reference.event);
 }
 
 }  // namespace weft
