@@ -60,11 +60,9 @@ enum class Reduction : uint8_t { kSum, kAverage, kMax };
 // "sum", "average", "max".
 const char* reduction_name(Reduction reduction);
 
-// The completion of one queued collective (or task). Thread-safe. From Completion: synchronize()
-// blocks the host until the collective has finished and rethrows its failure; is_done() never
-// blocks; start_ms()/end_ms() are when it began executing (not when it was queued) and when it
-// finished, on clock_ms(), once done (on CUDA from timing events, read without blocking), and
-// negative before.
+// The completion of one queued collective (or task); thread-safe. Completion's start_ms()/end_ms()
+// are when the collective ran (not when it was queued), negative until it is done; on CUDA they
+// come from timing events, read without blocking.
 class CollectiveHandle : public Completion {
  public:
   // Orders the caller after the collective. CPU: blocks until it is done. CUDA: makes the calling
