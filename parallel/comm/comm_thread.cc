@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 #if WEFT_HAVE_CUDA
@@ -18,16 +19,17 @@ namespace weft {
 // --- HostCollectiveHandle ----------------------------------------------------------------------
 
 void HostCollectiveHandle::run(const std::function<void()>& task) {
-  const double start = host_clock_ms();
+  const double start = clock_ms();
   std::exception_ptr failure;
   try {
     task();
   } catch (...) {
     failure = std::current_exception();
   }
-  const double end = host_clock_ms();
+  const double end = clock_ms();
   std::lock_guard<std::mutex> lock(mutex_);
-  timing_ = {start, end};
+  start_ms_ = start;
+  end_ms_ = end;
   failure_ = failure;
   done_ = true;
   done_condition_.notify_all();
@@ -58,10 +60,14 @@ bool HostCollectiveHandle::is_done() {
   return done_;
 }
 
-std::optional<CollectiveTiming> HostCollectiveHandle::timing() {
+double HostCollectiveHandle::start_ms() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!done_) return std::nullopt;
-  return timing_;
+  return start_ms_;
+}
+
+double HostCollectiveHandle::end_ms() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return end_ms_;
 }
 
 // --- CommThread --------------------------------------------------------------------------------

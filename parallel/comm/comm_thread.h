@@ -3,8 +3,8 @@
 // A CommThread owns one thread that runs posted tasks one at a time in the order they were posted,
 // so the thread that posts them (compute) runs on meanwhile: on the CPU, overlap of communication
 // and compute is real. HostCollectiveHandle is the completion of one such task (or of one run at
-// once on the caller's thread): timings are host_clock_ms() when the task began and ended, and an
-// exception the task threw is rethrown by wait() and synchronize().
+// once on the caller's thread): start_ms()/end_ms() are clock_ms() when the task began and ended
+// (negative until it has), and an exception the task threw is rethrown by wait() and synchronize().
 //
 // run_on_host_stream() is how a CPU backend runs a collective: now on the caller stream, queued on
 // a CommThread stream; CUDA streams are refused (they belong to the NCCL backend).
@@ -34,7 +34,8 @@ class HostCollectiveHandle final : public CollectiveHandle,
   void wait(const CommStream& stream) override;
   void synchronize() override;
   bool is_done() override;
-  std::optional<CollectiveTiming> timing() override;
+  double start_ms() override;
+  double end_ms() override;
 
   // Runs `task`, recording its timing and its failure, then marks the handle done.
   void run(const std::function<void()>& task);
@@ -44,7 +45,8 @@ class HostCollectiveHandle final : public CollectiveHandle,
   std::condition_variable done_condition_;
   bool done_ = false;
   std::exception_ptr failure_;
-  CollectiveTiming timing_;
+  double start_ms_ = -1.0;  // set with done_
+  double end_ms_ = -1.0;
 };
 
 class CommThread {

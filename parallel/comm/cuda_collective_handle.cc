@@ -6,12 +6,13 @@
 
 #include "parallel/comm/comm_thread.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 namespace weft {
 namespace {
 
-// A timing event recorded on `device` and the host_clock_ms() reading taken when it completed.
+// A timing event recorded on `device` and the clock_ms() reading taken when it completed.
 struct ClockReference {
   std::unique_ptr<cuda::Event> event;
   double host_ms = 0.0;
@@ -33,7 +34,7 @@ const ClockReference& clock_reference(int device) {
     cuda::Stream stream(device);
     reference->event->record(stream.get());
     reference->event->synchronize();
-    reference->host_ms = host_clock_ms();
+    reference->host_ms = clock_ms();
   }
   return *reference;
 }
@@ -81,12 +82,17 @@ bool CudaCollectiveHandle::is_done() {
   return true;
 }
 
-std::optional<CollectiveTiming> CudaCollectiveHandle::timing() {
-  if (!is_done()) return std::nullopt;
+// The start event precedes the end event on the stream, so both have completed once is_done().
+double CudaCollectiveHandle::start_ms() {
+  if (!is_done()) return -1.0;
   const ClockReference& reference = clock_reference(device_);
-  const double start = reference.host_ms + start_.elapsed_since(*reference.event);
-  const double end = reference.host_ms + end_.elapsed_since(*reference.event);
-  return CollectiveTiming{start, end};
+  return reference.host_ms + start_.elapsed_since(*reference.event);
+}
+
+double CudaCollectiveHandle::end_ms() {
+  if (!is_done()) return -1.0;
+  const ClockReference& reference = clock_reference(device_);
+  return reference.host_ms + end_.elapsed_since(*reference.event);
 }
 
 }  // namespace weft

@@ -2,7 +2,7 @@
 //
 // Two timing events bracket the work on its stream (record_start at construction, record_end after
 // the work is queued). wait() makes the caller's current stream wait for the end event without
-// blocking the host; is_done() queries it; timing() converts the events to host_clock_ms() through
+// blocking the host; is_done() queries it; start_ms()/end_ms() convert the events to clock_ms() through
 // a per-device reference event whose host time was read once (so GPU and host timings share one
 // clock; the float milliseconds of cudaEventElapsedTime keep about 0.25 ms resolution after an hour).
 // The handle holds the tensors it was given until it is destroyed; NCCL groups keep handles until
@@ -34,7 +34,9 @@ class CudaCollectiveHandle final : public CollectiveHandle,
   void wait(const CommStream& stream) override;
   void synchronize() override;
   bool is_done() override;
-  std::optional<CollectiveTiming> timing() override;
+  // Negative until the end event has completed.
+  double start_ms() override;
+  double end_ms() override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }

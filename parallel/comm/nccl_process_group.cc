@@ -9,6 +9,7 @@
 #include "parallel/comm/cuda_collective_handle.h"
 #include "parallel/comm/fault_handler.h"
 #include "parallel/comm/mpi_environment.h"
+#include "runtime/clock.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/stream.h"
 
@@ -120,7 +121,7 @@ CollectiveHandlePtr NcclProcessGroup::launch(const CommStream& stream, const std
   body(comm, cuda_stream);
   handle->record_end();
   std::lock_guard<std::mutex> lock(mutex_);
-  outstanding_.push_back({handle, host_clock_ms()});
+  outstanding_.push_back({handle, clock_ms()});
   return handle;
 }
 
@@ -131,7 +132,7 @@ void NcclProcessGroup::watchdog_loop() {
     stop_condition_.wait_for(lock, std::chrono::milliseconds(100));
     if (stopping_) return;
     std::string failure;
-    const double now = host_clock_ms();
+    const double now = clock_ms();
     for (auto it = outstanding_.begin(); it != outstanding_.end();) {
       bool done = false;
       try {

@@ -1,7 +1,5 @@
 #include "parallel/comm/process_group.h"
 
-#include <chrono>
-
 #include "parallel/comm/local_process_group.h"
 #include "parallel/mesh.h"
 #include "parallel/comm/mpi_environment.h"
@@ -21,10 +19,6 @@ const char* reduction_name(Reduction reduction) {
     case Reduction::kMax: return "max";
   }
   return "?";
-}
-
-double host_clock_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string ProcessGroup::describe() const {

@@ -11,6 +11,12 @@
 //   ... compute overlaps ...
 //   handle->wait();  // what the caller does next sees the reduced gradients
 //
+// A CollectiveHandle is a Completion (runtime/completion.h): synchronize() blocks the host,
+// is_done() never blocks, start_ms()/end_ms() are on clock_ms() once done. So a step-graph node
+// returns its collective's handle as its completion, and collective and compute timings share one
+// clock. What only collectives have is here: wait() orders the caller's stream rather than blocking
+// the host, wait(stream) orders a comm stream, and description() and bytes() name the collective.
+//
 // Contracts of every collective:
 // - Tensors are contiguous, on the group's device, and of a dtype the backend takes (CPU: f32, f64,
 //   bf16, i64; CUDA: f32, bf16, f16, f64, i32, i64). bf16/f16 sums on the CPU accumulate in f32.
@@ -35,10 +41,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/completion.h"
 #include "runtime/device.h"
 #include "runtime/tensor.h"
 
@@ -54,20 +60,11 @@ enum class Reduction : uint8_t { kSum, kAverage, kMax };
 // "sum", "average", "max".
 const char* reduction_name(Reduction reduction);
 
-// Milliseconds since the steady clock's epoch: the clock of every collective timing, the same as
-// runtime/graph's clock_ms(), so collective and compute timings compare directly.
-double host_clock_ms();
-
-struct CollectiveTiming {
-  double start_ms = 0.0;  // host_clock_ms() when the collective began executing (not when queued)
-  double end_ms = 0.0;    // host_clock_ms() when it finished
-  double duration_ms() const { return end_ms - start_ms; }
-};
-
-// The completion of one queued collective (or task). Thread-safe.
-class CollectiveHandle {
+// The completion of one queued collective (or task); thread-safe. Completion's start_ms()/end_ms()
+// are when the collective ran (not when it was queued), negative until it is done; on CUDA they
+// come from timing events, read without blocking.
+class CollectiveHandle : public Completion {
  public:
-  virtual ~CollectiveHandle() = default;
   // Orders the caller after the collective. CPU: blocks until it is done. CUDA: makes the calling
   // thread's current stream of the group's device wait for it (no host blocking). Rethrows the
   // collective's failure (weft::Error) if it failed.
@@ -75,12 +72,6 @@ class CollectiveHandle {
   // Orders work queued on `stream` after this call after the collective: a CPU comm thread runs a
   // wait first; a CUDA stream waits on an event (no host blocking); the caller stream is wait().
   virtual void wait(const CommStream& stream) = 0;
-  // Blocks the host until the collective has finished; rethrows its failure.
-  virtual void synchronize() = 0;
-  // Whether it has finished (successfully or not); never blocks.
-  virtual bool is_done() = 0;
-  // Start and end once done (on CUDA from timing events, read without blocking); nullopt before.
-  virtual std::optional<CollectiveTiming> timing() = 0;
 
   // "all_reduce(sum) on dp", for traces and errors.
   const std::string& description() const { return description_; }

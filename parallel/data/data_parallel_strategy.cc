@@ -9,7 +9,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
-#include "parallel/comm/collective_completion.h"
+#include "runtime/clock.h"
 
 namespace weft {
 namespace {
@@ -104,10 +104,10 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
       reductions.bytes.push_back(bucket.padded_elements * dtype_size(buffer_.dtype()));
     }
     reductions.operation = options.zero_stage == 2 ? "reduce_scatter" : "all_reduce";
-    reductions.reduce = [this](size_t bucket, const graph::NodeContext& context) -> graph::CompletionPtr {
+    reductions.reduce = [this](size_t bucket, const graph::NodeContext& context) -> CompletionPtr {
       const CommStream stream = stream_for(context);
-      if (zero_ != nullptr) return to_completion(zero_->reduce_bucket(bucket, stream));
-      return to_completion(group_->all_reduce(buffer_.buckets()[bucket].data, Reduction::kAverage, stream));
+      if (zero_ != nullptr) return zero_->reduce_bucket(bucket, stream);
+      return group_->all_reduce(buffer_.buckets()[bucket].data, Reduction::kAverage, stream);
     };
     if (mode_ == graph::CommMode::kManual) {
       reducer_ = std::make_unique<ManualReducer>(std::move(reductions));
@@ -116,7 +116,7 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
     }
     recipe.reducer = reducer_.get();
     recipe.average_loss = [this](const graph::NodeContext& context) {
-      return to_completion(group_->all_reduce(state_.loss_sum, Reduction::kAverage, stream_for(context)));
+      return group_->all_reduce(state_.loss_sum, Reduction::kAverage, stream_for(context));
     };
     if (zero_ != nullptr) {
       auto gathers = std::make_unique<ParameterGathers>();
@@ -125,10 +125,10 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
       }
       gathers->segment_buckets = segment_buckets(buffer_, recipe.segments);
       gathers->before_forward = mode_ == graph::CommMode::kAuto;
-      gathers->gather = [this](size_t bucket, const graph::NodeContext& context) -> graph::CompletionPtr {
+      gathers->gather = [this](size_t bucket, const graph::NodeContext& context) -> CompletionPtr {
         if (!gather_pending_[bucket]) return nullptr;  // no update since the last gather (first step, skipped step)
         gather_pending_[bucket] = 0;
-        return to_completion(zero_->gather_bucket(bucket, stream_for(context)));
+        return zero_->gather_bucket(bucket, stream_for(context));
       };
       recipe.gathers = std::move(gathers);
     }
@@ -136,7 +136,7 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
   graph_ = build_step_graph(recipe, state_);
   plan_ = graph::Scheduler::plan(graph_, mode_);
   if (communicate && device_.is_cpu()) group_->barrier(CommStream())->synchronize();
-  origin_ms_ = graph::clock_ms();
+  origin_ms_ = clock_ms();
 }
 
 CommStream DataParallelStrategy::stream_for(const graph::NodeContext& context) const {
@@ -159,7 +159,7 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   state_.next_micro_batch = next_micro_batch;
   state_.lr = lr;
   state_.step = step;
-  const double started_ms = graph::clock_ms() - origin_ms_;
+  const double started_ms = clock_ms() - origin_ms_;
   const graph::StepTimeline timeline = executor_.execute(graph_, plan_);
   state_.next_micro_batch = nullptr;
   if (options_.trace) {

@@ -29,7 +29,7 @@ struct BucketReductions {
   std::vector<int> ready_segment;     // per bucket: the segment whose backward completes it
   std::vector<int64_t> bytes;         // per bucket, this rank's contribution
   std::string operation;              // "all_reduce" or "reduce_scatter", for node names
-  std::function<graph::CompletionPtr(size_t bucket, const graph::NodeContext&)> reduce;
+  std::function<CompletionPtr(size_t bucket, const graph::NodeContext&)> reduce;
 };
 
 class Reducer {

@@ -69,7 +69,7 @@ struct ParameterGathers {
   std::vector<int64_t> bytes;                      // per bucket
   std::vector<std::vector<size_t>> segment_buckets;  // per segment: the buckets its forward reads
   bool before_forward = false;                     // auto: at the next step's start; manual: at the end
-  std::function<graph::CompletionPtr(size_t bucket, const graph::NodeContext&)> gather;
+  std::function<CompletionPtr(size_t bucket, const graph::NodeContext&)> gather;
 };
 
 struct StepRecipe {
@@ -79,7 +79,7 @@ struct StepRecipe {
   Reducer* reducer = nullptr;                      // null: no bucket collectives (one rank)
   std::unique_ptr<ParameterGathers> gathers;       // null: no ZeRO
   // Averages state.loss_sum over the dp group; null with one rank.
-  std::function<graph::CompletionPtr(const graph::NodeContext&)> average_loss;
+  std::function<CompletionPtr(const graph::NodeContext&)> average_loss;
   // The update: reads state.loss etc. (loss already read to the host and checked by the builder).
   std::function<void(StepState&)> update;
   std::string on_nan = "stop";                     // stop | skip

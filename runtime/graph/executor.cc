@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 #if defined(WEFT_HAVE_CUDA)
@@ -182,7 +183,7 @@ struct CpuStep {
         if (node.work) {
           completion = node.work(NodeContext(id, stream, Device::cpu(), nullptr, &CpuStep::fire, this));
         }
-        if (completion) completion->wait();
+        if (completion) completion->synchronize();
         double finish = clock_ms();
         if (completion && completion->start_ms() >= 0.0 && completion->end_ms() >= completion->start_ms()) {
           begin = completion->start_ms();  // when the work itself ran (it may have been queued)
@@ -397,7 +398,7 @@ StepTimeline Executor::execute_cuda(const StepGraph& graph, const ExecutionPlan&
   }
   join();
   state.step_end.synchronize();
-  for (const CompletionPtr& completion : step.completions) completion->wait();
+  for (const CompletionPtr& completion : step.completions) completion->synchronize();
   std::vector<double> start(graph.size(), 0.0);
   std::vector<double> end(graph.size(), 0.0);
   for (NodeId id = 0; id < graph.size(); ++id) {

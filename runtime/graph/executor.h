@@ -2,10 +2,12 @@
 //
 // CPU: the compute list runs on the caller's thread; each communication stream class with work in
 // the plan has a thread of the executor (started at first use, kept across steps) that runs its list
-// in order. A node is complete when its work has returned and its Completion (if any) has finished;
-// a stream waits for that before its next instruction, and `wait n` blocks until node n is
-// complete. So overlap is real on the CPU: a collective on the dp_comm thread proceeds while the
-// caller computes.
+// in order. A node is complete when its work has returned and its Completion (if any) has finished
+// (the stream calls synchronize()); a stream waits for that before its next instruction, and
+// `wait n` blocks until node n is complete. So overlap is real on the CPU: a collective on the
+// dp_comm thread proceeds while the caller computes. A node's times are its Completion's
+// start_ms()/end_ms() where known (a collective queued on a comm stream runs later than its call),
+// else the call of its work and the return of synchronize(), all on clock_ms().
 //
 // CUDA (WEFT_HAVE_CUDA, an executor made for cuda:N): compute is the caller's current stream of the
 // device at execute(); each communication class gets a stream of the executor. One host thread
@@ -17,10 +19,10 @@
 // timing events read after the step: execute() synchronizes once, at the step's end. Every comm
 // stream starts after the work already queued on the compute stream and the compute stream waits for
 // every comm stream at the end, so a step is ordered like one kernel on the caller's stream.
-// A Completion returned by CUDA work is kept until the step's end, then wait()ed (to surface its
-// failure); the work must have ordered itself on the given stream.
+// A Completion returned by CUDA work is kept until the step's end, then synchronize()d (to surface
+// its failure); the work must have ordered itself on the given stream.
 //
-// Errors: the first exception a node throws (or its Completion's wait() rethrows) stops every
+// Errors: the first exception a node throws (or its Completion's synchronize() rethrows) stops every
 // stream at its next instruction (a stream blocked in `wait` wakes up), and execute() rethrows it
 // on the caller's thread after all streams have stopped. Work that never returns (a collective
 // whose peer died) is parallel/'s to time out; the executor does not interrupt running work.

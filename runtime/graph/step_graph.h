@@ -5,7 +5,8 @@
 // mb0", "all_reduce bucket 3"), its micro-batch (-1 when step-wide), the stream class it belongs on
 // (compute, tp_comm, dp_comm, p2p), the bytes it moves (collectives) and its work: a callable that
 // the executor calls once per step. Work that finishes later than its call (a queued collective)
-// returns a Completion; work that is done when it returns returns nullptr.
+// returns a Completion (runtime/completion.h; a parallel/ CollectiveHandle is one, returned as it
+// is); work that is done when it returns returns nullptr.
 //
 // The graph knows nothing of what the work is: what a collective node runs is a callable built by
 // parallel/ code, so runtime/ depends on no layer above it. The Scheduler (scheduler.h) lowers a
@@ -45,7 +46,7 @@
 #include <vector>
 
 #include "runtime/device.h"
-#include "runtime/graph/completion.h"
+#include "runtime/completion.h"
 
 // cudaStream_t is `CUstream_st*`; naming the struct keeps this header free of CUDA headers.
 struct CUstream_st;

@@ -205,7 +205,7 @@ class ThreadCompletion : public Completion {
     });
   }
   ~ThreadCompletion() override { thread_.join(); }
-  void wait() override {
+  void synchronize() override {
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [&] { return done_; });
   }
@@ -294,7 +294,7 @@ TEST(Executor, ExceptionOnCommThreadPropagatesToCaller) {
 TEST(Executor, CompletionFailureIsRethrown) {
   class Failed : public Completion {
    public:
-    void wait() override { throw weft::Error("all_reduce(sum) on dp failed: rank 1 exited"); }
+    void synchronize() override { throw weft::Error("all_reduce(sum) on dp failed: rank 1 exited"); }
     bool is_done() override { return true; }
   };
   StepGraph graph;
