@@ -28,15 +28,10 @@
 
 #include "layers/dropout_stream.h"
 #include "runtime/layout.h"
+#include "runtime/named_parameter.h"
 #include "runtime/tensor.h"
 
 namespace weft {
-
-struct NamedParameter {
-  std::string name;  // full dotted name
-  Tensor tensor;
-  Layout layout;
-};
 
 class Module {
  public:

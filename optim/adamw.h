@@ -6,10 +6,11 @@
 //   v     = beta2 * v + (1 - beta2) * g^2
 //   p     = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //
-// The Optimizer made by make_adamw (optimizer.h) owns the state and calls adamw_update once per
-// parameter with a gradient. The CPU version is a plain loop over contiguous data; a CUDA
-// multi-tensor kernel will sit behind the same function. State "<name>.exp_avg", "<name>.exp_avg_sq"
-// and "<name>.step" (PyTorch's names) and, for bf16/f16 parameters, "<name>.master".
+// The Optimizer made by make_adamw (optimizer.h) owns the state, turns each parameter with a
+// gradient into a runtime/optimizer_update.h AdamWTensorUpdate (the scalars above, in double) and
+// makes one Backend::adamw_update call per device: the CPU backend's loops, or one multi-tensor
+// launch on CUDA. State "<name>.exp_avg", "<name>.exp_avg_sq" and "<name>.step" (PyTorch's names)
+// and, for bf16/f16 parameters, "<name>.master".
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,8 @@ struct AdamWStep {
 // exp_avg, exp_avg_sq: parameter's shape, contiguous, f32 (f64 for f64 parameters), updated in place.
 // master: f32 contiguous copy for a bf16/f16 parameter (see master_weights.h), undefined otherwise.
 // Every tensor on the parameter's device; a device without an optimizer kernel is a weft::Error.
+// One parameter's update through its device's backend (the optimizer batches a device's parameters
+// into one call instead).
 void adamw_update(const Tensor& parameter, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                   const Tensor& master, const AdamWStep& step);
 

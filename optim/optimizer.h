@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/module.h"
+#include "runtime/named_parameter.h"
 #include "runtime/tensor.h"
 
 namespace weft {

@@ -4,58 +4,40 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "optim/master_weights.h"
 #include "optim/optimizer.h"
+#include "optim/updates_by_device.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
-
-#if defined(WEFT_HAVE_CUDA)
-#include "runtime/cuda/optimizer_kernels.h"
-#endif
+#include "runtime/optimizer_update.h"
 
 namespace weft {
 namespace {
 
-// One parameter's update on the CPU; buffer is null when momentum is 0, master null unless
-// Parameter is 16-bit. Scalars are rounded once to State, as PyTorch passes Python floats.
-template <class Parameter, class State>
-void sgd_update_cpu(Parameter* parameter, const State* grad, State* buffer, State* master, int64_t count,
-                    const SgdStep& step) {
-  const State lr = static_cast<State>(step.lr);
-  const State momentum = static_cast<State>(step.momentum);
-  const State weight_decay = static_cast<State>(step.weight_decay);
-  for (int64_t i = 0; i < count; ++i) {
-    State value = load_parameter_value(parameter, master, i);
-    State direction = grad[i];
-    if (step.weight_decay != 0.0) direction = direction + weight_decay * value;
-    if (buffer != nullptr) {
-      buffer[i] = momentum * buffer[i] + direction;
-      direction = step.nesterov ? direction + momentum * buffer[i] : buffer[i];
-    }
-    value = value - lr * direction;
-    store_parameter_value(parameter, master, i, value);
-  }
+// One parameter's update for its backend, after checking every tensor fits the parameter.
+SgdTensorUpdate tensor_update(const Tensor& parameter, const Tensor& grad, const Tensor& momentum_buffer,
+                              const Tensor& master, const SgdStep& step) {
+  const Tensor gradient = contiguous_gradient(parameter, grad, "sgd_update");
+  const DType state_dtype = optimizer_state_dtype(parameter.dtype());
+  WEFT_CHECK(parameter.is_contiguous(), "sgd_update: parameter ", parameter.describe(), " is not contiguous");
+  WEFT_CHECK(momentum_buffer.defined() == (step.momentum != 0.0) &&
+                 (!momentum_buffer.defined() ||
+                  (momentum_buffer.shape() == parameter.shape() && momentum_buffer.dtype() == state_dtype &&
+                   momentum_buffer.is_contiguous() && momentum_buffer.device() == parameter.device())),
+             "sgd_update: momentum buffer ",
+             momentum_buffer.defined() ? momentum_buffer.describe() : std::string("none"),
+             " does not fit parameter ", parameter.describe(), " with momentum ", step.momentum,
+             " (momentum 0 takes none)");
+  check_master_weights(parameter, master, "sgd_update");
+  return SgdTensorUpdate{.parameter = parameter,
+                         .grad = gradient,
+                         .momentum_buffer = momentum_buffer,
+                         .master = master,
+                         .lr = step.lr,
+                         .weight_decay = step.weight_decay};
 }
-
-template <class Parameter, class State>
-void sgd_update_cpu_typed(const Tensor& parameter, const Tensor& grad, const Tensor& buffer, const Tensor& master,
-                          const SgdStep& step) {
-  sgd_update_cpu<Parameter, State>(parameter.data<Parameter>(), grad.data<State>(),
-                                   buffer.defined() ? buffer.data<State>() : nullptr,
-                                   master.defined() ? master.data<State>() : nullptr, parameter.numel(), step);
-}
-
-#if defined(WEFT_HAVE_CUDA)
-cuda::SgdTensorUpdate cuda_update(const Tensor& parameter, const Tensor& grad, const Tensor& momentum_buffer,
-                                  const Tensor& master, const SgdStep& step) {
-  return cuda::SgdTensorUpdate{.parameter = parameter,
-                               .grad = grad.contiguous(),
-                               .momentum_buffer = momentum_buffer,
-                               .master = master,
-                               .lr = step.lr,
-                               .weight_decay = step.weight_decay};
-}
-#endif
 
 class Sgd final : public Optimizer {
  public:
@@ -80,9 +62,7 @@ class Sgd final : public Optimizer {
 
   void step(double lr) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "sgd: lr must be finite and >= 0, got ", lr);
-#if defined(WEFT_HAVE_CUDA)
-    std::vector<cuda::SgdTensorUpdate> device_updates;  // all CUDA parameters: one launch
-#endif
+    std::vector<SgdTensorUpdate> updates;
     size_t index = 0;
     for (const ParameterGroup& group : groups_) {
       for (const NamedParameter& parameter : group.parameters) {
@@ -93,18 +73,14 @@ class Sgd final : public Optimizer {
                               .momentum = options_.momentum,
                               .nesterov = options_.nesterov,
                               .weight_decay = group.weight_decay};
-#if defined(WEFT_HAVE_CUDA)
-        if (parameter.tensor.device().is_cuda()) {
-          device_updates.push_back(cuda_update(parameter.tensor, grad, state.momentum_buffer, state.master, scalars));
-          continue;
-        }
-#endif
-        sgd_update(parameter.tensor, grad, state.momentum_buffer, state.master, scalars);
+        updates.push_back(tensor_update(parameter.tensor, grad, state.momentum_buffer, state.master, scalars));
       }
     }
-#if defined(WEFT_HAVE_CUDA)
-    cuda::sgd_multi_tensor(device_updates, options_.momentum, options_.nesterov);
-#endif
+    // One call per device: every CUDA parameter of a device in one launch.
+    const SgdHyperparameters hyperparameters{.momentum = options_.momentum, .nesterov = options_.nesterov};
+    for (const DeviceUpdates<SgdTensorUpdate>& group : updates_by_device(std::move(updates))) {
+      backend_for(group.device).sgd_update(group.updates, hyperparameters);
+    }
     steps_ += 1;
   }
 
@@ -124,35 +100,10 @@ class Sgd final : public Optimizer {
 
 void sgd_update(const Tensor& parameter, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& master,
                 const SgdStep& step) {
-  if (!parameter.device().is_cpu()) {
-#if defined(WEFT_HAVE_CUDA)
-    cuda::sgd_multi_tensor({cuda_update(parameter, grad, momentum_buffer, master, step)}, step.momentum,
-                           step.nesterov);
-    return;
-#else
-    WEFT_FAIL("sgd_update: parameter ", parameter.describe(), " is on ", parameter.device().to_string(),
-              ", but this build of weft has no CUDA backend");
-#endif
-  }
-  const Tensor gradient = gradient_in_state_dtype(parameter, grad, "sgd_update");
-  const DType state_dtype = optimizer_state_dtype(parameter.dtype());
-  WEFT_CHECK(parameter.is_contiguous(), "sgd_update: parameter ", parameter.describe(), " is not contiguous");
-  WEFT_CHECK(momentum_buffer.defined() == (step.momentum != 0.0) &&
-                 (!momentum_buffer.defined() ||
-                  (momentum_buffer.shape() == parameter.shape() && momentum_buffer.dtype() == state_dtype &&
-                   momentum_buffer.is_contiguous() && momentum_buffer.device() == parameter.device())),
-             "sgd_update: momentum buffer ",
-             momentum_buffer.defined() ? momentum_buffer.describe() : std::string("none"),
-             " does not fit parameter ", parameter.describe(), " with momentum ", step.momentum,
-             " (momentum 0 takes none)");
-  check_master_weights(parameter, master, "sgd_update");
-  switch (parameter.dtype()) {
-    case kFloat32: return sgd_update_cpu_typed<float, float>(parameter, gradient, momentum_buffer, master, step);
-    case kFloat64: return sgd_update_cpu_typed<double, double>(parameter, gradient, momentum_buffer, master, step);
-    case kBFloat16: return sgd_update_cpu_typed<BFloat16, float>(parameter, gradient, momentum_buffer, master, step);
-    case kFloat16: return sgd_update_cpu_typed<Float16, float>(parameter, gradient, momentum_buffer, master, step);
-    default: WEFT_FAIL("sgd_update: parameter ", parameter.describe(), " is not floating");
-  }
+  const SgdTensorUpdate update = tensor_update(parameter, grad, momentum_buffer, master, step);
+  backend_for(parameter.device())
+      .sgd_update(absl::Span<const SgdTensorUpdate>(&update, 1),
+                  SgdHyperparameters{.momentum = step.momentum, .nesterov = step.nesterov});
 }
 
 std::unique_ptr<Optimizer> make_sgd(std::vector<ParameterGroup> groups, const SgdOptions& options) {

@@ -5,9 +5,10 @@
 //   d = nesterov ? d + momentum * b : b      (momentum 0: d is used as is)
 //   p = p - lr * d
 //
-// The Optimizer made by make_sgd (optimizer.h) owns the state and calls sgd_update once per
-// parameter with a gradient. State "<name>.momentum_buffer" (when momentum is not 0) and, for
-// bf16/f16 parameters, "<name>.master". The CPU version is a plain loop over contiguous data.
+// The Optimizer made by make_sgd (optimizer.h) owns the state, turns each parameter with a
+// gradient into a runtime/optimizer_update.h SgdTensorUpdate and makes one Backend::sgd_update call
+// per device: the CPU backend's loops, or one multi-tensor launch on CUDA. State
+// "<name>.momentum_buffer" (when momentum is not 0) and, for bf16/f16 parameters, "<name>.master".
 #pragma once
 
 #include "runtime/tensor.h"
@@ -27,6 +28,8 @@ struct SgdStep {
 // undefined when momentum is 0.
 // master: f32 contiguous copy for a bf16/f16 parameter (see master_weights.h), undefined otherwise.
 // Every tensor on the parameter's device; a device without an optimizer kernel is a weft::Error.
+// One parameter's update through its device's backend (the optimizer batches a device's parameters
+// into one call instead).
 void sgd_update(const Tensor& parameter, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& master,
                 const SgdStep& step);
 

@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "runtime/binary_op.h"
 #include "runtime/device.h"
+#include "runtime/optimizer_update.h"
 #include "runtime/tensor.h"
 
 namespace weft {
@@ -81,6 +82,14 @@ class Backend {
   // backend's device) multiplied by `factor` in place, rounded once to its dtype: what affine(x,
   // factor, 0, x) does to each, in one launch on CUDA (gradient clipping and accumulation).
   virtual void scale_in_place(absl::Span<const Tensor> tensors, double factor) = 0;
+
+  // --- Optimizer updates (runtime/optimizer_update.h states the math and the master-weight rule) ---
+  // One AdamW step of every entry, in place (parameter, moments, master), all on this backend's
+  // device: one launch for a whole model on CUDA.
+  virtual void adamw_update(absl::Span<const AdamWTensorUpdate> updates,
+                            const AdamWHyperparameters& hyperparameters) = 0;
+  // One SGD step of every entry, in place (parameter, momentum buffer, master), likewise.
+  virtual void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) = 0;
 
   // --- Matmul ----------------------------------------------------------------------------
   // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N], out [B, M, N] contiguous.

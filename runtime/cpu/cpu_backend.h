@@ -2,7 +2,8 @@
 //
 // Each kernel family lives in its own file of this folder (elementwise.cc, reduction.cc,
 // matmul.cc, softmax.cc, normalization.cc, embedding.cc, attention.cc, cross_entropy.cc,
-// dropout.cc). Math is f32 (double for f64 tensors); bf16/f16 are converted on load and store.
+// dropout.cc, optimizer_update.cc). Math is f32 (double for f64 tensors); bf16/f16 are converted
+// on load and store.
 // These kernels favour clarity and exactness over speed, except matmul, which is OpenBLAS sgemm
 // (dgemm for f64) so CPU training runs at a useful speed.
 #pragma once
@@ -29,6 +30,9 @@ class CpuBackend final : public Backend {
               const Tensor& indices) override;
   void squared_norms(absl::Span<const Tensor> tensors, const Tensor& out) override;
   void scale_in_place(absl::Span<const Tensor> tensors, double factor) override;
+
+  void adamw_update(absl::Span<const AdamWTensorUpdate> updates, const AdamWHyperparameters& hyperparameters) override;
+  void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) override;
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
 

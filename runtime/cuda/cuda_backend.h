@@ -6,7 +6,8 @@
 // tolerances of tests/unit/cuda_*_test.cc. Files: elementwise.cu (fill, copy, random, unary,
 // binary, affine), reduction.cu, softmax.cu, normalization.cu (with the fused residual add + layer norm), embedding.cu,
 // cross_entropy.cu, dropout.cu, matmul.cu (cuBLASLt), attention.cu (fused causal attention that
-// never writes T x T scores to device memory).
+// never writes T x T scores to device memory), multi_tensor_ops.cu (whole-model gradient passes),
+// optimizer_kernels.cu (multi-tensor AdamW and SGD).
 #pragma once
 
 #include "runtime/backend.h"
@@ -33,6 +34,9 @@ class CudaBackend final : public Backend {
               const Tensor& indices) override;
   void squared_norms(absl::Span<const Tensor> tensors, const Tensor& out) override;
   void scale_in_place(absl::Span<const Tensor> tensors, double factor) override;
+
+  void adamw_update(absl::Span<const AdamWTensorUpdate> updates, const AdamWHyperparameters& hyperparameters) override;
+  void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) override;
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
   void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;

@@ -1,10 +1,17 @@
-// Multi-tensor AdamW (optimizer_kernels.h): one slot per parameter in a multi_tensor_table.cuh
+// Multi-tensor AdamW and SGD behind CudaBackend::adamw_update and sgd_update.
+// runtime/optimizer_update.h states the math and the master-weight rule; these kernels follow them
+// exactly as the CPU loops of runtime/cpu/optimizer_update.cc do, in f32, with each per-parameter
+// scalar rounded once to f32 on the host. One slot per parameter in a multi_tensor_table.cuh
 // table; each block updates one chunk of 64K elements, so one launch covers a whole model whatever
-// the parameter sizes.
-#include "runtime/cuda/optimizer_kernels.h"
+// the parameter sizes. Parameters are f32, bf16 or f16; gradients f32, bf16 or f16 (read as they
+// are, not converted); state is f32.
+#include "runtime/cuda/cuda_backend.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <string>
+#include <vector>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_math.cuh"
@@ -12,7 +19,8 @@
 #include "runtime/cuda/stream.h"
 #include "runtime/error.h"
 
-namespace weft::cuda {
+namespace weft {
+namespace cuda {
 namespace {
 
 constexpr int kThreads = 512;
@@ -33,7 +41,7 @@ struct TensorSlot {
 
 // The value an update starts from: the f32 master of a 16-bit parameter, unless an outside write
 // to the parameter (a weight load) left the master stale, in which case the stored parameter wins
-// (as optim/master_weights.h's load_parameter_value does on the CPU).
+// (as load_parameter_value does in runtime/cpu/optimizer_update.cc).
 __device__ __forceinline__ float starting_value(const void* parameter, int32_t parameter_kind, const float* master,
                                                 int64_t i) {
   if (master == nullptr) return static_cast<const float*>(parameter)[i];
@@ -114,9 +122,8 @@ void check_update_tensors(const char* op, const Device& device, const Tensor& pa
              sixteen_bit ? " needs an f32 master copy" : " must not have a master copy");
 }
 
-}  // namespace
-
-void adamw_multi_tensor(const std::vector<AdamWTensorUpdate>& updates, double beta1, double beta2, double eps) {
+// Updates every entry in one kernel launch on the current stream of their (common) device.
+void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta1, double beta2, double eps) {
   if (updates.empty()) return;
   const Device device = updates[0].parameter.device();
   WEFT_CHECK(device.is_cuda(), "adamw_multi_tensor: parameters must be on a CUDA device, got ",
@@ -153,7 +160,8 @@ void adamw_multi_tensor(const std::vector<AdamWTensorUpdate>& updates, double be
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
-void sgd_multi_tensor(const std::vector<SgdTensorUpdate>& updates, double momentum, bool nesterov) {
+// Updates every entry in one kernel launch on the current stream of their (common) device.
+void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum, bool nesterov) {
   if (updates.empty()) return;
   const Device device = updates[0].parameter.device();
   WEFT_CHECK(device.is_cuda(), "sgd_multi_tensor: parameters must be on a CUDA device, got ",
@@ -191,4 +199,16 @@ void sgd_multi_tensor(const std::vector<SgdTensorUpdate>& updates, double moment
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace weft::cuda
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
+                               const AdamWHyperparameters& hyperparameters) {
+  cuda::adamw_multi_tensor(updates, hyperparameters.beta1, hyperparameters.beta2, hyperparameters.eps);
+}
+
+void CudaBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) {
+  cuda::sgd_multi_tensor(updates, hyperparameters.momentum, hyperparameters.nesterov);
+}
+
+}  // namespace weft

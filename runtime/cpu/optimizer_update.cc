@@ -1,0 +1,130 @@
+// AdamW and SGD updates on the CPU (runtime/optimizer_update.h): one plain loop per parameter over
+// contiguous data, the reference the CUDA multi-tensor kernels are checked against.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace weft {
+namespace {
+
+// The value element `index` of an update starts from: the master when there is one and the
+// parameter still holds its rounding, the parameter otherwise (the master-weight rule of
+// runtime/optimizer_update.h). `Parameter` is the parameter's storage type, `State` the compute
+// type (float or double); `master` is null unless Parameter is 16-bit.
+template <class Parameter, class State>
+State load_parameter_value(const Parameter* parameter, State* master, int64_t index) {
+  if constexpr (std::is_same_v<Parameter, BFloat16> || std::is_same_v<Parameter, Float16>) {
+    const Parameter rounded = store_element<Parameter>(master[index]);
+    if (rounded.bits != parameter[index].bits) master[index] = load_element(parameter[index]);
+    return master[index];
+  } else {
+    return static_cast<State>(parameter[index]);
+  }
+}
+
+// Stores the updated value: into the master and, rounded once, into the parameter.
+template <class Parameter, class State>
+void store_parameter_value(Parameter* parameter, State* master, int64_t index, State value) {
+  if constexpr (std::is_same_v<Parameter, BFloat16> || std::is_same_v<Parameter, Float16>) {
+    master[index] = value;
+  }
+  parameter[index] = store_element<Parameter>(value);
+}
+
+// `grad` in the state dtype, contiguous: itself when it already is, a converted copy otherwise.
+Tensor gradient_in_state_dtype(const Tensor& parameter, const Tensor& grad) {
+  const DType state_dtype = statistic_dtype(parameter.dtype());
+  return (grad.dtype() == state_dtype ? grad : grad.to(state_dtype)).contiguous();
+}
+
+// Calls body.template operator()<Parameter, State>() for the parameter's storage type and the
+// type its update computes in.
+template <class Body>
+void dispatch_parameter(const Tensor& parameter, const char* op, Body&& body) {
+  switch (parameter.dtype()) {
+    case kFloat32: return body.template operator()<float, float>();
+    case kFloat64: return body.template operator()<double, double>();
+    case kBFloat16: return body.template operator()<BFloat16, float>();
+    case kFloat16: return body.template operator()<Float16, float>();
+    default: WEFT_FAIL(op, ": parameter ", parameter.describe(), " is not floating");
+  }
+}
+
+// One parameter's AdamW update. grad, exp_avg, exp_avg_sq are State; master is null unless
+// Parameter is 16-bit. Each double scalar is rounded once to State.
+template <class Parameter, class State>
+void adamw_loop(Parameter* parameter, const State* grad, State* exp_avg, State* exp_avg_sq, State* master,
+                int64_t count, const AdamWTensorUpdate& update, const AdamWHyperparameters& hyperparameters) {
+  const State decay = static_cast<State>(update.decay);
+  const State beta1 = static_cast<State>(hyperparameters.beta1);
+  const State one_minus_beta1 = static_cast<State>(1.0 - hyperparameters.beta1);
+  const State beta2 = static_cast<State>(hyperparameters.beta2);
+  const State one_minus_beta2 = static_cast<State>(1.0 - hyperparameters.beta2);
+  const State step_size = static_cast<State>(update.step_size);
+  const State bias_correction2_sqrt = static_cast<State>(update.bias_correction2_sqrt);
+  const State eps = static_cast<State>(hyperparameters.eps);
+  for (int64_t i = 0; i < count; ++i) {
+    State value = load_parameter_value(parameter, master, i);
+    const State g = grad[i];
+    value = value * decay;
+    exp_avg[i] = exp_avg[i] * beta1 + g * one_minus_beta1;
+    exp_avg_sq[i] = exp_avg_sq[i] * beta2 + g * g * one_minus_beta2;
+    const State denominator = std::sqrt(exp_avg_sq[i]) / bias_correction2_sqrt + eps;
+    value = value - step_size * (exp_avg[i] / denominator);
+    store_parameter_value(parameter, master, i, value);
+  }
+}
+
+// One parameter's SGD update; buffer is null when momentum is 0, master null unless Parameter is
+// 16-bit. Each double scalar is rounded once to State.
+template <class Parameter, class State>
+void sgd_loop(Parameter* parameter, const State* grad, State* buffer, State* master, int64_t count,
+              const SgdTensorUpdate& update, const SgdHyperparameters& hyperparameters) {
+  const State lr = static_cast<State>(update.lr);
+  const State momentum = static_cast<State>(hyperparameters.momentum);
+  const State weight_decay = static_cast<State>(update.weight_decay);
+  for (int64_t i = 0; i < count; ++i) {
+    State value = load_parameter_value(parameter, master, i);
+    State direction = grad[i];
+    if (update.weight_decay != 0.0) direction = direction + weight_decay * value;
+    if (buffer != nullptr) {
+      buffer[i] = momentum * buffer[i] + direction;
+      direction = hyperparameters.nesterov ? direction + momentum * buffer[i] : buffer[i];
+    }
+    value = value - lr * direction;
+    store_parameter_value(parameter, master, i, value);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
+                              const AdamWHyperparameters& hyperparameters) {
+  for (const AdamWTensorUpdate& update : updates) {
+    const Tensor grad = gradient_in_state_dtype(update.parameter, update.grad);
+    dispatch_parameter(update.parameter, "adamw_update", [&]<class Parameter, class State>() {
+      adamw_loop<Parameter, State>(update.parameter.data<Parameter>(), grad.data<State>(),
+                                   update.exp_avg.data<State>(), update.exp_avg_sq.data<State>(),
+                                   update.master.defined() ? update.master.data<State>() : nullptr,
+                                   update.parameter.numel(), update, hyperparameters);
+    });
+  }
+}
+
+void CpuBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) {
+  for (const SgdTensorUpdate& update : updates) {
+    const Tensor grad = gradient_in_state_dtype(update.parameter, update.grad);
+    dispatch_parameter(update.parameter, "sgd_update", [&]<class Parameter, class State>() {
+      sgd_loop<Parameter, State>(update.parameter.data<Parameter>(), grad.data<State>(),
+                                 update.momentum_buffer.defined() ? update.momentum_buffer.data<State>() : nullptr,
+                                 update.master.defined() ? update.master.data<State>() : nullptr,
+                                 update.parameter.numel(), update, hyperparameters);
+    });
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,25 @@
+// NamedParameter: one trained tensor with the name and layout it is known by outside its module.
+//
+// Module::named_parameters() hands these out (layers/module.h), and the code that works on a whole
+// model's parameters without knowing its layers (optimizers, data parallelism, checkpoints) takes
+// them. It lives in runtime/ so that such code depends on runtime/ only.
+//
+// Invariants: `name` is the full dotted name ("blocks.3.attention.qkv.weight"), unique within a
+// model; `tensor` aliases the trained storage (the module's parameter, or a view of it for a shard),
+// so updating it in place updates the model.
+#pragma once
+
+#include <string>
+
+#include "runtime/layout.h"
+#include "runtime/tensor.h"
+
+namespace weft {
+
+struct NamedParameter {
+  std::string name;  // full dotted name
+  Tensor tensor;     // the parameter itself (or a view of it), not a copy
+  Layout layout;     // across the tensor-parallel ranks (Replicate until tensor parallelism lands)
+};
+
+}  // namespace weft

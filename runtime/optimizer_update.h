@@ -1,0 +1,72 @@
+// Optimizer updates as backend kernels: one AdamW or SGD step for a list of parameters, all on one
+// device, in one Backend call (Backend::adamw_update, Backend::sgd_update; one launch on CUDA).
+//
+// The optimizers of optim/ own the state and compute every per-parameter scalar on the host in
+// double; a backend rounds each scalar once to the state dtype (as PyTorch passes Python floats to
+// its kernels) and computes in the state dtype, in exactly this order:
+//
+//   AdamW (torch.optim.AdamW, amsgrad off), t = the parameter's own step count:
+//     p = p * decay                                   decay = 1 - lr * weight_decay
+//     m = beta1 * m + (1 - beta1) * g
+//     v = beta2 * v + (1 - beta2) * g^2
+//     p = p - step_size * (m / (sqrt(v) / bias_correction2_sqrt + eps))
+//                                                     step_size = lr / (1 - beta1^t),
+//                                                     bias_correction2_sqrt = sqrt(1 - beta2^t)
+//   SGD (torch.optim.SGD, dampening 0):
+//     d = g + weight_decay * p                        only when weight_decay != 0
+//     b = momentum * b + d                            only with a momentum buffer
+//     d = nesterov ? d + momentum * b : b             only with a momentum buffer
+//     p = p - lr * d
+//
+// State dtype: f32, or f64 for f64 parameters (statistic_dtype). Gradients of another floating
+// dtype are read converted to it.
+//
+// Master weights. A bf16/f16 parameter comes with an f32 master copy: the update starts from the
+// master, writes the master, and stores the result rounded once (to nearest even) into the
+// parameter, so updates too small to move the 16-bit value accumulate in the master. Invariant:
+// after each update, parameter == round(master), element by element. Where that does not hold when
+// an update starts, something outside the optimizer wrote the parameter (loaded weights, a manual
+// edit) and the parameter wins: that element's master restarts from it. This keeps a stale master
+// from silently undoing a weight load, at the cost of one compare per element.
+//
+// Entries of one call are distinct parameters (no two share storage) on the backend's device.
+#pragma once
+
+#include "runtime/tensor.h"
+
+namespace weft {
+
+struct AdamWTensorUpdate {
+  Tensor parameter;   // [..] f32, bf16, f16 (f64 on the CPU), contiguous; updated in place
+  Tensor grad;        // parameter's shape, contiguous, floating (CUDA: f32, bf16 or f16)
+  Tensor exp_avg;     // parameter's shape, contiguous, state dtype; updated in place
+  Tensor exp_avg_sq;  // parameter's shape, contiguous, state dtype; updated in place
+  Tensor master;      // parameter's shape, contiguous, f32, for a bf16/f16 parameter; undefined otherwise
+  double step_size = 0.0;              // lr / (1 - beta1^t)
+  double bias_correction2_sqrt = 1.0;  // sqrt(1 - beta2^t)
+  double decay = 1.0;                  // 1 - lr * weight_decay
+};
+
+// The scalars every parameter of an AdamW step shares.
+struct AdamWHyperparameters {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct SgdTensorUpdate {
+  Tensor parameter;        // [..] f32, bf16, f16 (f64 on the CPU), contiguous; updated in place
+  Tensor grad;             // parameter's shape, contiguous, floating (CUDA: f32, bf16 or f16)
+  Tensor momentum_buffer;  // parameter's shape, contiguous, state dtype; undefined exactly when momentum is 0
+  Tensor master;           // parameter's shape, contiguous, f32, for a bf16/f16 parameter; undefined otherwise
+  double lr = 0.0;
+  double weight_decay = 0.0;  // this parameter's group's
+};
+
+// The scalars every parameter of an SGD step shares.
+struct SgdHyperparameters {
+  double momentum = 0.0;
+  bool nesterov = false;
+};
+
+}  // namespace weft
