@@ -1,6 +1,7 @@
 // DataParallelStrategy (data_parallel_strategy.h) and make_strategy (parallel/strategy.h).
 #include "parallel/data/data_parallel_strategy.h"
 
+#include <climits>
 #include <fstream>
 #include <set>
 
@@ -14,19 +15,28 @@
 namespace weft {
 namespace {
 
-// Per bucket, the segment whose backward makes its gradients final: the lowest segment that reads
-// any of its parameters (backward reaches it last). A parameter no segment names is final only
-// after the whole backward (segment 0).
-std::vector<int> ready_segments(const GradientBuffer& buffer, const std::vector<ModelSegment>& segments) {
+// Per parameter, the segment whose backward makes its gradient final: the lowest segment that
+// reads it (backward reaches it last). A parameter no segment names is final only after the whole
+// backward (segment 0).
+std::vector<int> final_segments(const GradientBuffer& buffer, const std::vector<ModelSegment>& segments) {
   std::map<std::string, int> first_reader;
   for (int s = static_cast<int>(segments.size()); s-- > 0;) {
     for (const std::string& name : segments[s].parameters) first_reader[name] = s;
   }
-  std::vector<int> ready(buffer.buckets().size(), static_cast<int>(segments.size()) - 1);
+  std::vector<int> final_segment;
+  for (const NamedParameter& parameter : buffer.parameters()) {
+    const auto found = first_reader.find(parameter.name);
+    final_segment.push_back(found == first_reader.end() ? 0 : found->second);
+  }
+  return final_segment;
+}
+
+// Per bucket, the segment whose backward completes it: the lowest final segment of its parameters.
+std::vector<int> ready_segments(const GradientBuffer& buffer, const std::vector<int>& final_segment) {
+  std::vector<int> ready(buffer.buckets().size(), INT_MAX);
   for (size_t b = 0; b < buffer.buckets().size(); ++b) {
     for (const GradientBuffer::Slot& slot : buffer.buckets()[b].slots) {
-      const auto found = first_reader.find(buffer.parameters()[slot.parameter].name);
-      ready[b] = std::min(ready[b], found == first_reader.end() ? 0 : found->second);
+      ready[b] = std::min(ready[b], final_segment[slot.parameter]);
     }
   }
   return ready;
@@ -99,7 +109,9 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
   recipe.update = [this](StepState& state) { update(state); };
   if (communicate) {
     BucketReductions reductions;
-    reductions.ready_segment = ready_segments(buffer_, recipe.segments);
+    reductions.final_segment = final_segments(buffer_, recipe.segments);
+    reductions.ready_segment = ready_segments(buffer_, reductions.final_segment);
+    for (size_t i = 0; i < buffer_.parameters().size(); ++i) reductions.bucket_of_parameter.push_back(buffer_.bucket_of(i));
     for (const GradientBuffer::Bucket& bucket : buffer_.buckets()) {
       reductions.bytes.push_back(bucket.padded_elements * dtype_size(buffer_.dtype()));
     }
@@ -110,11 +122,18 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
       return group_->all_reduce(buffer_.buckets()[bucket].data, Reduction::kAverage, stream);
     };
     if (mode_ == graph::CommMode::kManual) {
-      reducer_ = std::make_unique<ManualReducer>(std::move(reductions));
+      reducer_ = std::make_shared<ManualReducer>(std::move(reductions));
     } else {
-      reducer_ = std::make_unique<OverlappedReducer>(std::move(reductions));
+      reducer_ = std::make_shared<OverlappedReducer>(std::move(reductions));
     }
     recipe.reducer = reducer_.get();
+    // The hooks outlive this strategy on the model's parameters: they hold the reducer weakly.
+    for (size_t i = 0; i < buffer_.parameters().size(); ++i) {
+      Tensor parameter = buffer_.parameters()[i].tensor;
+      parameter.register_grad_ready_hook([reducer = std::weak_ptr<Reducer>(reducer_), i](Tensor&) {
+        if (std::shared_ptr<Reducer> alive = reducer.lock()) alive->gradient_ready(i);
+      });
+    }
     recipe.average_loss = [this](const graph::NodeContext& context) {
       return group_->all_reduce(state_.loss_sum, Reduction::kAverage, stream_for(context));
     };

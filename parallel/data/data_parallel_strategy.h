@@ -66,7 +66,7 @@ class DataParallelStrategy final : public Strategy {
   GradientBuffer buffer_;
   std::unique_ptr<ZeroSharding> zero_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<Reducer> reducer_;
+  std::shared_ptr<Reducer> reducer_;        // shared: the grad-ready hooks hold it weakly
   std::vector<char> gather_pending_;        // per bucket: updated, not yet gathered (zero, auto)
   CommStream dp_comm_;                      // CPU: the executor's dp_comm thread's own stream
   StepState state_;

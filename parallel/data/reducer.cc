@@ -21,10 +21,26 @@ std::vector<graph::NodeId> ManualReducer::backward_finished(graph::StepGraph& gr
   return nodes_;
 }
 
+OverlappedReducer::OverlappedReducer(BucketReductions reductions) : Reducer(std::move(reductions)) {
+  const size_t buckets = reductions_.bytes.size();
+  WEFT_CHECK(reductions_.ready_segment.size() == buckets &&
+                 reductions_.bucket_of_parameter.size() == reductions_.final_segment.size(),
+             "overlapped reducer: inconsistent bucket tables");
+  signals_.assign(buckets, -1);
+  expected_.assign(buckets, 0);
+  for (size_t parameter = 0; parameter < reductions_.bucket_of_parameter.size(); ++parameter) {
+    const size_t bucket = reductions_.bucket_of_parameter[parameter];
+    if (reductions_.final_segment[parameter] == reductions_.ready_segment[bucket]) ++expected_[bucket];
+  }
+  remaining_ = expected_;
+}
+
 void OverlappedReducer::segment_backward_added(graph::StepGraph& graph, int segment, graph::NodeId backward) {
-  // Buckets are in backward order, so those ready after this segment come in bucket order.
+  // Buckets are in backward order, so those ready in this segment come in bucket order.
   for (size_t bucket = 0; bucket < reductions_.bytes.size(); ++bucket) {
-    if (reductions_.ready_segment[bucket] == segment) add_bucket(graph, bucket, backward);
+    if (reductions_.ready_segment[bucket] != segment) continue;
+    signals_[bucket] = graph.add_signal(str("bucket ", bucket, " ready"), backward);
+    add_bucket(graph, bucket, signals_[bucket]);
   }
 }
 
@@ -32,6 +48,28 @@ std::vector<graph::NodeId> OverlappedReducer::backward_finished(graph::StepGraph
   WEFT_CHECK(nodes_.size() == reductions_.bytes.size(), "overlapped reducer: ", nodes_.size(), " of ",
              reductions_.bytes.size(), " buckets were placed; a bucket's ready segment is out of range");
   return nodes_;
+}
+
+void OverlappedReducer::backward_begins(int segment, bool last_micro_batch, const graph::NodeContext& context) {
+  if (!last_micro_batch) return;  // earlier micro-batches only accumulate
+  active_segment_ = segment;
+  context_ = &context;
+  for (size_t bucket = 0; bucket < remaining_.size(); ++bucket) {
+    if (reductions_.ready_segment[bucket] == segment) remaining_[bucket] = expected_[bucket];
+  }
+}
+
+void OverlappedReducer::backward_ends() {
+  // A signal not fired yet (a parameter that got no gradient) fires as its producer ends.
+  active_segment_ = -1;
+  context_ = nullptr;
+}
+
+void OverlappedReducer::gradient_ready(size_t parameter) {
+  if (context_ == nullptr || reductions_.final_segment[parameter] != active_segment_) return;
+  const size_t bucket = reductions_.bucket_of_parameter[parameter];
+  if (reductions_.ready_segment[bucket] != active_segment_) return;
+  if (--remaining_[bucket] == 0) context_->fire(signals_[bucket]);
 }
 
 }  // namespace weft

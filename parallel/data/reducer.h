@@ -7,10 +7,13 @@
 //   ManualReducer      every bucket after the whole backward (the last micro-batch's last segment),
 //                      as a hand-written loop does; the manual scheduler then runs them on the
 //                      compute stream, each waited for at once.
-//   OverlappedReducer  bucket b as soon as the backward that completes it has run: the backward
-//                      of segment ready_segment[b] in the last micro-batch (earlier micro-batches
-//                      only accumulate). The auto scheduler runs it on the dp_comm stream while
-//                      backward goes on with the segments below.
+//   OverlappedReducer  bucket b as soon as its last gradient of the last micro-batch is ready
+//                      (earlier micro-batches only accumulate): on a signal node "bucket b ready"
+//                      produced by the backward of segment ready_segment[b], fired from the
+//                      parameters' grad-ready hooks (gradient_ready) when the last of the bucket's
+//                      parameters that this backward finishes has accumulated, or at the latest
+//                      when that backward ends. The auto scheduler runs it on the dp_comm stream
+//                      while backward goes on.
 //
 // Either way the collectives and their order on the dp group are the same, so both modes give the
 // same bits. backward_finished returns the nodes the optimizer must wait for.
@@ -27,6 +30,8 @@ namespace weft {
 
 struct BucketReductions {
   std::vector<int> ready_segment;     // per bucket: the segment whose backward completes it
+  std::vector<size_t> bucket_of_parameter;   // per parameter (GradientBuffer's indices)
+  std::vector<int> final_segment;     // per parameter: the segment whose backward finishes its gradient
   std::vector<int64_t> bytes;         // per bucket, this rank's contribution
   std::string operation;              // "all_reduce" or "reduce_scatter", for node names
   std::function<CompletionPtr(size_t bucket, const graph::NodeContext&)> reduce;
@@ -40,6 +45,12 @@ class Reducer {
   virtual void segment_backward_added(graph::StepGraph& graph, int segment, graph::NodeId backward) = 0;
   // Every backward node is in; `last_backward` is the last one. Returns the bucket nodes.
   virtual std::vector<graph::NodeId> backward_finished(graph::StepGraph& graph, graph::NodeId last_backward) = 0;
+
+  // While a step runs: the step builder brackets each segment backward with these, and every
+  // parameter's grad-ready hook calls gradient_ready with its index (one thread: compute's).
+  virtual void backward_begins(int segment, bool last_micro_batch, const graph::NodeContext& context) {}
+  virtual void backward_ends() {}
+  virtual void gradient_ready(size_t parameter) {}
 
  protected:
   graph::NodeId add_bucket(graph::StepGraph& graph, size_t bucket, graph::NodeId after);
@@ -56,9 +67,19 @@ class ManualReducer final : public Reducer {
 
 class OverlappedReducer final : public Reducer {
  public:
-  using Reducer::Reducer;
+  explicit OverlappedReducer(BucketReductions reductions);
   void segment_backward_added(graph::StepGraph& graph, int segment, graph::NodeId backward) override;
   std::vector<graph::NodeId> backward_finished(graph::StepGraph& graph, graph::NodeId last_backward) override;
+  void backward_begins(int segment, bool last_micro_batch, const graph::NodeContext& context) override;
+  void backward_ends() override;
+  void gradient_ready(size_t parameter) override;
+
+ private:
+  std::vector<graph::NodeId> signals_;     // per bucket
+  std::vector<int> expected_;              // per bucket: parameters its ready segment finishes
+  std::vector<int> remaining_;             // of those, not yet ready in the running backward
+  int active_segment_ = -1;                // the last micro-batch's backward now running, or -1
+  const graph::NodeContext* context_ = nullptr;
 };
 
 }  // namespace weft

@@ -108,7 +108,16 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
       if (previous_backward[s] >= 0) dependencies.push_back(previous_backward[s]);  // accumulation order
       const NodeId backward = graph.add_node(
           {NodeKind::kBackward, str("backward ", recipe.segments[s].name, " mb", micro), mb, StreamClass::kCompute, 0,
-           graph::task([&state, s, micro, segments] {
+           [&state, reducer = recipe.reducer, s, micro, segments, last_micro_batch](
+               const graph::NodeContext& context) -> CompletionPtr {
+             // The reducer hears of every gradient this backward finishes (grad-ready hooks).
+             struct Bracket {
+               Reducer* reducer;
+               ~Bracket() {
+                 if (reducer != nullptr) reducer->backward_ends();
+               }
+             } bracket{reducer};
+             if (reducer != nullptr) reducer->backward_begins(s, last_micro_batch, context);
              std::vector<Tensor>& inputs = state.inputs[micro];
              std::vector<Tensor>& outputs = state.outputs[micro];
              std::vector<Tensor>& input_gradients = state.input_gradients[micro];
@@ -126,7 +135,8 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
                           "every segment's output must depend on its input");
                input_gradients[s] = reached[0];
              }
-           })},
+             return nullptr;
+           }},
           dependencies);
       previous_backward[s] = backward;
       last_backward = backward;

@@ -10,8 +10,9 @@
 //                                       computes the loss (/ M) and adds it to the step's loss sum
 //     backward <segment> mb<m>          s = S-1..0: backward from the segment output's gradient to
 //                                       its input, whose gradient the segment below starts from
-//     (last micro-batch: the reducer's bucket collectives, each after the backward that completes
-//      it in the auto mode, all after backward in the manual mode)
+//     (last micro-batch: the reducer's bucket collectives: in the auto mode each on a signal its
+//      backward fires when the bucket's last gradient is in, in the manual mode all after backward;
+//      the reducer hears of each finished gradient between backward_begins and backward_ends)
 //   all_reduce loss                     the loss sum averaged over the dp group, on the device
 //   optimizer                           reads the loss (the step's one host read), applies the NaN
 //                                       policy, clips, updates, zeroes the gradient buffer
