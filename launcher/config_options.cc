@@ -299,7 +299,7 @@ std::vector<ConfigOption> build_options() {
 
   // comm
   add(make_option("comm.mode", &R::comm, &CommConfig::mode, "manual: collectives where the code calls them, each waited for at once (gradients after backward); auto: the runtime overlaps them (each gradient bucket reduced while backward goes on)", one_of({"manual", "auto"})));
-  add(make_option("comm.bucket_mb", &R::comm, &CommConfig::bucket_mb, "data-parallel gradient bucket size in MB (docs/performance.md has the measurement behind the default)", between(0.001, 4096)));
+  add(make_option("comm.bucket_mb", &R::comm, &CommConfig::bucket_mb, "data-parallel gradient bucket size in MB; 0 picks it by device: 25 on GPUs, 1 on the CPU (docs/performance.md has the measurements)", between(0, 4096)));
 
   // checkpoint
   add(make_option("checkpoint.dir", &R::checkpoint, &CheckpointConfig::dir, "folder for checkpoints (empty: none)"));

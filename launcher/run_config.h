@@ -51,7 +51,7 @@ struct ParallelConfig {
 
 struct CommConfig {
   std::string mode = "manual";        // manual | auto
-  double bucket_mb = 25.0;            // data-parallel gradient bucket size (docs/performance.md)
+  double bucket_mb = 0.0;             // data-parallel gradient bucket size in MB; 0: by device (strategy.h)
 };
 
 struct CheckpointConfig {

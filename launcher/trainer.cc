@@ -152,7 +152,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   StrategyOptions options;
   options.comm_mode = config_.comm.mode;
   options.zero_stage = config_.parallel.zero;
-  options.bucket_bytes = static_cast<int64_t>(config_.comm.bucket_mb * 1024.0 * 1024.0);
+  options.bucket_bytes = static_cast<int64_t>(config_.comm.bucket_mb * 1024.0 * 1024.0);  // 0: by device
   options.micro_batches = train.micro_batches;
   options.weight_decay = train.weight_decay;
   options.grad_clip = train.grad_clip;

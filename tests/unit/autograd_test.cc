@@ -42,6 +42,27 @@ TEST(AutogradGraph, TensorUsedTwiceSumsBothPaths) {
   expect_gradients_match([](const std::vector<Tensor>& in) { return in[0] * in[0] + in[0]; }, {random_leaf({3, 4}, 1)});
 }
 
+TEST(AutogradGraph, BackwardToInputsHandsBackTheInputGradientAndAccumulatesTheRest) {
+  // A two-piece chain cut at h, as the step builder cuts a model into segments: the upper piece's
+  // backward stops at its input leaf and returns its gradient; the lower piece starts from it.
+  Tensor w = values({0.5, -2.0, 1.5, 3.0}, {2, 2}).set_requires_grad(true);
+  Tensor v = values({1.0, 0.25, -1.0, 2.0}, {2, 2}).set_requires_grad(true);
+  Tensor h = w * w;                                   // lower piece
+  Tensor h_leaf = h.detach().set_requires_grad(true);
+  Tensor y = sum(h_leaf * v + h_leaf);                // upper piece: h used twice
+  std::vector<Tensor> reached = autograd::backward_to_inputs({y}, {Tensor()}, {h_leaf});
+  ASSERT_EQ(reached.size(), 1u);
+  EXPECT_FALSE(h_leaf.grad().defined()) << "the stop must not accumulate into the input's .grad";
+  EXPECT_EQ(reached[0].to_vector(), (std::vector<double>{2.0, 1.25, 0.0, 3.0}));  // v + 1, both paths summed
+  EXPECT_EQ(v.grad().to_vector(), h.to_vector());
+  autograd::backward_to_inputs({h}, {reached[0]}, {});
+  // The cut chain gives the whole chain's gradient: d/dw = 2 w (v + 1).
+  Tensor w_reference = values({0.5, -2.0, 1.5, 3.0}, {2, 2}).set_requires_grad(true);
+  sum((w_reference * w_reference) * v.detach() + w_reference * w_reference).backward();
+  EXPECT_EQ(w.grad().to_vector(), w_reference.grad().to_vector());
+  EXPECT_THROW(autograd::backward_to_inputs({sum(w * v)}, {Tensor()}, {h}), weft::Error);  // not a leaf
+}
+
 TEST(AutogradGraph, DiamondAddsBranchGradients) {
   // b = exp(a), c = a^2, d = b * c: dd/da = exp(a) a^2 + exp(a) 2a.
   Tensor a = values({-1.0, 0.5, 2.0}, {3}).set_requires_grad(true);

@@ -1,0 +1,203 @@
+// The segmented step in one process: the gradient buffer's views and in-place accumulation, the
+// step graph the strategy builds for each comm mode, and one-process training through the strategy
+// against the plain loop (loss.backward(), clip, update) it replaces, for a cut model and for a
+// custom model that is one segment.
+#include <memory>
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "layers/language_model.h"
+#include "layers/embedding.h"
+#include "layers/linear.h"
+#include "optim/gradient_clipping.h"
+#include "parallel/data/data_parallel_strategy.h"
+#include "parallel/data/gradient_buffer.h"
+#include "parallel/strategy.h"
+#include "runtime/weft.h"
+#include "tests/support/gradient_check.h"
+#include "tests/support/small_model_config.h"
+
+namespace weft {
+namespace {
+
+ModelConfig model_config() {
+  ModelConfig config = testing::small_model_config();
+  config.vocab = 16;
+  config.init_std = 0.1;
+  return config;
+}
+
+MicroBatch micro_batch(uint64_t offset) {
+  const ModelConfig config = model_config();
+  std::vector<double> draws =
+      Tensor::uniform({2, config.seq_len + 1}, 7, offset, 0.0, static_cast<double>(config.vocab), kFloat64).to_vector();
+  std::vector<int64_t> ids(draws.begin(), draws.end());
+  Tensor all = Tensor::from_vector(absl::Span<const int64_t>(ids), {2, config.seq_len + 1});
+  return {all.narrow(1, 0, config.seq_len).contiguous(), all.narrow(1, 1, config.seq_len).contiguous()};
+}
+
+// SGD: the segmented backward sums some gradients in another order than the whole-model one, and
+// AdamW's first steps are sign-like (lr * g / |g|), so a k-bias gradient that is rounding noise
+// (softmax does not see it) would move by 2 lr; SGD keeps a rounding difference a rounding difference.
+StrategyOptions options(const std::string& mode, int64_t micro_batches = 1) {
+  StrategyOptions options;
+  options.comm_mode = mode;
+  options.micro_batches = micro_batches;
+  options.grad_clip = 0.5;
+  options.weight_decay = 0.1;
+  options.bucket_bytes = 512;
+  options.make_optimizer = [](std::vector<ParameterGroup> groups) {
+    return make_sgd(std::move(groups), {0.9, false});
+  };
+  return options;
+}
+
+TEST(GradientBuffer, GradientsAreViewsOfBucketsInBackwardOrderAndAccumulateInPlace) {
+  std::shared_ptr<LanguageModel> model = build_model(model_config());
+  const std::vector<NamedParameter> parameters = model->named_parameters();
+  GradientBuffer buffer(parameters, /*bucket_bytes=*/256, /*pad_multiple=*/4);
+  buffer.attach();
+  ASSERT_GT(buffer.buckets().size(), 2u);
+  // Backward order: the last registered parameter opens the first bucket, the first closes the last.
+  EXPECT_EQ(buffer.buckets().front().slots.front().parameter, parameters.size() - 1);
+  EXPECT_EQ(buffer.buckets().back().slots.back().parameter, 0u);
+  std::set<size_t> seen;
+  for (const GradientBuffer::Bucket& bucket : buffer.buckets()) {
+    EXPECT_EQ(bucket.padded_elements % 4, 0);
+    EXPECT_GE(bucket.padded_elements, bucket.elements);
+    for (const GradientBuffer::Slot& slot : bucket.slots) EXPECT_TRUE(seen.insert(slot.parameter).second);
+  }
+  EXPECT_EQ(seen.size(), parameters.size());
+  // Two backward passes accumulate into the buckets themselves: .grad still aliases the slot.
+  const MicroBatch batch = micro_batch(0);
+  loss(*model, batch.inputs, batch.targets).backward();
+  loss(*model, batch.inputs, batch.targets).backward();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Tensor grad = parameters[i].tensor.grad();
+    const GradientBuffer::Slot& slot = buffer.slot_of(i);
+    const Tensor view = buffer.buckets()[buffer.bucket_of(i)].data.narrow(0, slot.offset, slot.elements);
+    EXPECT_EQ(grad.data<float>(), view.data<float>()) << parameters[i].name << " no longer in its bucket";
+  }
+  const double before = clip_grad_norm(model->parameters(), 0.0);
+  EXPECT_GT(before, 0.0);
+  buffer.zero();
+  EXPECT_EQ(clip_grad_norm(model->parameters(), 0.0), 0.0);
+  EXPECT_TRUE(parameters[0].tensor.grad().defined());
+}
+
+TEST(Segments, GptSegmentsNameEveryParameterAndTheTiedEmbeddingTwice) {
+  std::shared_ptr<LanguageModel> model = build_model(model_config());
+  const std::vector<ModelSegment> segments = model->segments();
+  ASSERT_EQ(segments.size(), 4u);  // embedding, two blocks, head
+  EXPECT_EQ(segments.front().name, "embedding");
+  EXPECT_EQ(segments.back().name, "head");
+  std::multiset<std::string> named;
+  for (const ModelSegment& segment : segments) named.insert(segment.parameters.begin(), segment.parameters.end());
+  for (const NamedParameter& parameter : model->named_parameters()) {
+    EXPECT_EQ(named.count(parameter.name), parameter.name == "token_embedding.weight" ? 2u : 1u) << parameter.name;
+  }
+  const MicroBatch batch = micro_batch(3);
+  EXPECT_EQ(testing::relative_error(run_segments(segments, batch.inputs), model->logits(batch.inputs)), 0.0);
+}
+
+TEST(StrategyGraph, ManualReducesAfterBackwardAndAutoOnEachBucketsSignal) {
+  for (const std::string mode : {"manual", "auto"}) {
+    std::shared_ptr<LanguageModel> model = build_model(model_config());
+    StrategyOptions with_collectives = options(mode, 2);
+    with_collectives.collectives_for_one_rank = true;
+    with_collectives.zero_stage = 1;
+    DataParallelStrategy strategy(make_local_process_group(Device::cpu(), "dp"), 0, *model, with_collectives);
+    const graph::StepGraph& graph = strategy.step_graph();
+    std::map<std::string, graph::NodeId> by_name;
+    for (const graph::Node& node : graph.nodes()) by_name[node.name] = node.id;
+    ASSERT_TRUE(by_name.count("backward embedding mb1") && by_name.count("all_reduce bucket 0")) << mode;
+    const graph::NodeId last_backward = by_name.at("backward embedding mb1");
+    const graph::Node& first_bucket = graph.node(by_name.at("all_reduce bucket 0"));
+    EXPECT_EQ(first_bucket.stream, graph::StreamClass::kDpComm);
+    if (mode == "manual") {
+      EXPECT_EQ(first_bucket.dependencies, std::vector<graph::NodeId>{last_backward});
+      EXPECT_EQ(by_name.count("bucket 0 ready"), 0u);
+      // ZeRO's gathers close the step.
+      EXPECT_GT(by_name.at("all_gather bucket 0"), by_name.at("optimizer"));
+    } else {
+      // The first bucket (the last blocks' parameters) hangs on a signal of a backward above the
+      // embedding's, in the last micro-batch only.
+      const graph::Node& signal = graph.node(first_bucket.dependencies.at(0));
+      EXPECT_TRUE(signal.is_signal());
+      EXPECT_EQ(signal.name, "bucket 0 ready");
+      EXPECT_EQ(graph.node(signal.signal_of).micro_batch, 1);
+      EXPECT_NE(signal.signal_of, last_backward);
+      // ZeRO's gathers open the step, before the forwards that read their buckets.
+      EXPECT_LT(by_name.at("all_gather bucket 0"), by_name.at("forward embedding mb0"));
+      EXPECT_EQ(strategy.plan().stream_of[first_bucket.id], graph::StreamClass::kDpComm);
+    }
+  }
+}
+
+// The plain loop the strategy replaces: whole-model backward per micro-batch (each loss / M),
+// clip, SGD.
+void reference_step(LanguageModel& model, Optimizer& optimizer, int64_t micro_batches, uint64_t step) {
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    const MicroBatch batch = micro_batch(step * 100 + micro);
+    Tensor value = loss(model, batch.inputs, batch.targets);
+    if (micro_batches > 1) value = scale(value, 1.0 / static_cast<double>(micro_batches));
+    value.backward();
+  }
+  clip_grad_norm(model.parameters(), 0.5);
+  optimizer.step(0.5);
+  optimizer.zero_grad();
+}
+
+TEST(Strategy, OneProcessMatchesThePlainLoopInBothModes) {
+  for (const std::string mode : {"manual", "auto"}) {
+    std::shared_ptr<LanguageModel> reference = build_model(model_config());
+    auto optimizer = options(mode).make_optimizer(default_parameter_groups(reference->named_parameters(), 0.1));
+    std::shared_ptr<LanguageModel> model = build_model(model_config());
+    std::unique_ptr<Strategy> strategy = make_strategy(Mesh(1, 1, 1, 1), 0, *model, options(mode, 2));
+    for (uint64_t step = 0; step < 3; ++step) {
+      reference_step(*reference, *optimizer, 2, step);
+      auto count = std::make_shared<uint64_t>(0);
+      const StepReport report =
+          strategy->step(static_cast<int64_t>(step) + 1, 0.5, [&, count] { return micro_batch(step * 100 + (*count)++); });
+      EXPECT_EQ(report.comm_ms, 0.0) << "one process communicates nothing";
+      EXPECT_GT(report.loss, 0.0);
+    }
+    const auto expected = reference->state_dict();
+    for (const auto& [name, tensor] : model->state_dict()) {
+      EXPECT_LE(testing::relative_error(tensor, expected.at(name)), 1e-6) << mode << " " << name;
+    }
+  }
+}
+
+// A custom model that does not cut itself: one segment, and training still works.
+class TinyUncutModel : public LanguageModel {
+ public:
+  explicit TinyUncutModel(const LayerContext& context) {
+    embedding_ = register_module("embedding", std::make_shared<Embedding>(context.config.vocab, 8, context));
+    head_ = register_module("head", std::make_shared<Linear>(8, context.config.vocab, true, context));
+  }
+  std::string type_name() const override { return "TinyUncut"; }
+  Tensor logits(const Tensor& ids) override { return head_->forward(embedding_->forward(ids)); }
+
+ private:
+  std::shared_ptr<Embedding> embedding_;
+  std::shared_ptr<Linear> head_;
+};
+
+TEST(Strategy, AModelThatDoesNotCutItselfIsOneSegmentAndTrains) {
+  ModelConfig config = model_config();
+  uint64_t offset = 0;
+  TinyUncutModel model(LayerContext{config, &offset});
+  ASSERT_EQ(model.segments().size(), 1u);
+  std::unique_ptr<Strategy> strategy = make_strategy(Mesh(1, 1, 1, 1), 0, model, options("auto"));
+  double first = 0, last = 0;
+  for (int64_t step = 1; step <= 20; ++step) {
+    const StepReport report = strategy->step(step, 0.5, [] { return micro_batch(0); });
+    (step == 1 ? first : last) = report.loss;
+  }
+  EXPECT_LT(last, first - 0.5) << "the loss on one repeated batch did not fall";
+}
+
+}  // namespace
+}  // namespace weft
