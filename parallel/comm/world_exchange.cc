@@ -18,10 +18,12 @@ void wait_for_every_rank() {
 
 std::vector<std::string> gather_text_to_rank_zero(const std::string& text) {
   if (!mpi_is_active() || mpi_world_size() == 1) return {text};
-  WEFT_CHECK(text.size() < static_cast<size_t>(INT_MAX), "gather_text_to_rank_zero: ", text.size(),
-             " bytes is more than one MPI message takes");
   const int size = mpi_world_size();
   const int rank = mpi_world_rank();
+  // Every rank's share within one MPI message (int counts), so the total fits too. A rank that
+  // fails here raises, and the fault handler ends the job: no rank waits in the gather.
+  WEFT_CHECK(text.size() < static_cast<size_t>(INT_MAX / size), "gather_text_to_rank_zero: rank ", rank, " has ",
+             text.size(), " bytes, more than one MPI message takes from each of ", size, " ranks");
   int length = static_cast<int>(text.size());
   std::vector<int> lengths(rank == 0 ? size : 0);
   MpiCallLock lock;
@@ -32,7 +34,6 @@ std::vector<std::string> gather_text_to_rank_zero(const std::string& text) {
     offsets[r] = static_cast<int>(total);
     total += lengths[r];
   }
-  WEFT_CHECK(total < INT_MAX, "gather_text_to_rank_zero: ", total, " bytes in all is more than one MPI message takes");
   std::string joined(static_cast<size_t>(total), '\0');
   WEFT_MPI_CHECK(MPI_Gatherv(text.data(), length, MPI_CHAR, joined.data(), lengths.data(), offsets.data(), MPI_CHAR, 0,
                              MPI_COMM_WORLD));
