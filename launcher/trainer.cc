@@ -283,7 +283,7 @@ TrainResult Trainer::run() {
     // update, and times every node: the compute / communication / exposed-communication split.
     const StepReport report = s.strategy->step(step, metrics.lr, [&] {
       TokenBatch batch = s.train_data->next_batch(micro_batch, steps_per_sequence);
-      return MicroBatch{batch.inputs.to(s.device), batch.targets.to(s.device)};
+      return MicroBatch{batch.inputs, batch.targets};  // on the host: the step counts and uploads them
     });
     if (step == s.start_step + 1 && !config_.log.graph_file.empty() && leader) {
       s.strategy->write_graph(config_.log.graph_file);

@@ -72,7 +72,7 @@ class AdamW final : public Optimizer {
     }
   }
 
-  void step(double lr) override {
+  void step(double lr, const Tensor& guard) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "adamw: lr must be finite and >= 0, got ", lr);
     std::vector<AdamWTensorUpdate> updates;
     std::vector<int64_t*> counts;  // the step count of each entry of `updates`
@@ -95,12 +95,23 @@ class AdamW final : public Optimizer {
       }
     }
     // One call per device: every CUDA parameter of a device in one launch.
-    const AdamWHyperparameters hyperparameters{.beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps};
+    const AdamWHyperparameters hyperparameters{
+        .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps, .guard = guard};
     for (const DeviceUpdates<AdamWTensorUpdate>& group : updates_by_device(std::move(updates))) {
       backend_for(group.device).adamw_update(group.updates, hyperparameters);
     }
     for (int64_t* count : counts) *count += 1;
     steps_ += 1;
+    last_counts_ = std::move(counts);
+    can_undo_ = true;
+  }
+
+  void undo_step() override {
+    WEFT_CHECK(can_undo_, "adamw: undo_step without a step to undo");
+    for (int64_t* count : last_counts_) *count -= 1;
+    steps_ -= 1;
+    last_counts_.clear();
+    can_undo_ = false;
   }
 
   std::map<std::string, Tensor> state_dict() const override { return snapshot_state(); }
@@ -115,6 +126,8 @@ class AdamW final : public Optimizer {
   };
   AdamWOptions options_;
   std::vector<State> states_;  // one per parameter, in group order
+  std::vector<int64_t*> last_counts_;  // the counts the last step advanced (undo_step)
+  bool can_undo_ = false;
 };
 
 }  // namespace

@@ -35,8 +35,15 @@ std::vector<ParameterGroup> default_parameter_groups(const std::vector<NamedPara
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update with learning rate `lr` (the schedule is applied by the caller).
-  virtual void step(double lr) = 0;
+  // One update with learning rate `lr` (the schedule is applied by the caller). `guard`, when given,
+  // is one element on the parameters' device: the device applies the update only if it is finite,
+  // with no host read (runtime/optimizer_update.h), so a step graph can pass its loss and leave the
+  // NaN policy to the device. The step counts advance either way; once the caller has read the
+  // guard and found it non-finite, undo_step() takes them back.
+  virtual void step(double lr, const Tensor& guard = Tensor()) = 0;
+  // Forgets the counts of the last step(), which its guard skipped: bias corrections and steps_taken()
+  // are then as if it had not been called. Throws weft::Error when there is no step to undo.
+  virtual void undo_step() = 0;
   void zero_grad();
   // Optimizer state for checkpoints: "<parameter name>.<state name>" -> tensor, plus "step".
   virtual std::map<std::string, Tensor> state_dict() const = 0;

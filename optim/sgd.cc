@@ -60,7 +60,7 @@ class Sgd final : public Optimizer {
     }
   }
 
-  void step(double lr) override {
+  void step(double lr, const Tensor& guard) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "sgd: lr must be finite and >= 0, got ", lr);
     std::vector<SgdTensorUpdate> updates;
     size_t index = 0;
@@ -77,11 +77,19 @@ class Sgd final : public Optimizer {
       }
     }
     // One call per device: every CUDA parameter of a device in one launch.
-    const SgdHyperparameters hyperparameters{.momentum = options_.momentum, .nesterov = options_.nesterov};
+    const SgdHyperparameters hyperparameters{
+        .momentum = options_.momentum, .nesterov = options_.nesterov, .guard = guard};
     for (const DeviceUpdates<SgdTensorUpdate>& group : updates_by_device(std::move(updates))) {
       backend_for(group.device).sgd_update(group.updates, hyperparameters);
     }
     steps_ += 1;
+    can_undo_ = true;
+  }
+
+  void undo_step() override {
+    WEFT_CHECK(can_undo_, "sgd: undo_step without a step to undo");
+    steps_ -= 1;
+    can_undo_ = false;
   }
 
   std::map<std::string, Tensor> state_dict() const override { return snapshot_state(); }
@@ -94,6 +102,7 @@ class Sgd final : public Optimizer {
   };
   SgdOptions options_;
   std::vector<State> states_;  // one per parameter, in group order
+  bool can_undo_ = false;
 };
 
 }  // namespace

@@ -82,6 +82,13 @@ class Backend {
   // backend's device) multiplied by `factor` in place, rounded once to its dtype: what affine(x,
   // factor, 0, x) does to each, in one launch on CUDA (gradient clipping and accumulation).
   virtual void scale_in_place(absl::Span<const Tensor> tensors, double factor) = 0;
+  // Global-norm clipping decided on the device, with no host read: `squares` [k] (contiguous, the
+  // accumulation_dtype of this device) holds squared L2 norms of the parts of one vector, such as
+  // squared_norms of its tensors, perhaps summed over ranks; norm = sqrt of their sum, added in
+  // order in f64. When max_norm > 0 and the norm is finite and above max_norm, every tensor is
+  // scaled in place by max_norm / (norm + 1e-6) (as scale_in_place does), else nothing changes:
+  // what clip_grad_norm does, with the decision left on the device.
+  virtual void clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) = 0;
 
   // --- Optimizer updates (runtime/optimizer_update.h states the math and the master-weight rule) ---
   // One AdamW step of every entry, in place (parameter, moments, master), all on this backend's

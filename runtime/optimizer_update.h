@@ -30,6 +30,11 @@
 // from silently undoing a weight load, at the cost of one compare per element.
 //
 // Entries of one call are distinct parameters (no two share storage) on the backend's device.
+//
+// Guard. A call may carry a guard: one element on the device (f32 on CUDA, f32 or f64 on the CPU).
+// The update is applied only if the guard is finite, and the device decides, with no host read: a
+// step graph passes its loss, so a non-finite loss skips the update without stopping the host
+// (the NaN policy). Without a guard the update always applies.
 #pragma once
 
 #include "runtime/tensor.h"
@@ -52,6 +57,7 @@ struct AdamWHyperparameters {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  Tensor guard;       // undefined, or one element: the update applies only if it is finite
 };
 
 struct SgdTensorUpdate {
@@ -67,6 +73,7 @@ struct SgdTensorUpdate {
 struct SgdHyperparameters {
   double momentum = 0.0;
   bool nesterov = false;
+  Tensor guard;       // as AdamWHyperparameters::guard
 };
 
 }  // namespace weft

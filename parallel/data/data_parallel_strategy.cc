@@ -2,6 +2,7 @@
 #include "parallel/data/data_parallel_strategy.h"
 
 #include <climits>
+#include <cmath>
 #include <fstream>
 #include <set>
 
@@ -105,7 +106,6 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
   recipe.segments = model.segments();
   recipe.micro_batches = options.micro_batches;
   recipe.device = device_;
-  recipe.on_nan = options.on_nan;
   recipe.update = [this](StepState& state) { update(state); };
   if (communicate) {
     BucketReductions reductions;
@@ -165,12 +165,20 @@ CommStream DataParallelStrategy::stream_for(const graph::NodeContext& context) c
 }
 
 void DataParallelStrategy::update(StepState& state) {
-  if (!state.skipped) {
-    state.grad_norm = zero_ != nullptr ? zero_->clip_gradients(options_.grad_clip, CommStream())
-                                       : clip_grad_norm(parameters_, options_.grad_clip);
-    optimizer_->step(state.lr);
-    if (zero_ != nullptr) gather_pending_.assign(gather_pending_.size(), 1);
+  autograd::NoGradGuard no_grad;
+  Backend& backend = backend_for(device_);
+  // Clip and update on the device: the norm and the decision to skip never come to the host here.
+  if (zero_ != nullptr) {
+    state.grad_squares = zero_->clip_gradients(options_.grad_clip, CommStream());
+  } else {
+    std::vector<Tensor> grads;
+    for (const Tensor& parameter : parameters_) grads.push_back(parameter.grad());
+    state.grad_squares = Tensor::empty({static_cast<int64_t>(grads.size())}, accumulation_dtype(device_), device_);
+    backend.squared_norms(grads, state.grad_squares);
+    backend.clip_to_norm(grads, state.grad_squares, options_.grad_clip);
   }
+  optimizer_->step(state.lr, state.loss_sum);  // skipped on the device when the loss is not finite
+  if (zero_ != nullptr) gather_pending_.assign(gather_pending_.size(), 1);
   buffer_.zero();  // in place: every .grad stays a view of its bucket
 }
 
@@ -186,10 +194,21 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
         timeline.chrome_trace_events(world_rank_, str("rank ", world_rank_), started_ms);
     if (!events.empty()) trace_events_ += (trace_events_.empty() ? "" : ",") + events;
   }
+  // The step is over (the executor waited for it), so these reads cost no synchronization.
   StepReport report;
-  report.loss = state_.loss;
-  report.grad_norm = state_.grad_norm;
-  report.skipped = state_.skipped;
+  report.loss = state_.loss_sum.item();
+  if (!std::isfinite(report.loss)) {
+    // The loss is the mean over the global batch (all ranks agree on it), so every rank takes the
+    // same decision. The device has already skipped the update; the optimizer forgets its counts.
+    WEFT_CHECK(options_.on_nan == "skip", "the training loss is ", report.loss, " at step ", step,
+               " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: skip");
+    optimizer_->undo_step();
+    report.skipped = true;
+  } else {
+    double sum_of_squares = 0.0;
+    for (double value : state_.grad_squares.to(Device::cpu()).to_vector()) sum_of_squares += value;
+    report.grad_norm = std::sqrt(sum_of_squares);
+  }
   report.compute_ms = timeline.compute_ms;
   report.comm_ms = timeline.comm_ms;
   report.exposed_comm_ms = timeline.exposed_comm_ms;

@@ -112,19 +112,16 @@ CollectiveHandlePtr ZeroSharding::gather_bucket(size_t bucket, const CommStream&
   return handle;
 }
 
-double ZeroSharding::clip_gradients(double max_norm, const CommStream& stream) {
+Tensor ZeroSharding::clip_gradients(double max_norm, const CommStream& stream) {
   autograd::NoGradGuard no_grad;
   const Device device = buffer_.device();
   // Each rank's shard holds distinct elements (padding is zero): the squares add up across ranks.
   Tensor squares = Tensor::empty({1}, accumulation_dtype(device), device);
   backend_for(device).squared_norms({shard_gradients_}, squares);
-  group_->all_reduce(squares, Reduction::kSum, stream)->synchronize();
-  const double norm = std::sqrt(squares.item());
-  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
-    // In place on the shard buffer, which every shard view's .grad aliases.
-    backend_for(device).affine(shard_gradients_, max_norm / (norm + 1e-6), 0.0, shard_gradients_);
-  }
-  return norm;
+  group_->all_reduce(squares, Reduction::kSum, stream)->wait();
+  // In place on the shard buffer, which every shard view's .grad aliases.
+  backend_for(device).clip_to_norm({shard_gradients_}, squares, max_norm);
+  return squares;
 }
 
 std::map<std::string, Tensor> ZeroSharding::gather_optimizer_state(const Optimizer& optimizer,

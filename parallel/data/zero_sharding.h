@@ -53,9 +53,11 @@ class ZeroSharding {
   // All-gathers bucket `bucket`'s updated f32 weights from every rank into the model parameters.
   CollectiveHandlePtr gather_bucket(size_t bucket, const CommStream& stream);
 
-  // The global L2 norm of the averaged gradients (a scalar all-reduce on `stream`, waited for), and,
-  // when max_norm > 0 and the norm exceeds it, scales them to max_norm as clip_grad_norm does.
-  double clip_gradients(double max_norm, const CommStream& stream);
+  // Clips the averaged gradients to a global L2 norm of max_norm (when max_norm > 0 and the norm
+  // exceeds it) as clip_grad_norm does, on the device: the shards' squared norm, summed over the
+  // ranks by a scalar all-reduce on `stream` (ordered, not waited for by the host), decides.
+  // Returns that sum of squares ([1], on the device; the norm is its square root).
+  Tensor clip_gradients(double max_norm, const CommStream& stream);
   // Copies the model parameters' values into the shard (after loading them from a checkpoint).
   void load_shard_from_parameters();
 

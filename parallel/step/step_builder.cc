@@ -1,7 +1,6 @@
 // build_step_graph (step_builder.h).
 #include "parallel/step/step_builder.h"
 
-#include <cmath>
 
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
@@ -15,6 +14,9 @@ namespace weft {
 using graph::NodeId;
 using graph::NodeKind;
 using graph::StreamClass;
+
+// cross_entropy's default ignore_index: training batches hold token ids only, so every target counts.
+constexpr int64_t kIgnoredTarget = -100;
 
 namespace {
 
@@ -47,6 +49,7 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
   state.outputs.assign(micro_batches, std::vector<Tensor>(segments));
   state.input_gradients.assign(micro_batches, std::vector<Tensor>(segments));
   state.targets.assign(micro_batches, Tensor());
+  state.counted_targets.assign(micro_batches, 0);
   state.loss_sum = Tensor::zeros({1}, accumulation_dtype(recipe.device), recipe.device);
 
   graph::StepGraph graph;
@@ -69,15 +72,29 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
       const bool last_segment = s + 1 == segments;
       forward[s] = graph.add_node(
           {NodeKind::kForward, str("forward ", recipe.segments[s].name, " mb", micro), mb, StreamClass::kCompute, 0,
-           graph::task([&state, forward = recipe.segments[s].forward, s, micro, micro_batches, last_segment] {
+           graph::task([&state, forward = recipe.segments[s].forward, device = recipe.device, s, micro,
+                        micro_batches, last_segment] {
              std::vector<Tensor>& inputs = state.inputs[micro];
              std::vector<Tensor>& outputs = state.outputs[micro];
              Tensor input;
              if (s == 0) {
                if (micro == 0) state.loss_sum.zero_();
                MicroBatch batch = state.next_micro_batch();
-               state.targets[micro] = batch.targets;
-               input = batch.inputs;
+               WEFT_CHECK(batch.inputs.device().is_cpu() && batch.targets.device().is_cpu() &&
+                              batch.targets.shape() == batch.inputs.shape() && !is_floating(batch.targets.dtype()),
+                          "step: a micro-batch is ids and targets of one shape, i32 or i64, on the host; got ",
+                          batch.inputs.describe(), " and ", batch.targets.describe());
+               // Counted here, on the host, so that cross-entropy needs no read back.
+               int64_t counted = 0;
+               const Tensor targets = batch.targets.contiguous();
+               for (int64_t i = 0; i < targets.numel(); ++i) {
+                 const int64_t target = targets.dtype() == kInt64 ? targets.data<int64_t>()[i]
+                                                                  : static_cast<int64_t>(targets.data<int32_t>()[i]);
+                 counted += target != kIgnoredTarget;
+               }
+               state.counted_targets[micro] = counted;
+               state.targets[micro] = targets.to(device);
+               input = batch.inputs.to(device);
              } else {
                // A leaf: this segment's backward stops here and hands its gradient down.
                input = outputs[s - 1].detach();
@@ -87,7 +104,8 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
              Tensor output = forward(input);
              if (last_segment) {
                const int64_t vocabulary = output.size(-1);
-               Tensor loss = cross_entropy(output.reshape({-1, vocabulary}), state.targets[micro].reshape({-1}));
+               Tensor loss = cross_entropy(output.reshape({-1, vocabulary}), state.targets[micro].reshape({-1}),
+                                           kIgnoredTarget, state.counted_targets[micro]);
                // Each micro-batch's mean loss is divided by their count, so the accumulated gradient
                // is the gradient of the mean over the whole step's batch.
                if (micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(micro_batches));
@@ -154,22 +172,9 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
   }
   // The update overwrites what the gathers of the previous update read (the shard weights).
   for (NodeId node : gather_nodes) before_update.push_back(node);
-  const NodeId update = graph.add_node(
-      {NodeKind::kOptimizer, "optimizer", -1, StreamClass::kCompute, 0, graph::task([&state, update = recipe.update, on_nan = recipe.on_nan] {
-         // The step's one host read: the NaN policy must be decided before the update.
-         state.loss = state.loss_sum.item();
-         state.skipped = false;
-         state.grad_norm = 0.0;
-         if (!std::isfinite(state.loss)) {
-           // The loss is the mean over the global batch (all ranks agree on it), so every rank
-           // takes the same decision here.
-           WEFT_CHECK(on_nan == "skip", "the training loss is ", state.loss, " at step ", state.step,
-                      " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: skip");
-           state.skipped = true;
-         }
-         update(state);
-       })},
-      before_update);
+  const NodeId update = graph.add_node({NodeKind::kOptimizer, "optimizer", -1, StreamClass::kCompute, 0,
+                                        graph::task([&state, update = recipe.update] { update(state); })},
+                                       before_update);
   if (recipe.gathers != nullptr && !recipe.gathers->before_forward) add_gathers(graph, *recipe.gathers, {update});
   return graph;
 }

@@ -14,8 +14,8 @@
 //      backward fires when the bucket's last gradient is in, in the manual mode all after backward;
 //      the reducer hears of each finished gradient between backward_begins and backward_ends)
 //   all_reduce loss                     the loss sum averaged over the dp group, on the device
-//   optimizer                           reads the loss (the step's one host read), applies the NaN
-//                                       policy, clips, updates, zeroes the gradient buffer
+//   optimizer                           the recipe's update: clips and updates on the device, the
+//                                       update guarded by the loss being finite (no host read)
 //   [gathers of this update]            ZeRO, manual mode: at the end of the step
 //
 // A segment's input is a detached leaf of the previous segment's output, so backward stops there
@@ -23,6 +23,11 @@
 // stage's backward will be the same node on another rank. Edges are data dependencies only: the
 // previous segment, the same segment of the previous micro-batch (gradient accumulation), the
 // bucket gathers a forward reads. The scheduler and the comm mode decide the rest.
+//
+// No node reads anything back to the host: the micro-batch's targets are counted on the host before
+// they are uploaded (so cross-entropy needs no read), the loss is summed and averaged on the device,
+// and the update is guarded on the device. The caller reads the loss after the step (the executor
+// has synchronized by then) and applies the NaN policy: stop, or undo the skipped step's counts.
 //
 // StepState is what the work of the nodes reads and writes; the caller fills its inputs before
 // each execution and reads its results after. The graph and the state must outlive each other's
@@ -41,7 +46,8 @@
 
 namespace weft {
 
-// One micro-batch: token ids and next-token targets, [B, T] each, on the model's device.
+// One micro-batch: token ids and next-token targets, [B, T] each, on the host (the step counts the
+// targets there and uploads both to the model's device).
 struct MicroBatch {
   Tensor inputs;
   Tensor targets;
@@ -53,15 +59,14 @@ struct StepState {
   MicroBatchSource next_micro_batch;
   double lr = 0.0;
   int64_t step = 0;
-  // Written by the step.
-  double loss = 0.0;         // mean over the global batch (every rank agrees)
-  double grad_norm = 0.0;
-  bool skipped = false;      // non-finite loss with on_nan: skip
+  // Written by the step, on the device: read them after it.
+  Tensor grad_squares;               // squared norms of the gradients' parts (the recipe's update)
   // Between nodes: per micro-batch and segment, the segment's input leaf and output.
   std::vector<std::vector<Tensor>> inputs;
   std::vector<std::vector<Tensor>> outputs;
   std::vector<std::vector<Tensor>> input_gradients;  // what a segment's backward hands the one below
-  std::vector<Tensor> targets;       // per micro-batch [B, T]
+  std::vector<Tensor> targets;       // per micro-batch [B, T], on the device
+  std::vector<int64_t> counted_targets;  // per micro-batch: targets cross-entropy counts
   Tensor loss_sum;                   // [1] accumulation dtype, on the device
 };
 
@@ -81,9 +86,8 @@ struct StepRecipe {
   std::unique_ptr<ParameterGathers> gathers;       // null: no ZeRO
   // Averages state.loss_sum over the dp group; null with one rank.
   std::function<CompletionPtr(const graph::NodeContext&)> average_loss;
-  // The update: reads state.loss etc. (loss already read to the host and checked by the builder).
+  // The update, on the compute stream: state.loss_sum is the loss to guard it with.
   std::function<void(StepState&)> update;
-  std::string on_nan = "stop";                     // stop | skip
 };
 
 // Builds the step's graph over `state` (which the nodes keep a reference to; they copy what they

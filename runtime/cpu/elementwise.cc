@@ -187,4 +187,13 @@ void CpuBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor)
   for (const Tensor& tensor : tensors) affine(tensor, factor, 0.0, tensor);  // elementwise: in place is safe
 }
 
+void CpuBackend::clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) {
+  WEFT_CHECK(squares.dim() == 1 && squares.is_contiguous() && squares.dtype() == kFloat64 && squares.device().is_cpu(),
+             "clip_to_norm: squares must be [k] f64, contiguous, on the CPU; got ", squares.describe());
+  double sum_of_squares = 0.0;
+  for (int64_t i = 0; i < squares.size(0); ++i) sum_of_squares += squares.data<double>()[i];
+  const double norm = std::sqrt(sum_of_squares);
+  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) scale_in_place(tensors, max_norm / (norm + 1e-6));
+}
+
 }  // namespace weft

@@ -100,10 +100,19 @@ void sgd_loop(Parameter* parameter, const State* grad, State* buffer, State* mas
   }
 }
 
+// Whether a guarded update goes ahead (optimizer_update.h): no guard, or a finite one.
+bool guard_allows(const Tensor& guard, const char* op) {
+  if (!guard.defined()) return true;
+  WEFT_CHECK(guard.numel() == 1 && is_floating(guard.dtype()) && guard.device().is_cpu(), op,
+             ": the guard must be one floating element on the CPU, got ", guard.describe());
+  return std::isfinite(guard.item());
+}
+
 }  // namespace
 
 void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
                               const AdamWHyperparameters& hyperparameters) {
+  if (!guard_allows(hyperparameters.guard, "adamw_update")) return;
   for (const AdamWTensorUpdate& update : updates) {
     const Tensor grad = gradient_in_state_dtype(update.parameter, update.grad);
     dispatch_parameter(update.parameter, "adamw_update", [&]<class Parameter, class State>() {
@@ -116,6 +125,7 @@ void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
 }
 
 void CpuBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) {
+  if (!guard_allows(hyperparameters.guard, "sgd_update")) return;
   for (const SgdTensorUpdate& update : updates) {
     const Tensor grad = gradient_in_state_dtype(update.parameter, update.grad);
     dispatch_parameter(update.parameter, "sgd_update", [&]<class Parameter, class State>() {

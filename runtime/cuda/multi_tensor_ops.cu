@@ -4,6 +4,8 @@
 //     one warp per tensor adds its chunks' partials in order. f32 accumulation (fmaf), fixed order:
 //     the same bits from run to run. Strided tensors are copied contiguous first.
 //   CudaBackend::scale_in_place: each block scales one chunk (strided tensors go through affine).
+//   CudaBackend::clip_to_norm: one thread turns the squares into a factor in device memory (1 when
+//     the norm is within the limit), then scale_in_place's kernel reads it; no host read.
 // Elements are f32, bf16 or f16, read and written in place.
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
@@ -61,14 +63,28 @@ struct ScaleSlot {
   int32_t unused;  // keeps the slot a multiple of 8 bytes
 };
 
+// factor_on_device (clip_to_norm), when not null, replaces `factor`; 1 means "nothing to do".
 __global__ void __launch_bounds__(kChunkThreads)
-    scale_chunks_kernel(const ScaleSlot* tensors, const ChunkSlot* chunks, float factor) {
+    scale_chunks_kernel(const ScaleSlot* tensors, const ChunkSlot* chunks, float factor,
+                        const float* factor_on_device) {
+  if (factor_on_device != nullptr) {
+    factor = *factor_on_device;
+    if (factor == 1.0f) return;
+  }
   const ChunkSlot chunk = chunks[blockIdx.x];
   const ScaleSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
   for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
     store_kind(slot.data, slot.kind, i, load_kind(slot.data, slot.kind, i) * factor);
   }
+}
+
+// clip_to_norm's decision, on one thread: the squares added in order in f64, as the host did.
+__global__ void clip_factor_kernel(const float* squares, int64_t count, double max_norm, float* factor) {
+  double sum_of_squares = 0.0;
+  for (int64_t i = 0; i < count; ++i) sum_of_squares += static_cast<double>(squares[i]);
+  const double norm = sqrt(sum_of_squares);
+  *factor = max_norm > 0.0 && isfinite(norm) && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
 }
 
 }  // namespace
@@ -114,7 +130,11 @@ void CudaBackend::squared_norms(absl::Span<const Tensor> tensors, const Tensor& 
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor) {
+namespace {
+
+// scale_in_place's launch, with the factor given or (factor_on_device) read by the kernel.
+void scale_tensors(CudaBackend& backend, absl::Span<const Tensor> tensors, double factor,
+                   const float* factor_on_device) {
   if (tensors.empty()) return;
   const Device device = tensors[0].device();
   WEFT_CHECK(device.is_cuda(), "scale_in_place: ", tensors[0].describe(), " is not on a CUDA device");
@@ -124,7 +144,8 @@ void CudaBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor
     WEFT_CHECK(tensor.device() == device, "scale_in_place: ", tensor.describe(), " is not on ", device.to_string(),
                " like ", tensors[0].describe());
     if (!tensor.is_contiguous()) {
-      affine(tensor, factor, 0.0, tensor);  // elementwise, so in place is safe
+      WEFT_CHECK(factor_on_device == nullptr, "clip_to_norm: ", tensor.describe(), " is not contiguous");
+      backend.affine(tensor, factor, 0.0, tensor);  // elementwise, so in place is safe
       continue;
     }
     cuda::ScaleSlot slot{};
@@ -139,8 +160,27 @@ void CudaBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor
   const cuda::DeviceTable<cuda::ScaleSlot> table = cuda::upload_table(slots, chunks, device);
   cuda::scale_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), cuda::kChunkThreads, 0,
                               cuda::current_stream(device.index)>>>(table.slots, table.chunks,
-                                                                    static_cast<float>(factor));
+                                                                    static_cast<float>(factor), factor_on_device);
   WEFT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void CudaBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor) {
+  scale_tensors(*this, tensors, factor, nullptr);
+}
+
+void CudaBackend::clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) {
+  WEFT_CHECK(squares.dim() == 1 && squares.is_contiguous() && squares.dtype() == kFloat32 && squares.device().is_cuda(),
+             "clip_to_norm: squares must be [k] f32, contiguous, on a CUDA device; got ", squares.describe());
+  if (tensors.empty()) return;
+  const Device device = squares.device();
+  cuda::set_device(device.index);
+  Tensor factor = Tensor::empty({1}, kFloat32, device);
+  cuda::clip_factor_kernel<<<1, 1, 0, cuda::current_stream(device.index)>>>(squares.data<float>(), squares.size(0),
+                                                                          max_norm, factor.data<float>());
+  WEFT_CUDA_CHECK_LAUNCH();
+  scale_tensors(*this, tensors, 1.0, factor.data<float>());
 }
 
 }  // namespace weft

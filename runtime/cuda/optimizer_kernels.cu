@@ -59,8 +59,14 @@ __device__ __forceinline__ void store_value(void* parameter, int32_t parameter_k
   store_kind(parameter, parameter_kind, i, value);
 }
 
+// Whether the step goes ahead: no guard, or a finite one (optimizer_update.h). Read by every block,
+// so a skipped step costs one load per block and no host read.
+__device__ __forceinline__ bool guard_allows(const float* guard) { return guard == nullptr || isfinite(*guard); }
+
 __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, float beta1,
-                                    float one_minus_beta1, float beta2, float one_minus_beta2, float eps) {
+                                    float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
+                                    const float* guard) {
+  if (!guard_allows(guard)) return;
   const ChunkSlot chunk = chunks[blockIdx.x];
   const TensorSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
@@ -90,7 +96,9 @@ struct SgdSlot {
   int32_t grad_kind;
 };
 
-__global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunks, float momentum, bool nesterov) {
+__global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunks, float momentum, bool nesterov,
+                                  const float* guard) {
+  if (!guard_allows(guard)) return;
   const ChunkSlot chunk = chunks[blockIdx.x];
   const SgdSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
@@ -122,10 +130,20 @@ void check_update_tensors(const char* op, const Device& device, const Tensor& pa
              sixteen_bit ? " needs an f32 master copy" : " must not have a master copy");
 }
 
+// The guard's device pointer (null without one), after checking it is one f32 on `device`.
+const float* guard_pointer(const Tensor& guard, const Device& device, const char* op) {
+  if (!guard.defined()) return nullptr;
+  WEFT_CHECK(guard.numel() == 1 && guard.dtype() == kFloat32 && guard.device() == device, op,
+             ": the guard must be one f32 element on ", device.to_string(), ", got ", guard.describe());
+  return guard.data<float>();
+}
+
 // Updates every entry in one kernel launch on the current stream of their (common) device.
-void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta1, double beta2, double eps) {
+void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta1, double beta2, double eps,
+                        const Tensor& guard) {
   if (updates.empty()) return;
   const Device device = updates[0].parameter.device();
+  const float* guard_data = guard_pointer(guard, device, "adamw_multi_tensor");
   WEFT_CHECK(device.is_cuda(), "adamw_multi_tensor: parameters must be on a CUDA device, got ",
              updates[0].parameter.describe());
   std::vector<TensorSlot> tensors;
@@ -156,14 +174,16 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
   set_device(device.index);
   adamw_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, current_stream(device.index)>>>(
       table.slots, table.chunks, static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
-      static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps));
+      static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps), guard_data);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
 // Updates every entry in one kernel launch on the current stream of their (common) device.
-void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum, bool nesterov) {
+void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum, bool nesterov,
+                      const Tensor& guard) {
   if (updates.empty()) return;
   const Device device = updates[0].parameter.device();
+  const float* guard_data = guard_pointer(guard, device, "sgd_multi_tensor");
   WEFT_CHECK(device.is_cuda(), "sgd_multi_tensor: parameters must be on a CUDA device, got ",
              updates[0].parameter.describe());
   std::vector<SgdSlot> tensors;
@@ -195,7 +215,7 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
   const DeviceTable<SgdSlot> table = upload_table(tensors, chunks, device);
   set_device(device.index);
   sgd_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, current_stream(device.index)>>>(
-      table.slots, table.chunks, static_cast<float>(momentum), nesterov);
+      table.slots, table.chunks, static_cast<float>(momentum), nesterov, guard_data);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -204,11 +224,12 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
 
 void CudaBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
                                const AdamWHyperparameters& hyperparameters) {
-  cuda::adamw_multi_tensor(updates, hyperparameters.beta1, hyperparameters.beta2, hyperparameters.eps);
+  cuda::adamw_multi_tensor(updates, hyperparameters.beta1, hyperparameters.beta2, hyperparameters.eps,
+                           hyperparameters.guard);
 }
 
 void CudaBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) {
-  cuda::sgd_multi_tensor(updates, hyperparameters.momentum, hyperparameters.nesterov);
+  cuda::sgd_multi_tensor(updates, hyperparameters.momentum, hyperparameters.nesterov, hyperparameters.guard);
 }
 
 }  // namespace weft

@@ -13,7 +13,8 @@ namespace {
 
 class CrossEntropyFunction final : public autograd::Function {
  public:
-  explicit CrossEntropyFunction(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  CrossEntropyFunction(int64_t ignore_index, int64_t counted_rows)
+      : ignore_index_(ignore_index), counted_(counted_rows) {}
   std::string name() const override { return "CrossEntropyBackward"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const Tensor logits = inputs[0].contiguous();
@@ -23,9 +24,12 @@ class CrossEntropyFunction final : public autograd::Function {
     Tensor losses = Tensor::empty({rows}, statistic, logits.device());
     Tensor lse = Tensor::empty({rows}, statistic, logits.device());
     backend_for(logits.device()).cross_entropy(logits, targets, ignore_index_, losses, lse);
-    // The mean is over rows that count; the count is read from the targets on the host.
-    counted_ = 0;
-    for (double target : targets.to_vector()) counted_ += static_cast<int64_t>(target) != ignore_index_;
+    // The mean is over rows that count; unless the caller gave it, the count is read from the
+    // targets on the host.
+    if (counted_ < 0) {
+      counted_ = 0;
+      for (double target : targets.to_vector()) counted_ += static_cast<int64_t>(target) != ignore_index_;
+    }
     save_for_backward({logits, targets, lse});
     Tensor total = sum(losses);
     return {counted_ > 0 ? scale(total, 1.0 / static_cast<double>(counted_)) : total};
@@ -46,19 +50,21 @@ class CrossEntropyFunction final : public autograd::Function {
 
  private:
   int64_t ignore_index_;
-  int64_t counted_ = 0;
+  int64_t counted_;  // rows whose target is not ignore_index; -1 until counted
 };
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t counted_rows) {
   ops::check_floating("cross_entropy", logits, "logits");
   ops::check_rank("cross_entropy", logits, "logits", 2);
   ops::check_index("cross_entropy", targets, "targets");
   ops::check_shape("cross_entropy", targets, "targets", {logits.size(0)});
   WEFT_CHECK(targets.device() == logits.device(), "cross_entropy: targets ", targets.describe(), " and logits ",
              logits.describe(), " are on different devices");
-  return autograd::apply<CrossEntropyFunction>({logits, targets}, ignore_index)[0];
+  WEFT_CHECK(counted_rows >= -1 && counted_rows <= logits.size(0), "cross_entropy: counted_rows = ", counted_rows,
+             " for ", logits.size(0), " rows; give the number of targets that are not ignore_index, or -1");
+  return autograd::apply<CrossEntropyFunction>({logits, targets}, ignore_index, counted_rows)[0];
 }
 
 }  // namespace weft

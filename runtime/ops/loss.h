@@ -9,6 +9,11 @@
 
 namespace weft {
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+//
+// counted_rows: the number of targets that are not ignore_index, when the caller knows it (a
+// training step counts them on the host before uploading the batch); -1 reads the targets back to
+// count them, one host synchronization on a device. A wrong count scales the loss wrongly.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     int64_t counted_rows = -1);
 
 }  // namespace weft

@@ -30,10 +30,10 @@ ModelConfig model_config() {
   return config;
 }
 
-// The same ids on every device: Philox from the step and the micro-batch.
-MicroBatchSource batches(int64_t step, Device device) {
+// The same ids for every device (the step uploads them): Philox from the step and the micro-batch.
+MicroBatchSource batches(int64_t step) {
   auto count = std::make_shared<int64_t>(0);
-  return [step, device, count] {
+  return [step, count] {
     const ModelConfig config = model_config();
     std::vector<double> draws = Tensor::uniform({kBatch, config.seq_len + 1}, 91,
                                                 static_cast<uint64_t>(step * 100 + (*count)++) * 1000, 0.0,
@@ -41,8 +41,7 @@ MicroBatchSource batches(int64_t step, Device device) {
                                     .to_vector();
     std::vector<int64_t> ids(draws.begin(), draws.end());
     Tensor all = Tensor::from_vector(absl::Span<const int64_t>(ids), {kBatch, config.seq_len + 1});
-    return MicroBatch{all.narrow(1, 0, config.seq_len).contiguous().to(device),
-                      all.narrow(1, 1, config.seq_len).contiguous().to(device)};
+    return MicroBatch{all.narrow(1, 0, config.seq_len).contiguous(), all.narrow(1, 1, config.seq_len).contiguous()};
   };
 }
 
@@ -62,7 +61,7 @@ std::map<std::string, Tensor> train(Device device, const std::string& mode, int6
     return make_sgd(std::move(groups), {0.9, false});
   };
   std::unique_ptr<Strategy> strategy = make_strategy(Mesh(1, 1, 1, 1), 0, *model, options);
-  for (int64_t step = 1; step <= kSteps; ++step) strategy->step(step, 0.5, batches(step, device));
+  for (int64_t step = 1; step <= kSteps; ++step) strategy->step(step, 0.5, batches(step));
   strategy->complete_parameter_updates();
   std::map<std::string, Tensor> state;
   for (const auto& [name, tensor] : model->state_dict()) state[name] = tensor.to(Device::cpu());

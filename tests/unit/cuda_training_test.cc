@@ -135,6 +135,56 @@ TEST(CudaGradientClipping, MatchesTheCpu) {
   }
 }
 
+TEST(CudaGradientClipping, ClipToNormOnTheDeviceMatchesTheCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  const std::vector<std::vector<int64_t>> shapes = {{37, 19}, {19}, {300, 257}, {70000}};
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    for (const double max_norm : {1.0, 1e6}) {  // clipped, and left alone
+      std::vector<Tensor> cpu_grads, gpu_grads;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        cpu_grads.push_back(Tensor::normal(shapes[i], 300 + i, 0, 0.0, 0.1).to(dtype));
+        gpu_grads.push_back(cpu_grads.back().to(Device::cuda(0)));
+      }
+      const std::vector<Tensor> original = cpu_grads;
+      Tensor cpu_squares = Tensor::empty({4}, kFloat64);
+      Tensor gpu_squares = Tensor::empty({4}, kFloat32, Device::cuda(0));
+      std::vector<Tensor> cpu_copies;
+      for (const Tensor& grad : cpu_grads) cpu_copies.push_back(grad.clone());
+      backend_for(Device::cpu()).squared_norms(cpu_copies, cpu_squares);
+      backend_for(Device::cpu()).clip_to_norm(cpu_copies, cpu_squares, max_norm);
+      backend_for(Device::cuda(0)).squared_norms(gpu_grads, gpu_squares);
+      backend_for(Device::cuda(0)).clip_to_norm(gpu_grads, gpu_squares, max_norm);
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        EXPECT_LE(testing::relative_error(gpu_grads[i].to(Device::cpu()).to(kFloat32), cpu_copies[i].to(kFloat32)),
+                  dtype == kFloat32 ? 1e-6 : 1e-2)
+            << "gradient " << i << " " << dtype_name(dtype) << " max_norm " << max_norm;
+        if (max_norm > 1e5) {
+          EXPECT_EQ(testing::relative_error(gpu_grads[i].to(Device::cpu()), original[i]), 0.0) << "not clipped";
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaOptimizerGuard, ANanGuardSkipsTheUpdateOnTheDevice) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    for (const bool adamw : {true, false}) {
+      Tensor parameter = Tensor::normal({300, 257}, 5).to(dtype).to(Device::cuda(0)).set_requires_grad(true);
+      const Tensor before = parameter.to(Device::cpu());
+      std::vector<NamedParameter> parameters = {{"p", parameter, Layout::replicate()}};
+      auto optimizer = adamw ? make_adamw({{parameters, 0.1}}, {0.9, 0.95, 1e-8})
+                             : make_sgd({{parameters, 0.1}}, {0.9, false});
+      parameter.set_grad(Tensor::normal({300, 257}, 6).to(dtype).to(Device::cuda(0)));
+      optimizer->step(1e-2, Tensor::full({1}, std::nan(""), kFloat32, Device::cuda(0)));
+      EXPECT_EQ(testing::relative_error(parameter.to(Device::cpu()), before), 0.0) << dtype_name(dtype);
+      optimizer->undo_step();
+      optimizer->step(1e-2, Tensor::full({1}, 3.0, kFloat32, Device::cuda(0)));
+      EXPECT_GT(testing::relative_error(parameter.to(Device::cpu()), before), 0.0) << "a finite guard must update";
+    }
+  }
+}
+
 TEST(CudaTraining, SmallGptStepsMatchTheCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
   const auto text_path = std::filesystem::temp_directory_path() / "weft-cuda-training-text.txt";

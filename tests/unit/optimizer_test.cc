@@ -214,6 +214,41 @@ TEST(AdamW, BiasCorrectionAtStepsOneAndTwo) {
   EXPECT_EQ(state.count("w.master"), 0u);
 }
 
+TEST(Optimizer, AGuardThatIsNotFiniteSkipsTheUpdateOnTheDeviceAndUndoForgetsItsCounts) {
+  for (const bool adamw : {true, false}) {
+    NamedParameter guarded = make_parameter("w", {1.0, -3.0}, {2});
+    NamedParameter plain = make_parameter("w", {1.0, -3.0}, {2});
+    auto make = [adamw](NamedParameter parameter) {
+      return adamw ? make_adamw(one_group({parameter}), {}) : make_sgd(one_group({parameter}), {0.9, false});
+    };
+    auto guarded_optimizer = make(guarded);
+    auto plain_optimizer = make(plain);
+    // A finite guard: the update applies, as without one.
+    set_gradient(guarded, {0.5, -4.0});
+    set_gradient(plain, {0.5, -4.0});
+    guarded_optimizer->step(0.1, Tensor::full({1}, 2.5, kFloat64));
+    plain_optimizer->step(0.1);
+    EXPECT_EQ(guarded.tensor.to_vector(), plain.tensor.to_vector());
+    // A NaN guard: nothing changes, not the parameter and not the state; undo takes back the count.
+    const auto before = guarded_optimizer->state_dict();
+    const std::vector<double> values = guarded.tensor.to_vector();
+    set_gradient(guarded, {7.0, 7.0});
+    guarded_optimizer->step(0.1, Tensor::full({1}, std::nan(""), kFloat64));
+    EXPECT_EQ(guarded.tensor.to_vector(), values);
+    guarded_optimizer->undo_step();
+    const auto after = guarded_optimizer->state_dict();
+    for (const auto& [name, tensor] : before) EXPECT_EQ(tensor.to_vector(), after.at(name).to_vector()) << name;
+    EXPECT_EQ(guarded_optimizer->steps_taken(), 1);
+    EXPECT_THROW(guarded_optimizer->undo_step(), weft::Error);  // one step at most
+    // The next step is the second for both, with the same bias corrections.
+    set_gradient(guarded, {-0.25, 1.0});
+    set_gradient(plain, {-0.25, 1.0});
+    guarded_optimizer->step(0.05, Tensor::full({1}, 1.0, kFloat64));
+    plain_optimizer->step(0.05);
+    EXPECT_EQ(guarded.tensor.to_vector(), plain.tensor.to_vector()) << (adamw ? "adamw" : "sgd");
+  }
+}
+
 TEST(AdamW, DecoupledDecayOnMatricesOnly) {
   NamedParameter matrix = make_parameter("linear.weight", {1, 2, 3, 4}, {2, 2});
   NamedParameter bias = make_parameter("linear.bias", {1, 2}, {2});
@@ -531,6 +566,23 @@ TEST(GradientClipping, ScalesToTheMaximumNorm) {
   EXPECT_DOUBLE_EQ(fixture.a.tensor.grad().to_vector()[1], 4 * factor);
   EXPECT_DOUBLE_EQ(fixture.b.tensor.grad().item(), 12 * factor);
   EXPECT_NEAR(clip_grad_norm(fixture.parameters(), 0.0), 6.5, 1e-6);  // 0: measure only
+}
+
+TEST(GradientClipping, ClipToNormDecidesFromTheSquaresAsClipGradNormDoes) {
+  // The backend's clip_to_norm (no host read on a device) against clip_grad_norm, bit for bit.
+  for (const double max_norm : {6.5, 13.5, 0.0}) {
+    ClipFixture expected, actual;
+    clip_grad_norm(expected.parameters(), max_norm);
+    std::vector<Tensor> grads = {actual.a.tensor.grad(), actual.b.tensor.grad()};  // the defined ones
+    Tensor squares = Tensor::empty({static_cast<int64_t>(grads.size())}, kFloat64);
+    backend_for(Device::cpu()).squared_norms(grads, squares);
+    backend_for(Device::cpu()).clip_to_norm(grads, squares, max_norm);
+    EXPECT_EQ(actual.a.tensor.grad().to_vector(), expected.a.tensor.grad().to_vector()) << max_norm;
+    EXPECT_EQ(actual.b.tensor.grad().to_vector(), expected.b.tensor.grad().to_vector()) << max_norm;
+  }
+  ClipFixture fixture;
+  EXPECT_THROW(backend_for(Device::cpu()).clip_to_norm({fixture.a.tensor.grad()}, Tensor::zeros({1}, kFloat32), 1.0),
+               weft::Error);  // squares in the CPU's accumulation dtype, f64
 }
 
 TEST(GradientClipping, UnderTheMaximumNothingChanges) {
