@@ -92,7 +92,8 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
   }
   gather_pending_.assign(buffer_.buckets().size(), 0);
 
-  const bool communicate = group_->size() > 1 || options.collectives_for_one_rank;
+  // ZeRO needs its reductions (into the shard) and gathers (back into the model) even on one rank.
+  const bool communicate = group_->size() > 1 || zero_ != nullptr || options.collectives_for_one_rank;
   if (communicate && device_.is_cpu()) {
     // The executor's dp_comm thread runs collectives on a stream of its own. A stream's first use in
     // a group creates its communicator, collectively: make it here, on one thread, in one order on

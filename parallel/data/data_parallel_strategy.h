@@ -15,8 +15,9 @@
 // gathers each bucket at the next step's start, before the first forward that reads it. Both run
 // the same collectives on the same buffers, so on the CPU they give the same bits.
 //
-// With one dp rank the group is the local group of one and no collective is added (unless
-// options.collectives_for_one_rank, for stream-ordering tests).
+// With one dp rank the group is the local group of one and no collective is added, unless ZeRO is
+// on (its collectives are then copies into and out of the shard) or
+// options.collectives_for_one_rank asks for them (stream-ordering tests).
 #pragma once
 
 #include <memory>

@@ -170,6 +170,36 @@ TEST(Strategy, OneProcessMatchesThePlainLoopInBothModes) {
   }
 }
 
+TEST(Strategy, OneProcessWithZeroMatchesWithoutInBothModes) {
+  // ZeRO on one rank: the shard is the whole model, reached through copies in and out.
+  std::shared_ptr<LanguageModel> reference = build_model(model_config());
+  std::unique_ptr<Strategy> plain = make_strategy(Mesh(1, 1, 1, 1), 0, *reference, options("manual"));
+  std::vector<std::shared_ptr<LanguageModel>> models;
+  std::vector<std::unique_ptr<Strategy>> strategies;
+  for (const int64_t zero : {1, 2}) {
+    for (const std::string mode : {"manual", "auto"}) {
+      StrategyOptions sharded = options(mode);
+      sharded.zero_stage = zero;
+      models.push_back(build_model(model_config()));
+      strategies.push_back(make_strategy(Mesh(1, 1, 1, 1), 0, *models.back(), sharded));
+    }
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    const StepReport expected = plain->step(step, 0.5, [step] { return micro_batch(static_cast<uint64_t>(step)); });
+    for (auto& strategy : strategies) {
+      const StepReport report = strategy->step(step, 0.5, [step] { return micro_batch(static_cast<uint64_t>(step)); });
+      EXPECT_NEAR(report.loss, expected.loss, 1e-6 * expected.loss) << "step " << step;
+    }
+  }
+  const auto expected = reference->state_dict();
+  for (size_t k = 0; k < models.size(); ++k) {
+    strategies[k]->complete_parameter_updates();
+    for (const auto& [name, tensor] : models[k]->state_dict()) {
+      EXPECT_LE(testing::relative_error(tensor, expected.at(name)), 1e-6) << "run " << k << " " << name;
+    }
+  }
+}
+
 // A custom model that does not cut itself: one segment, and training still works.
 class TinyUncutModel : public LanguageModel {
  public:
