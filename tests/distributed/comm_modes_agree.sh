@@ -13,7 +13,7 @@ rm -rf "$work" && mkdir -p "$work"
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 7))."; done > "$work/text.txt"
 printf 'model:\n  type: gpt\n' > "$work/run.yaml"
 # Four blocks and small buckets: several buckets become ready while backward still has blocks to do.
-common=("$work/run.yaml" --set model.layers=4 --set model.dim=64 --set model.heads=2 --set model.seq_len=32
+common=("$work/run.yaml" --set model.layers=4 --set model.dim=128 --set model.heads=2 --set model.seq_len=64
         --set model.dropout=0.1 --set train.batch_size=8 --set train.micro_batches=2 --set train.steps=4
         --set train.warmup_steps=2 --set data.train="$work/text.txt" --set data.val_every=2 --set data.val_batches=1
         --set log.progress=plain --set parallel.dp="$ranks" --set parallel.zero="$zero" --set comm.bucket_mb=0.01)
