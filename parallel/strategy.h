@@ -31,7 +31,7 @@ struct StrategyOptions {
   int64_t micro_batches = 1;
   double weight_decay = 0.0;          // for the decayed group (2-D and larger parameters)
   double grad_clip = 0.0;             // global grad-norm clip (0: off)
-  std::string on_nan = "stop";        // stop | skip
+  std::string on_nan = "stop";        // stop | skip: a non-finite loss or gradient norm
   bool trace = false;                 // keep every step's timeline for write_trace
   // With one dp rank, still add the bucket collectives (copies on a group of one): lets a test
   // check stream ordering on one GPU.

@@ -6,12 +6,13 @@
 #include <fstream>
 #include <set>
 
-#include "optim/gradient_clipping.h"
 #include "parallel/comm/world_exchange.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
-#include "runtime/error.h"
 #include "runtime/clock.h"
+#include "runtime/error.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/reduction.h"
 
 namespace weft {
 namespace {
@@ -178,7 +179,10 @@ void DataParallelStrategy::update(StepState& state) {
     backend.squared_norms(grads, state.grad_squares);
     backend.clip_to_norm(grads, state.grad_squares, options_.grad_clip);
   }
-  optimizer_->step(state.lr, state.loss_sum);  // skipped on the device when the loss is not finite
+  // The guard is finite exactly when the loss and the gradient norm both are (their sum, on the
+  // device): a NaN or Inf in either skips the update, decided without a host read.
+  const Tensor guard = add(state.loss_sum, sum(state.grad_squares).reshape({1}));
+  optimizer_->step(state.lr, guard);
   if (zero_ != nullptr) gather_pending_.assign(gather_pending_.size(), 1);
   buffer_.zero();  // in place: every .grad stays a view of its bucket
 }
@@ -198,17 +202,21 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   // The step is over (the executor waited for it), so these reads cost no synchronization.
   StepReport report;
   report.loss = state_.loss_sum.item();
-  if (!std::isfinite(report.loss)) {
-    // The loss is the mean over the global batch (all ranks agree on it), so every rank takes the
-    // same decision. The device has already skipped the update; the optimizer forgets its counts.
-    WEFT_CHECK(options_.on_nan == "skip", "the training loss is ", report.loss, " at step ", step,
+  double sum_of_squares = 0.0;
+  for (double value : state_.grad_squares.to(Device::cpu()).to_vector()) sum_of_squares += value;
+  const double grad_norm = std::sqrt(sum_of_squares);
+  if (!std::isfinite(report.loss) || !std::isfinite(grad_norm)) {
+    // The loss is the mean over the global batch and the norm that of the averaged gradients (all
+    // ranks agree on both), so every rank takes the same decision. The device has already skipped
+    // the update; the optimizer forgets its counts.
+    const std::string what = !std::isfinite(report.loss) ? str("the training loss is ", report.loss)
+                                                         : str("the gradient norm is ", grad_norm);
+    WEFT_CHECK(options_.on_nan == "skip", what, " at step ", step,
                " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: skip");
     optimizer_->undo_step();
     report.skipped = true;
   } else {
-    double sum_of_squares = 0.0;
-    for (double value : state_.grad_squares.to(Device::cpu()).to_vector()) sum_of_squares += value;
-    report.grad_norm = std::sqrt(sum_of_squares);
+    report.grad_norm = grad_norm;
   }
   report.compute_ms = timeline.compute_ms;
   report.comm_ms = timeline.comm_ms;

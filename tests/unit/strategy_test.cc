@@ -2,6 +2,8 @@
 // step graph the strategy builds for each comm mode, and one-process training through the strategy
 // against the plain loop (loss.backward(), clip, update) it replaces, for a cut model and for a
 // custom model that is one segment.
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -214,6 +216,55 @@ class TinyUncutModel : public LanguageModel {
   std::shared_ptr<Embedding> embedding_;
   std::shared_ptr<Linear> head_;
 };
+
+// Identity forward whose backward multiplies by infinity: a finite loss with a non-finite gradient.
+class InfiniteGradientFunction final : public autograd::Function {
+ public:
+  std::string name() const override { return "InfiniteGradientBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override { return {inputs[0] * 1.0}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    return {grads[0] * std::numeric_limits<double>::infinity()};
+  }
+};
+
+class InfiniteGradientModel : public TinyUncutModel {
+ public:
+  using TinyUncutModel::TinyUncutModel;
+  Tensor logits(const Tensor& ids) override {
+    return autograd::apply<InfiniteGradientFunction>({TinyUncutModel::logits(ids)})[0];
+  }
+};
+
+TEST(Strategy, ANonFiniteGradientNormFollowsTheNanPolicyWithAFiniteLoss) {
+  for (const std::string policy : {"stop", "skip"}) {
+    ModelConfig config = model_config();
+    uint64_t offset = 0;
+    InfiniteGradientModel model(LayerContext{config, &offset});
+    std::map<std::string, Tensor> before;  // copies: state_dict() hands out the live tensors
+    for (const auto& [name, tensor] : model.state_dict()) before[name] = tensor.clone();
+    StrategyOptions guarded = options("auto");
+    guarded.on_nan = policy;
+    std::unique_ptr<Strategy> strategy = make_strategy(Mesh(1, 1, 1, 1), 0, model, guarded);
+    if (policy == "stop") {
+      try {
+        strategy->step(3, 0.5, [] { return micro_batch(0); });
+        FAIL() << "expected weft::Error";
+      } catch (const weft::Error& error) {
+        // inf times the zero gradients of some elements: the norm is NaN.
+        const std::string message = error.what();
+        EXPECT_EQ(message.rfind("the gradient norm is ", 0), 0u) << message;
+        EXPECT_NE(message.find("at step 3 (train.on_nan: stop)"), std::string::npos) << message;
+      }
+    } else {
+      const StepReport report = strategy->step(3, 0.5, [] { return micro_batch(0); });
+      EXPECT_TRUE(report.skipped);
+      EXPECT_TRUE(std::isfinite(report.loss));
+    }
+    for (const auto& [name, tensor] : model.state_dict()) {
+      EXPECT_EQ(testing::relative_error(tensor, before.at(name)), 0.0) << policy << ": " << name << " was updated";
+    }
+  }
+}
 
 TEST(Strategy, AModelThatDoesNotCutItselfIsOneSegmentAndTrains) {
   ModelConfig config = model_config();
