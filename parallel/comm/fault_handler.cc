@@ -42,14 +42,20 @@ uint64_t host_hash() {
   return hash;
 }
 
-// Whether process `pid` is gone: no such process, or a zombie not yet reaped by its launcher.
-bool process_is_gone(int64_t pid) {
-  if (pid <= 0) return false;
-  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+// What a peer process is doing, as far as this host can tell.
+enum class PeerState : uint8_t { kRunning, kGone, kStopped, kUnknown };
+
+// Gone: no such process, or a zombie not yet reaped by its launcher. Stopped: SIGSTOP or a
+// debugger holds it (/proc state T or t), so it is alive and will never arrive.
+PeerState peer_state(int64_t pid) {
+  if (pid <= 0) return PeerState::kUnknown;
+  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH ? PeerState::kGone : PeerState::kUnknown;
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string pid_text, command, state;
-  if (stat >> pid_text >> command >> state) return state == "Z" || state == "X";
-  return false;
+  if (!(stat >> pid_text >> command >> state)) return PeerState::kUnknown;
+  if (state == "Z" || state == "X") return PeerState::kGone;
+  if (state == "T" || state == "t") return PeerState::kStopped;
+  return PeerState::kRunning;
 }
 
 void run_hooks_briefly() {
@@ -142,8 +148,13 @@ std::string describe_failed_peers(const std::vector<int>& world_ranks) {
   for (int rank : world_ranks) {
     if (rank < 0 || rank >= static_cast<int>(peers.size())) continue;
     const PeerProcess& peer = peers[static_cast<size_t>(rank)];
-    if (peer.host != here || !process_is_gone(peer.pid)) continue;
-    text += str(text.empty() ? "" : ", ", "rank ", rank, " (pid ", peer.pid, ") has exited");
+    if (peer.host != here) continue;
+    const PeerState state = peer_state(peer.pid);
+    if (state == PeerState::kGone) {
+      text += str(text.empty() ? "" : ", ", "rank ", rank, " (pid ", peer.pid, ") has exited");
+    } else if (state == PeerState::kStopped) {
+      text += str(text.empty() ? "" : ", ", "rank ", rank, " (pid ", peer.pid, ") is stopped (SIGSTOP or a debugger)");
+    }
   }
   return text;
 }

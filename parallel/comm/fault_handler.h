@@ -38,8 +38,9 @@ void remove_abort_hook(int id);
 // Records every world rank's process id and host (collective over MPI_COMM_WORLD; MpiEnvironment
 // calls it once) so that a timeout can tell which peer has exited.
 void record_peer_processes();
-// "rank 1 (pid 4242) has exited" for each of `world_ranks` on this host whose process is gone;
-// empty when none is known to be gone.
+// "rank 1 (pid 4242) has exited" for each of `world_ranks` on this host whose process is gone, and
+// "rank 1 (pid 4242) is stopped (SIGSTOP or a debugger)" for each that is stopped; empty when
+// neither is known of any.
 std::string describe_failed_peers(const std::vector<int>& world_ranks);
 
 }  // namespace weft

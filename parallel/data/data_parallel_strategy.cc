@@ -109,6 +109,8 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
   recipe.micro_batches = options.micro_batches;
   recipe.device = device_;
   recipe.update = [this](StepState& state) { update(state); };
+  recipe.fault = FaultInjection::from_environment();
+  recipe.world_rank = world_rank;
   if (communicate) {
     BucketReductions reductions;
     reductions.final_segment = final_segments(buffer_, recipe.segments);

@@ -73,7 +73,8 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
       forward[s] = graph.add_node(
           {NodeKind::kForward, str("forward ", recipe.segments[s].name, " mb", micro), mb, StreamClass::kCompute, 0,
            graph::task([&state, forward = recipe.segments[s].forward, device = recipe.device, s, micro,
-                        micro_batches, last_segment] {
+                        micro_batches, last_segment, fault = recipe.fault, rank = recipe.world_rank] {
+             if (fault && s == 0 && micro == 0) fault->at(rank, state.step, FaultInjection::Phase::kForward);
              std::vector<Tensor>& inputs = state.inputs[micro];
              std::vector<Tensor>& outputs = state.outputs[micro];
              Tensor input;
@@ -126,8 +127,9 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
       if (previous_backward[s] >= 0) dependencies.push_back(previous_backward[s]);  // accumulation order
       const NodeId backward = graph.add_node(
           {NodeKind::kBackward, str("backward ", recipe.segments[s].name, " mb", micro), mb, StreamClass::kCompute, 0,
-           [&state, reducer = recipe.reducer, s, micro, segments, last_micro_batch](
-               const graph::NodeContext& context) -> CompletionPtr {
+           [&state, reducer = recipe.reducer, s, micro, segments, last_micro_batch, fault = recipe.fault,
+            rank = recipe.world_rank](const graph::NodeContext& context) -> CompletionPtr {
+             if (fault && s == 0 && last_micro_batch) fault->at(rank, state.step, FaultInjection::Phase::kBackward);
              // The reducer hears of every gradient this backward finishes (grad-ready hooks).
              struct Bracket {
                Reducer* reducer;
@@ -173,7 +175,10 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
   // The update overwrites what the gathers of the previous update read (the shard weights).
   for (NodeId node : gather_nodes) before_update.push_back(node);
   const NodeId update = graph.add_node({NodeKind::kOptimizer, "optimizer", -1, StreamClass::kCompute, 0,
-                                        graph::task([&state, update = recipe.update] { update(state); })},
+                                        graph::task([&state, update = recipe.update, fault = recipe.fault, rank = recipe.world_rank] {
+                                          if (fault) fault->at(rank, state.step, FaultInjection::Phase::kOptimizer);
+                                          update(state);
+                                        })},
                                        before_update);
   if (recipe.gathers != nullptr && !recipe.gathers->before_forward) add_gathers(graph, *recipe.gathers, {update});
   return graph;

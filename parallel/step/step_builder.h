@@ -37,10 +37,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "layers/model_segment.h"
 #include "parallel/data/reducer.h"
+#include "parallel/step/fault_injection.h"
 #include "runtime/graph/step_graph.h"
 #include "runtime/tensor.h"
 
@@ -88,6 +90,10 @@ struct StepRecipe {
   std::function<CompletionPtr(const graph::NodeContext&)> average_loss;
   // The update, on the compute stream: state.loss_sum is the loss to guard it with.
   std::function<void(StepState&)> update;
+  // Tests: WEFT_FAULT's point (fault_injection.h), checked in the first forward, the last backward
+  // and the optimizer node of this rank.
+  std::optional<FaultInjection> fault;
+  int world_rank = 0;
 };
 
 // Builds the step's graph over `state` (which the nodes keep a reference to; they copy what they

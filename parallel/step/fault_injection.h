@@ -1,0 +1,39 @@
+// Fault injection for tests: WEFT_FAULT makes one rank fail at a chosen point of a chosen step, so
+// that the fault matrix (docs/reliability.md) is tested through weft-train itself.
+//
+//   WEFT_FAULT=<action>:rank=<world rank>:step=<step>[:phase=forward|backward|optimizer]
+//     action  raise  throw a weft::Error (what a failing kernel or a bad value does)
+//             kill   SIGKILL this process (a crashed host or an OOM kill)
+//             hang   SIGSTOP this process (a stuck rank: alive, never arriving)
+//     phase   where in the step: the first forward node (default), the last backward node, or the
+//             optimizer node
+//
+// Unset (the normal case) costs one branch per step. A malformed value is an error at start-up
+// naming the variable and the expected form, on every rank alike.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace weft {
+
+struct FaultInjection {
+  enum class Action : uint8_t { kRaise, kKill, kHang };
+  enum class Phase : uint8_t { kForward, kBackward, kOptimizer };
+  Action action = Action::kRaise;
+  int rank = 0;
+  int64_t step = 0;
+  Phase phase = Phase::kForward;
+  std::string text;  // the variable's value, for the message
+
+  // Parses `value` (WEFT_FAULT's form above); throws weft::Error naming what is wrong.
+  static FaultInjection parse(const std::string& value);
+  // The fault WEFT_FAULT asks for, if it is set.
+  static std::optional<FaultInjection> from_environment();
+
+  // Fails as asked when (rank, step, phase) is the chosen point; otherwise does nothing.
+  void at(int world_rank, int64_t current_step, Phase current_phase) const;
+};
+
+}  // namespace weft
