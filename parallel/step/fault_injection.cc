@@ -4,6 +4,9 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -11,46 +14,47 @@
 
 namespace weft {
 
+namespace {
+
+constexpr const char* kForm = "; expected WEFT_FAULT=raise|kill|hang:rank=R:step=S[:phase=forward|backward|optimizer]";
+
+// The entry of `choices` named `name`; an error naming `what` and the value otherwise.
+template <class Value>
+Value choose(const std::vector<std::pair<std::string, Value>>& choices, const std::string& name, const char* what,
+             const std::string& value) {
+  for (const auto& [choice, result] : choices) {
+    if (choice == name) return result;
+  }
+  WEFT_FAIL("WEFT_FAULT='", value, "': unknown ", what, " '", name, "'", kForm);
+}
+
+}  // namespace
+
 FaultInjection FaultInjection::parse(const std::string& value) {
-  const char* form = "; expected WEFT_FAULT=raise|kill|hang:rank=R:step=S[:phase=forward|backward|optimizer]";
   FaultInjection fault;
   fault.text = value;
   const std::vector<std::string> parts = absl::StrSplit(value, ':');
-  WEFT_CHECK(!parts.empty(), "WEFT_FAULT is empty", form);
-  if (parts[0] == "raise") {
-    fault.action = Action::kRaise;
-  } else if (parts[0] == "kill") {
-    fault.action = Action::kKill;
-  } else if (parts[0] == "hang") {
-    fault.action = Action::kHang;
-  } else {
-    WEFT_FAIL("WEFT_FAULT='", value, "': unknown action '", parts[0], "'", form);
-  }
+  fault.action = choose<Action>({{"raise", Action::kRaise}, {"kill", Action::kKill}, {"hang", Action::kHang}},
+                                parts[0], "action", value);
   bool has_rank = false, has_step = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::vector<std::string> pair = absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
-    WEFT_CHECK(pair.size() == 2, "WEFT_FAULT='", value, "': '", parts[i], "' is not key=value", form);
+    WEFT_CHECK(pair.size() == 2, "WEFT_FAULT='", value, "': '", parts[i], "' is not key=value", kForm);
     if (pair[0] == "rank") {
-      WEFT_CHECK(absl::SimpleAtoi(pair[1], &fault.rank) && fault.rank >= 0, "WEFT_FAULT='", value, "': bad rank", form);
+      WEFT_CHECK(absl::SimpleAtoi(pair[1], &fault.rank) && fault.rank >= 0, "WEFT_FAULT='", value, "': bad rank", kForm);
       has_rank = true;
     } else if (pair[0] == "step") {
-      WEFT_CHECK(absl::SimpleAtoi(pair[1], &fault.step) && fault.step >= 1, "WEFT_FAULT='", value, "': bad step", form);
+      WEFT_CHECK(absl::SimpleAtoi(pair[1], &fault.step) && fault.step >= 1, "WEFT_FAULT='", value, "': bad step", kForm);
       has_step = true;
     } else if (pair[0] == "phase") {
-      if (pair[1] == "forward") {
-        fault.phase = Phase::kForward;
-      } else if (pair[1] == "backward") {
-        fault.phase = Phase::kBackward;
-      } else if (pair[1] == "optimizer") {
-        fault.phase = Phase::kOptimizer;
-      } else {
-        WEFT_FAIL("WEFT_FAULT='", value, "': unknown phase '", pair[1], "'", form);
-      }
+      fault.phase = choose<Phase>(
+          {{"forward", Phase::kForward}, {"backward", Phase::kBackward}, {"optimizer", Phase::kOptimizer}}, pair[1],
+          "phase", value);
     } else {
-      WEFT_FAIL("WEFT_FAULT='", value, "': unknown key '", pair[0], "'", form);
+      WEFT_FAIL("WEFT_FAULT='", value, "': unknown key '", pair[0], "'", kForm);
     }
   }
-  WEFT_CHECK(has_rank && has_step, "WEFT_FAULT='", value, "' needs rank= and step=", form);
+  WEFT_CHECK(has_rank && has_step, "WEFT_FAULT='", value, "' needs rank= and step=", kForm);
   return fault;
 }
 
