@@ -355,6 +355,9 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(config.checkpoint.resume != "latest" || !config.checkpoint.dir.empty(),
              show("checkpoint.resume"), " needs checkpoint.dir, the folder to look in; set "
              "checkpoint.dir or give resume a checkpoint path");
+  WEFT_CHECK(config.checkpoint.every_minutes == 0 || !config.checkpoint.dir.empty(),
+             show("checkpoint.every_minutes"), " needs checkpoint.dir, the folder to save into; set "
+             "checkpoint.dir or checkpoint.every_minutes: 0");
 }
 
 void ConfigBuilder::apply_model_type_settings() {

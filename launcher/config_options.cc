@@ -304,6 +304,7 @@ std::vector<ConfigOption> build_options() {
   // checkpoint
   add(make_option("checkpoint.dir", &R::checkpoint, &CheckpointConfig::dir, "folder for checkpoints (empty: none)"));
   add(make_option("checkpoint.every", &R::checkpoint, &CheckpointConfig::every, "steps between checkpoints (0: only at the end when dir is set)", at_least(0)));
+  add(make_option("checkpoint.every_minutes", &R::checkpoint, &CheckpointConfig::every_minutes, "also save when this many minutes have passed since the last save or the start, by rank 0's clock (0: off); needs checkpoint.dir", at_least(0)));
   add(make_option("checkpoint.resume", &R::checkpoint, &CheckpointConfig::resume, "resume from: empty (start fresh), latest (in checkpoint.dir), or a checkpoint path"));
 
   // log

@@ -57,6 +57,7 @@ struct CommConfig {
 struct CheckpointConfig {
   std::string dir;                    // empty: no checkpoints
   int64_t every = 0;                  // steps between checkpoints (0: only at the end when dir is set)
+  double every_minutes = 0.0;         // minutes between checkpoints, by rank 0's clock (0: off)
   std::string resume;                 // "", "latest", or a checkpoint path
 };
 

@@ -13,6 +13,8 @@
 #include "launcher/config_loader.h"
 #include "launcher/dataset.h"
 #include "launcher/metrics_logger.h"
+#include "launcher/step_agreement.h"
+#include "launcher/stop_signal.h"
 #include "launcher/text_dataset.h"
 #include "launcher/token_shard_dataset.h"
 #include "optim/lr_schedule.h"
@@ -272,6 +274,16 @@ TrainResult Trainer::run() {
     s.strategy->wait_for_all_ranks();
   };
 
+  // Saves are tracked so that a stop or a timed save never writes the step a scheduled save wrote.
+  int64_t saved_step = s.start_step;
+  auto last_save_time = std::chrono::steady_clock::now();
+  auto save_once = [&](int64_t step) {
+    if (step == saved_step) return;
+    save(step);
+    saved_step = step;
+    last_save_time = std::chrono::steady_clock::now();
+  };
+
   model_->train();
   for (int64_t step = s.start_step + 1; step <= train.steps; ++step) {
     const auto started = std::chrono::steady_clock::now();
@@ -307,15 +319,38 @@ TrainResult Trainer::run() {
 
     if (config_.data.val_every > 0 && step % config_.data.val_every == 0) evaluate(step);
     if (!config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) {
-      save(step);
+      save_once(step);
+    }
+
+    // Last in the step's boundary, so that a signal during the step, its evaluation or its save
+    // stops the run at this step. Every rank votes every step: none stops or saves alone.
+    const double minutes_since_save =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count() / 60.0;
+    const bool save_due = config_.checkpoint.every_minutes > 0 && minutes_since_save >= config_.checkpoint.every_minutes;
+    const StepAgreement agreement = agree_at_step_boundary(*s.strategy, stop_requested(), save_due, leader,
+                                                           static_cast<int>(config_.parallel.dp));
+    if ((agreement.save || agreement.stop) && !config_.checkpoint.dir.empty()) save_once(step);
+    if (agreement.stop) {
+      result.stopped_by_signal = true;
+      break;
     }
   }
-  if (config_.data.val_every > 0 && result.last_step % config_.data.val_every != 0 && result.last_step > 0) {
+  if (!result.stopped_by_signal && config_.data.val_every > 0 && result.last_step % config_.data.val_every != 0 &&
+      result.last_step > 0) {
     evaluate(result.last_step);
   }
-  if (!config_.checkpoint.dir.empty() && result.last_step > 0 &&
-      (config_.checkpoint.every == 0 || result.last_step % config_.checkpoint.every != 0)) {
-    save(result.last_step);
+  if (!config_.checkpoint.dir.empty() && result.last_step > 0) save_once(result.last_step);
+  if (result.stopped_by_signal) {
+    // Rank 0 reports; the signal may have reached another rank only.
+    const std::string signal = stop_signal_name().empty() ? "a signal to another rank" : stop_signal_name();
+    logger.log_event(
+        config_.checkpoint.dir.empty()
+            ? absl::StrFormat("weft-train: stopped at step %lld of %lld on %s; checkpoint.dir is not set, so "
+                              "nothing was saved to resume from",
+                              static_cast<long long>(result.last_step), static_cast<long long>(train.steps), signal)
+            : absl::StrFormat("weft-train: stopped at step %lld of %lld on %s; resume with the same command and "
+                              "--set checkpoint.resume=latest",
+                              static_cast<long long>(result.last_step), static_cast<long long>(train.steps), signal));
   }
   s.strategy->complete_parameter_updates();
   if (!config_.log.trace_file.empty()) s.strategy->write_trace(config_.log.trace_file);  // every rank's rows

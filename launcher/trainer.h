@@ -5,7 +5,8 @@
 // (gradients accumulate), clip, update. It logs each step (launcher/metrics_logger.h), measures the
 // validation loss every data.val_every steps, and saves checkpoints (launcher/checkpoint.h) holding
 // the model, the optimizer state, the data position and every dropout stream, so that a resumed run
-// on the CPU continues bit-exactly where the saved one stopped.
+// on the CPU continues bit-exactly where the saved one stopped. A stop signal ends the loop at a
+// step boundary with a checkpoint (launcher/stop_signal.h, launcher/step_agreement.h).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@ struct TrainResult {
   int64_t last_step = 0;
   std::vector<double> losses;       // training loss of each executed step
   std::optional<double> last_validation_loss;
+  bool stopped_by_signal = false;   // the ranks agreed to stop early (SIGTERM/SIGINT; launcher/stop_signal.h)
 };
 
 class Trainer {

@@ -6,6 +6,8 @@
 // line where it can, and the program exits with status 2 (1 for a failure during training).
 // Under mpirun (`mpirun -np N weft-train run.yaml`) every rank runs this program; a rank that fails
 // ends the whole job at once (parallel/comm/fault_handler.h), naming itself, so no rank is left waiting.
+// SIGTERM or SIGINT stops the run cleanly after the step in progress, with a checkpoint, and exits 0
+// (launcher/stop_signal.h); a second one ends the process at once.
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -14,6 +16,7 @@
 
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
+#include "launcher/stop_signal.h"
 #include "launcher/trainer.h"
 #include "parallel/comm/fault_handler.h"
 #include "parallel/mesh.h"
@@ -39,6 +42,8 @@ int main(int argc, char** argv) {
   // down, since their teardown may wait for peers that are still running.
   std::unique_ptr<weft::Trainer> trainer;
   try {
+    // After MPI_Init (which may install handlers of its own); the trainer stops at a step boundary.
+    weft::install_stop_signal_handlers();
     trainer = std::make_unique<weft::Trainer>(config);
     trainer->run();
   } catch (const weft::Error& error) {

@@ -77,7 +77,7 @@ TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
     RunConfig config;
     EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
   }
-  EXPECT_EQ(keys.size(), 57u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(keys.size(), 58u);  // every field of RunConfig; update with run_config.h
   EXPECT_EQ(find_config_option("train.lrr"), nullptr);
   EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
   EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);
@@ -266,6 +266,10 @@ TEST_F(ConfigTest, CrossFieldErrorsNameBothKeysValuesAndOrigins) {
                   {"train.warmup_steps = 300", "train.steps = 200 (default)"});
   expect_contains(error_message([] { load_config({}, {"checkpoint.resume=latest"}); }),
                   {"checkpoint.resume = latest", "needs checkpoint.dir"});
+  expect_contains(error_message([] { load_config({}, {"checkpoint.every_minutes=30"}); }),
+                  {"checkpoint.every_minutes = 30.0", "needs checkpoint.dir"});
+  expect_contains(error_message([] { load_config({}, {"checkpoint.every_minutes=-1"}); }),
+                  {"checkpoint.every_minutes"});
   // The origin is where the key was set last.
   const std::string heads = write("heads.yaml", "model:\n  heads: 5\n");
   expect_contains(error_message([&] { load_config({heads}, {"model.dim=96"}); }),
