@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string_view>
 #include <system_error>
@@ -382,6 +383,8 @@ std::string resume_advice(const std::string& folder, int64_t step) {
   return str("Resume from the previous checkpoint instead: checkpoint.resume: ", previous);
 }
 
+void print_warning(const std::string& message) { std::fprintf(stderr, "weft: warning: %s\n", message.c_str()); }
+
 }  // namespace
 
 std::string checkpoint_folder_name(int64_t step) {
@@ -485,6 +488,55 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_latest_dir) {
                                         resume_advice(folder, checkpoint.step))
                            .read_all();
   return checkpoint;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep,
+                                           const std::function<void(const std::string&)>& warn) {
+  const auto& report = warn ? warn : print_warning;
+  std::vector<std::string> removed;
+  if (keep <= 0) return removed;
+  std::string latest;
+  try {
+    latest = latest_checkpoint(dir);
+  } catch (const Error& error) {
+    report(str("checkpoint.keep: not removing old checkpoints: ", error.what()));
+    return removed;
+  }
+  if (latest.empty()) return removed;  // nothing saved yet, so nothing is known to be safe to remove
+  const std::string latest_name = fs::path(latest).filename().string();
+
+  // Kept: `latest` and the newest others until `keep` remain. The rest go, oldest first.
+  std::vector<std::string> doomed_names;
+  int64_t kept = 1;  // the one `latest` names
+  const auto folders = step_folders(dir);
+  for (auto folder = folders.rbegin(); folder != folders.rend(); ++folder) {
+    if (folder->second == latest_name) continue;
+    if (kept < keep) {
+      ++kept;
+    } else {
+      doomed_names.insert(doomed_names.begin(), folder->second);
+    }
+  }
+  const std::string pid = std::to_string(::getpid());
+  for (const std::string& name : doomed_names) {
+    // Renamed first, in one atomic step, so that a crash halfway through the removal leaves a
+    // .tmp-* folder (ignored, like a crashed save's) and never a step folder missing files.
+    const fs::path source = fs::path(dir) / name;
+    const fs::path doomed = fs::path(dir) / (".tmp-removing-" + name + "-" + pid);
+    std::error_code error;
+    fs::rename(source, doomed, error);
+    if (error) {
+      report(str("checkpoint.keep: cannot remove the old checkpoint '", source.string(), "': ", error.message()));
+      continue;
+    }
+    removed.push_back(name);
+    fs::remove_all(doomed, error);
+    if (error) {
+      report(str("checkpoint.keep: the old checkpoint '", source.string(), "' was moved to '", doomed.string(),
+                 "' but could not be deleted: ", error.message(), "; delete it by hand"));
+    }
+  }
+  return removed;
 }
 
 }  // namespace weft

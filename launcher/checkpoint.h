@@ -13,6 +13,10 @@
 // temporary file and a rename. A crash at any point leaves `latest` naming a complete checkpoint
 // (or absent, before the first save) and at worst a stray .tmp-* folder, which loading ignores.
 //
+// Pruning. With checkpoint.keep: N the trainer calls prune_checkpoints after each save, which
+// removes all but the N newest step folders (never the one `latest` names). Each goes by a rename to
+// dir/.tmp-removing-step_N-<pid>/ first, so a crash mid-removal also leaves only a .tmp-* folder.
+//
 // tensors.bin, version 2 (written now), all integers little-endian:
 //   "WEFTCKPT"                              8 bytes magic
 //   u32 version (2)
@@ -45,8 +49,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 #include "runtime/tensor.h"
@@ -75,5 +81,14 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_latest_dir);
 // The step folder `dir/latest` names, or "" when `dir` or `dir/latest` does not exist (nothing
 // saved yet). Throws weft::Error when `latest` names a folder that is missing.
 std::string latest_checkpoint(const std::string& dir);
+
+// checkpoint.keep: once a save has completed and `latest` names it, removes the oldest step folders
+// of `dir` so that at most `keep` remain (keep <= 0 keeps all). The one `latest` names is always
+// kept, with the `keep` - 1 newest others by step; only folders named as checkpoint_folder_name
+// names them are ever touched. A folder that cannot be removed is a warning (to `warn`, or stderr
+// when it is empty), not an error: a full disk should not also stop the run. Returns the names of
+// the folders removed.
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep,
+                                           const std::function<void(const std::string&)>& warn = {});
 
 }  // namespace weft

@@ -1,7 +1,7 @@
 // Checkpoints: a round trip of tensors in their own dtypes plus the JSON state, `latest`, replacing a
 // step, and that corruption, truncation, a crash's leftovers and a wrong path are clear errors that
 // never disturb the last good checkpoint; a damaged tensor is named with its step; version 1 files
-// still load.
+// still load; checkpoint.keep's pruning removes only old step folders.
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -340,6 +340,78 @@ TEST_F(CheckpointTest, WrongPathsAndBadStateAreClearErrors) {
                   {"'undefined'", "undefined"});
   // A failed save leaves nothing behind and `latest` as it was.
   EXPECT_EQ(entries(), (std::set<std::string>{"latest", "step_00000001"}));
+}
+
+// checkpoint.keep: saves steps 1..`last`, pruning to `keep` after each save as the trainer does.
+std::vector<std::string> save_and_prune(const std::string& dir, int64_t last, int64_t keep,
+                                        const std::function<void(const std::string&)>& warn = {}) {
+  std::vector<std::string> removed;
+  for (int64_t step = 1; step <= last; ++step) {
+    save_checkpoint(dir, step, sample_tensors(static_cast<float>(step)), {});
+    for (const std::string& name : prune_checkpoints(dir, keep, warn)) removed.push_back(name);
+  }
+  return removed;
+}
+
+TEST_F(CheckpointTest, KeepTwoLeavesTheTwoNewestAndLatest) {
+  EXPECT_EQ(save_and_prune(dir_, 5, 2),
+            (std::vector<std::string>{"step_00000001", "step_00000002", "step_00000003"}));
+  EXPECT_EQ(entries(), (std::set<std::string>{"latest", "step_00000004", "step_00000005"}));
+  EXPECT_EQ(latest_checkpoint(dir_), (fs::path(dir_) / "step_00000005").string());
+  EXPECT_EQ(load_checkpoint(dir_).tensors.at("scalar").item(), 35.0);
+  EXPECT_EQ(load_checkpoint((fs::path(dir_) / "step_00000004").string()).step, 4);
+}
+
+TEST_F(CheckpointTest, KeepZeroKeepsAll) {
+  EXPECT_TRUE(save_and_prune(dir_, 4, 0).empty());
+  EXPECT_EQ(entries(),
+            (std::set<std::string>{"latest", "step_00000001", "step_00000002", "step_00000003", "step_00000004"}));
+}
+
+TEST_F(CheckpointTest, PruningNeverRemovesWhatLatestNames) {
+  save_and_prune(dir_, 5, 0);
+  // A run resumed from step 2 writes step 3 again: `latest` names an older step than step 5's.
+  save_checkpoint(dir_, 3, sample_tensors(30.0f), {});
+  EXPECT_EQ(prune_checkpoints(dir_, 2), (std::vector<std::string>{"step_00000001", "step_00000002", "step_00000004"}));
+  EXPECT_EQ(entries(), (std::set<std::string>{"latest", "step_00000003", "step_00000005"}));
+  EXPECT_EQ(load_checkpoint(dir_).step, 3);
+  EXPECT_EQ(prune_checkpoints(dir_, 1), (std::vector<std::string>{"step_00000005"}));
+  EXPECT_EQ(entries(), (std::set<std::string>{"latest", "step_00000003"}));
+  // Without `latest` nothing is known to be safe to remove.
+  fs::remove(fs::path(dir_) / "latest");
+  EXPECT_TRUE(prune_checkpoints(dir_, 1).empty());
+}
+
+TEST_F(CheckpointTest, PruningRemovesOnlyStepFolders) {
+  // Folders and files that are not step folders, however close their names.
+  const std::set<std::string> strays = {"notes", "step_1", "step_00000001.bak", "step_000000001", "step_0000000x"};
+  for (const std::string& name : strays) fs::create_directories(fs::path(dir_) / name / "inside");
+  std::ofstream(fs::path(dir_) / "step_00000000") << "a file, not a folder";
+  // A link named like a step folder is not one of ours either.
+  fs::create_directories(folder_ / "elsewhere");
+  fs::create_directory_symlink(folder_ / "elsewhere", fs::path(dir_) / "step_00000009");
+
+  save_and_prune(dir_, 4, 1);
+  std::set<std::string> expected = strays;
+  expected.insert({"latest", "step_00000004", "step_00000000", "step_00000009"});
+  EXPECT_EQ(entries(), expected);
+  EXPECT_TRUE(fs::exists(fs::path(dir_) / "notes" / "inside"));
+  EXPECT_TRUE(fs::exists(folder_ / "elsewhere"));
+}
+
+TEST_F(CheckpointTest, AFolderThatCannotBeRemovedIsAWarning) {
+  save_and_prune(dir_, 2, 0);
+  // The name pruning renames step 1 to is taken by a folder that is not empty, so the rename fails.
+  const fs::path taken = fs::path(dir_) / (".tmp-removing-step_00000001-" + std::to_string(::getpid()));
+  fs::create_directories(taken / "inside");
+  std::vector<std::string> warnings;
+  std::vector<std::string> removed;
+  EXPECT_NO_THROW(removed = prune_checkpoints(dir_, 1, [&](const std::string& text) { warnings.push_back(text); }));
+  EXPECT_TRUE(removed.empty());
+  ASSERT_EQ(warnings.size(), 1u);
+  expect_contains(warnings[0], {"checkpoint.keep", "cannot remove", "step_00000001'"});
+  EXPECT_TRUE(fs::exists(fs::path(dir_) / "step_00000001" / "tensors.bin"));
+  EXPECT_EQ(load_checkpoint(dir_).step, 2);
 }
 
 }  // namespace
