@@ -305,6 +305,7 @@ std::vector<ConfigOption> build_options() {
   add(make_option("checkpoint.dir", &R::checkpoint, &CheckpointConfig::dir, "folder for checkpoints (empty: none)"));
   add(make_option("checkpoint.every", &R::checkpoint, &CheckpointConfig::every, "steps between checkpoints (0: only at the end when dir is set)", at_least(0)));
   add(make_option("checkpoint.resume", &R::checkpoint, &CheckpointConfig::resume, "resume from: empty (start fresh), latest (in checkpoint.dir), or a checkpoint path"));
+  add(make_option("checkpoint.keep", &R::checkpoint, &CheckpointConfig::keep, "step folders to keep, the newest (and always the one latest names); older ones are removed after each save (0: keep all)", at_least(0)));
 
   // log
   add(make_option("log.every", &R::log, &LogConfig::every, "steps between printed lines", at_least(1)));

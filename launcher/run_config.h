@@ -58,6 +58,7 @@ struct CheckpointConfig {
   std::string dir;                    // empty: no checkpoints
   int64_t every = 0;                  // steps between checkpoints (0: only at the end when dir is set)
   std::string resume;                 // "", "latest", or a checkpoint path
+  int64_t keep = 0;                   // step folders kept after each save, the newest (0: all)
 };
 
 struct LogConfig {
