@@ -5,15 +5,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include "launcher/crc32c.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
@@ -24,10 +29,15 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'W', 'E', 'F', 'T', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kVersion = 1;
-// magic, version, reserved, file bytes, entry count.
+// Version 1: one FNV-1a 64 of the whole file at its end. Version 2 (written now): a CRC32C of the
+// header and one of each entry, so that damage is named down to the tensor.
+constexpr uint32_t kWholeFileChecksumVersion = 1;
+constexpr uint32_t kVersion = 2;
+// magic, version, header checksum (reserved in version 1), file bytes, entry count.
 constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;
-constexpr uint64_t kChecksumBytes = 8;
+constexpr uint64_t kHeaderChecksumOffset = 8 + 4;
+constexpr uint64_t kEntryChecksumBytes = 4;
+constexpr uint64_t kWholeFileChecksumBytes = 8;  // version 1 only
 
 constexpr uint64_t kFnvOffsetBasis = 14695981039346656037ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
@@ -41,22 +51,30 @@ uint64_t fnv1a(uint64_t hash, const void* data, size_t size) {
   return hash;
 }
 
-// Writes a file through a raw descriptor, so that it can be fsynced, hashing every byte written.
-class HashingFileWriter {
+// Writes a file through a raw descriptor, so that it can be fsynced, keeping the CRC32C of what was
+// written since the last restart_checksum() (one tensor entry's checksum).
+class SyncedFileWriter {
  public:
-  explicit HashingFileWriter(std::string path) : path_(std::move(path)) {
+  explicit SyncedFileWriter(std::string path) : path_(std::move(path)) {
     descriptor_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     WEFT_CHECK(descriptor_ >= 0, "save_checkpoint: cannot create '", path_, "': ", std::strerror(errno));
   }
-  ~HashingFileWriter() {
+  ~SyncedFileWriter() {
     if (descriptor_ >= 0) ::close(descriptor_);
   }
-  HashingFileWriter(const HashingFileWriter&) = delete;
-  HashingFileWriter& operator=(const HashingFileWriter&) = delete;
+  SyncedFileWriter(const SyncedFileWriter&) = delete;
+  SyncedFileWriter& operator=(const SyncedFileWriter&) = delete;
 
   void write(const void* data, size_t size) {
-    hash_ = fnv1a(hash_, data, size);
-    write_unhashed(data, size);
+    checksum_ = crc32c(checksum_, data, size);
+    const auto* bytes = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t written = ::write(descriptor_, bytes, size);
+      if (written < 0 && errno == EINTR) continue;
+      WEFT_CHECK(written > 0, "save_checkpoint: writing '", path_, "' failed: ", std::strerror(errno));
+      bytes += written;
+      size -= static_cast<size_t>(written);
+    }
   }
   template <class T>
   void write_value(const T& value) {
@@ -66,11 +84,8 @@ class HashingFileWriter {
     write_value(static_cast<uint32_t>(text.size()));
     write(text.data(), text.size());
   }
-  // The checksum itself is not part of what it sums.
-  void write_checksum() {
-    const uint64_t checksum = hash_;
-    write_unhashed(&checksum, sizeof(checksum));
-  }
+  void restart_checksum() { checksum_ = 0; }
+  uint32_t checksum() const { return checksum_; }
   // fsync, then close: the data is on disk before anything renames the file into place.
   void finish() {
     WEFT_CHECK(::fsync(descriptor_) == 0, "save_checkpoint: cannot flush '", path_, "' to disk: ",
@@ -81,20 +96,9 @@ class HashingFileWriter {
   }
 
  private:
-  void write_unhashed(const void* data, size_t size) {
-    const auto* bytes = static_cast<const char*>(data);
-    while (size > 0) {
-      const ssize_t written = ::write(descriptor_, bytes, size);
-      if (written < 0 && errno == EINTR) continue;
-      WEFT_CHECK(written > 0, "save_checkpoint: writing '", path_, "' failed: ", std::strerror(errno));
-      bytes += written;
-      size -= static_cast<size_t>(written);
-    }
-  }
-
   std::string path_;
   int descriptor_ = -1;
-  uint64_t hash_ = kFnvOffsetBasis;
+  uint32_t checksum_ = 0;
 };
 
 // A rename is only durable once the folder that holds the entry is synced.
@@ -108,7 +112,7 @@ void sync_folder(const std::string& path) {
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  HashingFileWriter writer(path);
+  SyncedFileWriter writer(path);
   writer.write(text.data(), text.size());
   writer.finish();
 }
@@ -140,23 +144,30 @@ void write_tensors(const std::string& path, const std::map<std::string, Tensor>&
   // Copied to contiguous CPU tensors first: the header records the file size, which needs every
   // byte count before the first byte is written.
   std::vector<std::pair<std::string, Tensor>> host;
-  uint64_t file_bytes = kHeaderBytes + kChecksumBytes;
+  uint64_t file_bytes = kHeaderBytes;
   for (const auto& [name, tensor] : tensors) {
     WEFT_CHECK(tensor.defined(), "save_checkpoint: the tensor '", name, "' is undefined");
     Tensor contiguous = tensor.detach().to(Device::cpu()).contiguous();
     const std::string dtype(dtype_name(contiguous.dtype()));
     file_bytes += 4 + name.size() + 4 + dtype.size() + 4 + 8 * contiguous.shape().size() + 8 +
-                  static_cast<uint64_t>(contiguous.numel() * contiguous.element_size());
+                  static_cast<uint64_t>(contiguous.numel() * contiguous.element_size()) + kEntryChecksumBytes;
     host.emplace_back(name, std::move(contiguous));
   }
 
-  HashingFileWriter writer(path);
-  writer.write(kMagic, sizeof(kMagic));
-  writer.write_value(kVersion);
-  writer.write_value(uint32_t{0});
-  writer.write_value(file_bytes);
-  writer.write_value(static_cast<uint64_t>(host.size()));
+  // The header's checksum is taken with its own field as 0, then stored in that field.
+  char header[kHeaderBytes] = {};
+  const uint64_t entries = host.size();
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  std::memcpy(header + 8, &kVersion, 4);
+  std::memcpy(header + 16, &file_bytes, 8);
+  std::memcpy(header + 24, &entries, 8);
+  const uint32_t header_checksum = crc32c(0, header, sizeof(header));
+  std::memcpy(header + kHeaderChecksumOffset, &header_checksum, 4);
+
+  SyncedFileWriter writer(path);
+  writer.write(header, sizeof(header));
   for (const auto& [name, tensor] : host) {
+    writer.restart_checksum();
     writer.write_string(name);
     writer.write_string(std::string(dtype_name(tensor.dtype())));
     writer.write_value(static_cast<uint32_t>(tensor.shape().size()));
@@ -164,15 +175,18 @@ void write_tensors(const std::string& path, const std::map<std::string, Tensor>&
     const auto bytes = static_cast<uint64_t>(tensor.numel() * tensor.element_size());
     writer.write_value(bytes);
     if (bytes > 0) writer.write(tensor.raw_data(), bytes);
+    const uint32_t entry_checksum = writer.checksum();
+    writer.write_value(entry_checksum);
   }
-  writer.write_checksum();
   writer.finish();
 }
 
 // Reads tensors.bin, checking each field against the file (see the header comment for the order).
+// `step` and `advice` go into the messages about damaged bytes: which save it was, and what to do.
 class TensorFileReader {
  public:
-  explicit TensorFileReader(std::string path) : path_(std::move(path)), stream_(path_, std::ios::binary) {
+  TensorFileReader(std::string path, int64_t step, std::string advice)
+      : path_(std::move(path)), step_(step), advice_(std::move(advice)), stream_(path_, std::ios::binary) {
     WEFT_CHECK(stream_, "load_checkpoint: cannot open '", path_, "': ", std::strerror(errno));
     stream_.seekg(0, std::ios::end);
     file_bytes_ = static_cast<uint64_t>(stream_.tellg());
@@ -180,29 +194,41 @@ class TensorFileReader {
   }
 
   std::map<std::string, Tensor> read_all() {
-    WEFT_CHECK(file_bytes_ >= kHeaderBytes + kChecksumBytes, "load_checkpoint: '", path_, "' is ", file_bytes_,
-               " bytes, shorter than any checkpoint (", kHeaderBytes + kChecksumBytes,
-               "): the file is truncated");
-    char magic[sizeof(kMagic)];
-    read(magic, sizeof(magic));
-    WEFT_CHECK(std::memcmp(magic, kMagic, sizeof(kMagic)) == 0, "load_checkpoint: '", path_,
+    WEFT_CHECK(file_bytes_ >= kHeaderBytes, "load_checkpoint: '", path_, "' is ", file_bytes_,
+               " bytes, shorter than any checkpoint (", kHeaderBytes, "): the file is truncated");
+    char header[kHeaderBytes];
+    read(header, sizeof(header));
+    WEFT_CHECK(std::memcmp(header, kMagic, sizeof(kMagic)) == 0, "load_checkpoint: '", path_,
                "' does not start with \"WEFTCKPT\": it is not a weft checkpoint (or is corrupt)");
-    const auto version = read_value<uint32_t>();
-    WEFT_CHECK(version == kVersion, "load_checkpoint: '", path_, "' is checkpoint format version ", version,
-               "; this weft reads version ", kVersion);
-    read_value<uint32_t>();  // reserved
-    const auto recorded_bytes = read_value<uint64_t>();
+    version_ = header_field<uint32_t>(header, 8);
+    WEFT_CHECK(version_ == kWholeFileChecksumVersion || version_ == kVersion, "load_checkpoint: '", path_,
+               "' is checkpoint format version ", version_, "; this weft reads versions ", kWholeFileChecksumVersion,
+               " and ", kVersion);
+    if (version_ == kVersion) {
+      // Before the file size, so that a damaged size field is reported as damage, not truncation.
+      const auto stored = header_field<uint32_t>(header, kHeaderChecksumOffset);
+      std::memset(header + kHeaderChecksumOffset, 0, 4);
+      WEFT_CHECK(crc32c(0, header, sizeof(header)) == stored, "load_checkpoint: '", path_, "': the header of step ",
+                 step_, " does not match its checksum: the file was damaged after it was saved. ", advice_);
+    }
+    trailer_bytes_ = version_ == kWholeFileChecksumVersion ? kWholeFileChecksumBytes : 0;
+    WEFT_CHECK(file_bytes_ >= kHeaderBytes + trailer_bytes_, "load_checkpoint: '", path_, "' is ", file_bytes_,
+               " bytes, shorter than any checkpoint (", kHeaderBytes + trailer_bytes_, "): the file is truncated");
+    const auto recorded_bytes = header_field<uint64_t>(header, 16);
     WEFT_CHECK(file_bytes_ >= recorded_bytes, "load_checkpoint: '", path_, "' is ", file_bytes_,
                " bytes but was written with ", recorded_bytes, ": the file is truncated");
     WEFT_CHECK(file_bytes_ == recorded_bytes, "load_checkpoint: '", path_, "' is ", file_bytes_,
                " bytes but was written with ", recorded_bytes, ": the file is corrupt");
-    verify_checksum();
+    if (version_ == kWholeFileChecksumVersion) {
+      verify_whole_file_checksum();
+      stream_.seekg(static_cast<std::streamoff>(kHeaderBytes));
+      offset_ = kHeaderBytes;
+    }
 
-    stream_.seekg(static_cast<std::streamoff>(kHeaderBytes - 8));
-    offset_ = kHeaderBytes - 8;
-    const auto entries = read_value<uint64_t>();
+    const auto entries = header_field<uint64_t>(header, 24);
     std::map<std::string, Tensor> tensors;
     for (uint64_t entry = 0; entry < entries; ++entry) {
+      entry_checksum_ = 0;
       const std::string name = read_string("a tensor name");
       const std::string dtype_text = read_string("a dtype name");
       DType dtype;
@@ -229,6 +255,12 @@ class TensorFileReader {
                  " bytes, more than the ", remaining(), " left in the file");
       Tensor tensor = Tensor::empty(shape, dtype);
       if (bytes > 0) read(tensor.raw_data(), bytes);
+      if (version_ == kVersion) {
+        const uint32_t computed = entry_checksum_;
+        const auto stored = read_value<uint32_t>();
+        WEFT_CHECK(stored == computed, "load_checkpoint: '", path_, "': the tensor '", name, "' of step ", step_,
+                   " does not match its checksum: the file was damaged after it was saved. ", advice_);
+      }
       WEFT_CHECK(tensors.emplace(name, std::move(tensor)).second, "load_checkpoint: '", path_,
                  "' holds the tensor '", name, "' twice");
     }
@@ -238,14 +270,22 @@ class TensorFileReader {
   }
 
  private:
-  // Bytes before the checksum not read yet.
-  uint64_t remaining() const { return file_bytes_ - kChecksumBytes - offset_; }
+  // Bytes before version 1's trailing checksum not read yet.
+  uint64_t remaining() const { return file_bytes_ - trailer_bytes_ - offset_; }
+
+  template <class T>
+  static T header_field(const char* header, uint64_t offset) {
+    T value;
+    std::memcpy(&value, header + offset, sizeof(value));
+    return value;
+  }
 
   void read(void* destination, uint64_t size) {
     WEFT_CHECK(size <= file_bytes_ - offset_, "load_checkpoint: '", path_, "' ends early: the file is truncated");
     stream_.read(static_cast<char*>(destination), static_cast<std::streamsize>(size));
     WEFT_CHECK(stream_, "load_checkpoint: reading '", path_, "' failed: ", std::strerror(errno));
     offset_ += size;
+    if (version_ == kVersion) entry_checksum_ = crc32c(entry_checksum_, destination, size);
   }
   template <class T>
   T read_value() {
@@ -262,13 +302,13 @@ class TensorFileReader {
     return text;
   }
 
-  // Reads the whole file once more, in blocks, before any field past the header is trusted.
-  void verify_checksum() {
+  // Version 1: reads the whole file once more, in blocks, before any field past the header is trusted.
+  void verify_whole_file_checksum() {
     stream_.seekg(0);
     offset_ = 0;
     std::vector<char> block(1 << 20);
     uint64_t hash = kFnvOffsetBasis;
-    uint64_t left = file_bytes_ - kChecksumBytes;
+    uint64_t left = file_bytes_ - kWholeFileChecksumBytes;
     while (left > 0) {
       const uint64_t take = std::min<uint64_t>(left, block.size());
       read(block.data(), take);
@@ -276,13 +316,19 @@ class TensorFileReader {
       left -= take;
     }
     const auto stored = read_value<uint64_t>();
-    WEFT_CHECK(hash == stored, "load_checkpoint: '", path_, "': checksum mismatch: the file is corrupt or truncated");
+    WEFT_CHECK(hash == stored, "load_checkpoint: '", path_, "' (step ", step_,
+               "): checksum mismatch: the file is corrupt or truncated. ", advice_);
   }
 
   std::string path_;
+  int64_t step_;
+  std::string advice_;
   std::ifstream stream_;
   uint64_t file_bytes_ = 0;
   uint64_t offset_ = 0;
+  uint32_t version_ = 0;
+  uint64_t trailer_bytes_ = 0;
+  uint32_t entry_checksum_ = 0;  // of the entry being read (version 2)
 };
 
 std::string read_whole_file(const std::string& path) {
@@ -290,6 +336,54 @@ std::string read_whole_file(const std::string& path) {
   WEFT_CHECK(stream, "load_checkpoint: cannot open '", path, "': ", std::strerror(errno));
   return std::string(std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>());
 }
+
+// The step a folder name stands for when checkpoint_folder_name(step) gives exactly that name, or -1
+// (so "step_1", "step_00000001.bak" and "step_000000001" are not step folders).
+int64_t step_of_folder_name(const std::string& name) {
+  constexpr std::string_view prefix = "step_";
+  constexpr size_t kMostDigits = 18;  // int64_t holds every 18-digit number
+  if (name.size() < prefix.size() + 8 || name.size() > prefix.size() + kMostDigits ||
+      name.compare(0, prefix.size(), prefix) != 0) {
+    return -1;
+  }
+  int64_t step = 0;
+  for (size_t index = prefix.size(); index < name.size(); ++index) {
+    if (name[index] < '0' || name[index] > '9') return -1;
+    step = step * 10 + (name[index] - '0');
+  }
+  return checkpoint_folder_name(step) == name ? step : -1;
+}
+
+// The step folders directly in `dir` (real folders, not links), in step order.
+std::vector<std::pair<int64_t, std::string>> step_folders(const fs::path& dir) {
+  std::vector<std::pair<int64_t, std::string>> folders;
+  std::error_code error;
+  for (fs::directory_iterator entry(dir, error), end; !error && entry != end; entry.increment(error)) {
+    const std::string name = entry->path().filename().string();
+    const int64_t step = step_of_folder_name(name);
+    if (step >= 0 && entry->symlink_status(error).type() == fs::file_type::directory) folders.emplace_back(step, name);
+  }
+  std::sort(folders.begin(), folders.end());
+  return folders;
+}
+
+// What to do about a damaged checkpoint: resume from the newest earlier step beside it, if any.
+std::string resume_advice(const std::string& folder, int64_t step) {
+  fs::path path = fs::path(folder).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();  // "ckpt/step_00000005/"
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::string previous;
+  for (const auto& [other_step, name] : step_folders(dir)) {
+    if (other_step < step) previous = (dir / name).string();
+  }
+  if (previous.empty()) {
+    return str("There is no earlier checkpoint in '", dir.string(), "' to resume from; restore the file from a copy "
+               "or start the run again.");
+  }
+  return str("Resume from the previous checkpoint instead: checkpoint.resume: ", previous);
+}
+
+void print_warning(const std::string& message) { std::fprintf(stderr, "weft: warning: %s\n", message.c_str()); }
 
 }  // namespace
 
@@ -375,8 +469,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_latest_dir) {
 
   LoadedCheckpoint checkpoint;
   checkpoint.path = folder;
-  checkpoint.tensors = TensorFileReader((fs::path(folder) / "tensors.bin").string()).read_all();
-
+  // state.json first: it is small, and its step goes into the messages about damaged tensors.
   const std::string state_path = (fs::path(folder) / "state.json").string();
   WEFT_CHECK(fs::exists(state_path, error), "load_checkpoint: '", folder, "' has no state.json: the checkpoint is "
              "incomplete");
@@ -390,7 +483,60 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_latest_dir) {
                  checkpoint.state["step"].is_number_integer(),
              "load_checkpoint: '", state_path, "' has no integer \"step\"");
   checkpoint.step = checkpoint.state["step"].get<int64_t>();
+
+  checkpoint.tensors = TensorFileReader((fs::path(folder) / "tensors.bin").string(), checkpoint.step,
+                                        resume_advice(folder, checkpoint.step))
+                           .read_all();
   return checkpoint;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep,
+                                           const std::function<void(const std::string&)>& warn) {
+  const auto& report = warn ? warn : print_warning;
+  std::vector<std::string> removed;
+  if (keep <= 0) return removed;
+  std::string latest;
+  try {
+    latest = latest_checkpoint(dir);
+  } catch (const Error& error) {
+    report(str("checkpoint.keep: not removing old checkpoints: ", error.what()));
+    return removed;
+  }
+  if (latest.empty()) return removed;  // nothing saved yet, so nothing is known to be safe to remove
+  const std::string latest_name = fs::path(latest).filename().string();
+
+  // Kept: `latest` and the newest others until `keep` remain. The rest go, oldest first.
+  std::vector<std::string> doomed_names;
+  int64_t kept = 1;  // the one `latest` names
+  const auto folders = step_folders(dir);
+  for (auto folder = folders.rbegin(); folder != folders.rend(); ++folder) {
+    if (folder->second == latest_name) continue;
+    if (kept < keep) {
+      ++kept;
+    } else {
+      doomed_names.insert(doomed_names.begin(), folder->second);
+    }
+  }
+  const std::string pid = std::to_string(::getpid());
+  for (const std::string& name : doomed_names) {
+    // Renamed first, in one atomic step, so that a crash halfway through the removal leaves a
+    // .tmp-* folder (ignored, like a crashed save's) and never a step folder missing files.
+    const fs::path source = fs::path(dir) / name;
+    const fs::path doomed = fs::path(dir) / (".tmp-removing-" + name + "-" + pid);
+    std::error_code error;
+    fs::rename(source, doomed, error);
+    if (error) {
+      report(str("checkpoint.keep: cannot remove the old checkpoint '", source.string(), "': ", error.message()));
+      continue;
+    }
+    removed.push_back(name);
+    fs::remove_all(doomed, error);
+    if (error) {
+      report(str("checkpoint.keep: the old checkpoint '", source.string(), "' was moved to '", doomed.string(),
+                 "' but could not be deleted: ", error.message(), "; delete it by hand"));
+    }
+  }
+  return removed;
 }
 
 }  // namespace weft

@@ -267,6 +267,7 @@ TrainResult Trainer::run() {
                               {"parallel_zero", config_.parallel.zero},
                               {"config", dump_config(config_)}};
       save_checkpoint(config_.checkpoint.dir, step, tensors, state);
+      prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep);
       logger.log_event(absl::StrFormat("step %lld  checkpoint saved to %s/%s", static_cast<long long>(step),
                                        config_.checkpoint.dir, checkpoint_folder_name(step)));
     }
