@@ -395,7 +395,10 @@ std::string checkpoint_folder_name(int64_t step) {
 }
 
 void save_checkpoint(const std::string& dir, int64_t step, const std::map<std::string, Tensor>& tensors,
-                     const nlohmann::json& state) {
+                     const nlohmann::json& state, const std::function<void(CheckpointPhase)>& at_phase) {
+  auto reached = [&at_phase](CheckpointPhase phase) {
+    if (at_phase) at_phase(phase);
+  };
   WEFT_CHECK(state.is_object() || state.is_null(), "save_checkpoint: the state must be a JSON object, got ",
              state.type_name());
   const std::string name = checkpoint_folder_name(step);
@@ -417,16 +420,20 @@ void save_checkpoint(const std::string& dir, int64_t step, const std::map<std::s
   WEFT_CHECK(!error, "save_checkpoint: cannot create '", temporary, "': ", error.message());
   try {
     write_tensors((fs::path(temporary) / "tensors.bin").string(), tensors);
+    reached(CheckpointPhase::kTensors);
     nlohmann::json saved = state.is_null() ? nlohmann::json::object() : state;
     saved["step"] = step;
     write_text_file((fs::path(temporary) / "state.json").string(), saved.dump(2) + "\n");
+    reached(CheckpointPhase::kState);
     sync_folder(temporary);
     move_into_place(temporary, final_path);
     sync_folder(dir);
+    reached(CheckpointPhase::kRename);
     fs::remove_all(temporary, error);  // the replaced step, if there was one
 
     const std::string latest_temporary = (fs::path(dir) / (".latest.tmp-" + pid)).string();
     write_text_file(latest_temporary, name + "\n");
+    reached(CheckpointPhase::kLatest);
     const std::string latest = (fs::path(dir) / "latest").string();
     WEFT_CHECK(::rename(latest_temporary.c_str(), latest.c_str()) == 0, "save_checkpoint: cannot rename '",
                latest_temporary, "' to '", latest, "': ", std::strerror(errno));

@@ -65,8 +65,15 @@ std::string checkpoint_folder_name(int64_t step);
 // Saves `tensors` and `state` (a JSON object) as step `step` in `dir`, creating `dir` when needed,
 // replacing an earlier save of the same step, and pointing `dir/latest` at it. Device tensors are
 // copied to the CPU first. On failure throws weft::Error; `latest` and earlier steps are untouched.
+// The points of a save at which `at_phase` (tests: WEFT_FAULT, parallel/step/fault_injection.h)
+// is called: after tensors.bin is written, after state.json, after the step folder is renamed into
+// place, and after the new `latest` is written but before it replaces the old one. Whatever it
+// throws fails the save as a failed write would (the temporary files are removed; `latest` and
+// earlier steps are untouched).
+enum class CheckpointPhase : uint8_t { kTensors, kState, kRename, kLatest };
 void save_checkpoint(const std::string& dir, int64_t step, const std::map<std::string, Tensor>& tensors,
-                     const nlohmann::json& state);
+                     const nlohmann::json& state,
+                     const std::function<void(CheckpointPhase)>& at_phase = nullptr);
 
 struct LoadedCheckpoint {
   int64_t step = 0;

@@ -21,6 +21,7 @@
 #include "optim/optimizer.h"
 #include "parallel/comm/mpi_environment.h"
 #include "parallel/mesh.h"
+#include "parallel/step/fault_injection.h"
 #include "parallel/strategy.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
@@ -85,6 +86,17 @@ Value state_value(const LoadedCheckpoint& checkpoint, const std::string& key) {
   }
 }
 
+// WEFT_FAULT's name for a point of a checkpoint save.
+FaultInjection::Phase checkpoint_fault_phase(CheckpointPhase phase) {
+  switch (phase) {
+    case CheckpointPhase::kTensors: return FaultInjection::Phase::kCheckpointTensors;
+    case CheckpointPhase::kState: return FaultInjection::Phase::kCheckpointState;
+    case CheckpointPhase::kRename: return FaultInjection::Phase::kCheckpointRename;
+    case CheckpointPhase::kLatest: return FaultInjection::Phase::kCheckpointLatest;
+  }
+  return FaultInjection::Phase::kCheckpointTensors;
+}
+
 }  // namespace
 
 struct Trainer::State {
@@ -97,6 +109,7 @@ struct Trainer::State {
   std::unique_ptr<Dataset> validation_data;
   DatasetPosition validation_start;
   std::unique_ptr<LearningRateSchedule> schedule;
+  std::optional<FaultInjection> fault;  // WEFT_FAULT, for the checkpoint phases (tests)
   int64_t start_step = 0;  // steps already done (from a checkpoint)
 };
 
@@ -165,6 +178,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
                                       : make_sgd(std::move(groups), {train.momentum, false});
   };
   s.strategy = make_strategy(mesh, s.world_rank, *model_, options);
+  s.fault = FaultInjection::from_environment();
   s.schedule = std::make_unique<LearningRateSchedule>(config_.train.lr, config_.train.warmup_steps,
                                                       config_.train.steps, config_.train.schedule,
                                                       config_.train.min_lr_ratio);
@@ -266,10 +280,24 @@ TrainResult Trainer::run() {
                               {"parallel_dp", config_.parallel.dp},
                               {"parallel_zero", config_.parallel.zero},
                               {"config", dump_config(config_)}};
-      save_checkpoint(config_.checkpoint.dir, step, tensors, state);
-      prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep);
-      logger.log_event(absl::StrFormat("step %lld  checkpoint saved to %s/%s", static_cast<long long>(step),
-                                       config_.checkpoint.dir, checkpoint_folder_name(step)));
+      try {
+        save_checkpoint(config_.checkpoint.dir, step, tensors, state, [&](CheckpointPhase phase) {
+          if (s.fault) s.fault->at(s.world_rank, step, checkpoint_fault_phase(phase));
+        });
+        prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep);
+        logger.log_event(absl::StrFormat("step %lld  checkpoint saved to %s/%s", static_cast<long long>(step),
+                                         config_.checkpoint.dir, checkpoint_folder_name(step)));
+      } catch (const Error& error) {
+        // The failed save left `latest` and the earlier steps as they were (checkpoint.h).
+        const std::string kept = latest_checkpoint(config_.checkpoint.dir);
+        if (config_.checkpoint.on_save_error == "stop") {
+          WEFT_FAIL(error.what(), "; the last complete checkpoint is ", kept.empty() ? std::string("none") : kept,
+                    " (checkpoint.on_save_error: continue would train on)");
+        }
+        logger.log_event(absl::StrFormat("step %lld  checkpoint not saved: %s; training goes on "
+                                         "(checkpoint.on_save_error: continue), the last complete checkpoint is %s",
+                                         static_cast<long long>(step), error.what(), kept.empty() ? "none" : kept));
+      }
     }
     // The other ranks wait here, without the collectives' deadline, however long the write takes.
     s.strategy->wait_for_all_ranks();

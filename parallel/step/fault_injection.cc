@@ -16,7 +16,9 @@ namespace weft {
 
 namespace {
 
-constexpr const char* kForm = "; expected WEFT_FAULT=raise|kill|hang:rank=R:step=S[:phase=forward|backward|optimizer]";
+constexpr const char* kForm =
+    "; expected WEFT_FAULT=raise|kill|hang|fail_write:rank=R:step=S[:phase=forward|backward|optimizer|"
+    "checkpoint_tensors|checkpoint_state|checkpoint_rename|checkpoint_latest]";
 
 // The entry of `choices` named `name`; an error naming `what` and the value otherwise.
 template <class Value>
@@ -34,8 +36,9 @@ FaultInjection FaultInjection::parse(const std::string& value) {
   FaultInjection fault;
   fault.text = value;
   const std::vector<std::string> parts = absl::StrSplit(value, ':');
-  fault.action = choose<Action>({{"raise", Action::kRaise}, {"kill", Action::kKill}, {"hang", Action::kHang}},
-                                parts[0], "action", value);
+  fault.action = choose<Action>(
+      {{"raise", Action::kRaise}, {"kill", Action::kKill}, {"hang", Action::kHang}, {"fail_write", Action::kFailWrite}},
+      parts[0], "action", value);
   bool has_rank = false, has_step = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::vector<std::string> pair = absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
@@ -47,9 +50,14 @@ FaultInjection FaultInjection::parse(const std::string& value) {
       WEFT_CHECK(absl::SimpleAtoi(pair[1], &fault.step) && fault.step >= 1, "WEFT_FAULT='", value, "': bad step", kForm);
       has_step = true;
     } else if (pair[0] == "phase") {
-      fault.phase = choose<Phase>(
-          {{"forward", Phase::kForward}, {"backward", Phase::kBackward}, {"optimizer", Phase::kOptimizer}}, pair[1],
-          "phase", value);
+      fault.phase = choose<Phase>({{"forward", Phase::kForward},
+                                   {"backward", Phase::kBackward},
+                                   {"optimizer", Phase::kOptimizer},
+                                   {"checkpoint_tensors", Phase::kCheckpointTensors},
+                                   {"checkpoint_state", Phase::kCheckpointState},
+                                   {"checkpoint_rename", Phase::kCheckpointRename},
+                                   {"checkpoint_latest", Phase::kCheckpointLatest}},
+                                  pair[1], "phase", value);
     } else {
       WEFT_FAIL("WEFT_FAULT='", value, "': unknown key '", pair[0], "'", kForm);
     }
@@ -75,6 +83,9 @@ void FaultInjection::at(int world_rank, int64_t current_step, Phase current_phas
     case Action::kHang:
       ::raise(SIGSTOP);
       break;
+    case Action::kFailWrite:
+      WEFT_FAIL("cannot write the checkpoint of step ", step, ": No space left on device (injected: WEFT_FAULT=", text,
+                ")");
   }
 }
 

@@ -1,12 +1,15 @@
 // Fault injection for tests: WEFT_FAULT makes one rank fail at a chosen point of a chosen step, so
 // that the fault matrix (docs/reliability.md) is tested through weft-train itself.
 //
-//   WEFT_FAULT=<action>:rank=<world rank>:step=<step>[:phase=forward|backward|optimizer]
-//     action  raise  throw a weft::Error (what a failing kernel or a bad value does)
-//             kill   SIGKILL this process (a crashed host or an OOM kill)
-//             hang   SIGSTOP this process (a stuck rank: alive, never arriving)
-//     phase   where in the step: the first forward node (default), the last backward node, or the
-//             optimizer node
+//   WEFT_FAULT=<action>:rank=<world rank>:step=<step>[:phase=<phase>]
+//     action  raise       throw a weft::Error (what a failing kernel or a bad value does)
+//             kill        SIGKILL this process (a crashed host or an OOM kill)
+//             hang        SIGSTOP this process (a stuck rank: alive, never arriving)
+//             fail_write  throw the error a full disk gives (checkpoint phases)
+//     phase   where in the step: forward (the first forward node, the default), backward (the last
+//             backward node), optimizer; or in the save of that step's checkpoint (rank 0):
+//             checkpoint_tensors, checkpoint_state, checkpoint_rename, checkpoint_latest
+//             (launcher/checkpoint.h's CheckpointPhase)
 //
 // Unset (the normal case) costs one branch per step. A malformed value is an error at start-up
 // naming the variable and the expected form, on every rank alike.
@@ -19,8 +22,11 @@
 namespace weft {
 
 struct FaultInjection {
-  enum class Action : uint8_t { kRaise, kKill, kHang };
-  enum class Phase : uint8_t { kForward, kBackward, kOptimizer };
+  enum class Action : uint8_t { kRaise, kKill, kHang, kFailWrite };
+  enum class Phase : uint8_t {
+    kForward, kBackward, kOptimizer,
+    kCheckpointTensors, kCheckpointState, kCheckpointRename, kCheckpointLatest
+  };
   Action action = Action::kRaise;
   int rank = 0;
   int64_t step = 0;
