@@ -20,7 +20,7 @@
 #include "layers/language_model.h"
 #include "optim/optimizer.h"
 #include "parallel/mesh.h"
-#include "parallel/step/step_builder.h"
+#include "parallel/step/micro_batch.h"
 
 namespace weft {
 

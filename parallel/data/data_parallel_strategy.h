@@ -28,6 +28,7 @@
 #include "parallel/data/gradient_buffer.h"
 #include "parallel/data/reducer.h"
 #include "parallel/data/zero_sharding.h"
+#include "parallel/step/step_builder.h"
 #include "parallel/strategy.h"
 #include "runtime/graph/executor.h"
 #include "runtime/graph/scheduler.h"

@@ -42,19 +42,12 @@
 
 #include "layers/model_segment.h"
 #include "parallel/data/reducer.h"
+#include "parallel/step/micro_batch.h"
 #include "parallel/step/fault_injection.h"
 #include "runtime/graph/step_graph.h"
 #include "runtime/tensor.h"
 
 namespace weft {
-
-// One micro-batch: token ids and next-token targets, [B, T] each, on the host (the step counts the
-// targets there and uploads both to the model's device).
-struct MicroBatch {
-  Tensor inputs;
-  Tensor targets;
-};
-using MicroBatchSource = std::function<MicroBatch()>;
 
 struct StepState {
   // Set by the caller before each step.
