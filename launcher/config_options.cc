@@ -307,6 +307,7 @@ std::vector<ConfigOption> build_options() {
   add(make_option("checkpoint.every_minutes", &R::checkpoint, &CheckpointConfig::every_minutes, "also save when this many minutes have passed since the last save or the start, by rank 0's clock (0: off); needs checkpoint.dir", at_least(0)));
   add(make_option("checkpoint.resume", &R::checkpoint, &CheckpointConfig::resume, "resume from: empty (start fresh), latest (in checkpoint.dir), or a checkpoint path"));
   add(make_option("checkpoint.on_save_error", &R::checkpoint, &CheckpointConfig::on_save_error, "what a checkpoint that cannot be written (a full disk) does: stop the run with the error, or continue training (the previous checkpoint is kept either way)", one_of({"stop", "continue"})));
+  add(make_option("checkpoint.async", &R::checkpoint, &CheckpointConfig::async, "write checkpoints on a background thread while training goes on (rank 0 copies the tensors to the host first; one write in flight at most; a failure is reported at the next step)"));
   add(make_option("checkpoint.keep", &R::checkpoint, &CheckpointConfig::keep, "step folders to keep, the newest (and always the one latest names); older ones are removed after each save (0: keep all)", at_least(0)));
 
   // log

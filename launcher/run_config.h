@@ -60,6 +60,7 @@ struct CheckpointConfig {
   double every_minutes = 0.0;         // minutes between checkpoints, by rank 0's clock (0: off)
   std::string resume;                 // "", "latest", or a checkpoint path
   std::string on_save_error = "stop"; // stop | continue: what a failed save (a full disk) does
+  bool async = false;                 // write checkpoints on a background thread while training goes on
   int64_t keep = 0;                   // step folders kept after each save, the newest (0: all)
 };
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "launcher/checkpoint.h"
+#include "launcher/checkpoint_writer.h"
 #include "launcher/config_loader.h"
 #include "launcher/dataset.h"
 #include "launcher/metrics_logger.h"
@@ -268,6 +269,11 @@ TrainResult Trainer::run() {
     result.last_validation_loss = s.strategy->average(mean);
     logger.log_validation(step, *result.last_validation_loss);
   };
+  // Rank 0's writes: in line, or on a background thread with checkpoint.async (checkpoint_writer.h).
+  CheckpointWriter writer(config_.checkpoint.async);
+  auto log_saved = [&](const std::optional<std::string>& line) {
+    if (line && !line->empty()) logger.log_event(*line);
+  };
   auto save = [&](int64_t step) {
     // Every rank takes part in gathering sharded optimizer state; rank 0 writes.
     s.strategy->complete_parameter_updates();
@@ -275,32 +281,40 @@ TrainResult Trainer::run() {
     if (leader) {
       std::map<std::string, Tensor> tensors = with_prefix(model_->state_dict(), kModelPrefix);
       for (auto& [name, tensor] : with_prefix(optimizer_state, kOptimizerPrefix)) tensors[name] = tensor;
+      if (writer.asynchronous()) {
+        // The write outlives this step: it gets its own host copies (training changes the live ones).
+        for (auto& [name, tensor] : tensors) tensor = tensor.device().is_cpu() ? tensor.clone() : tensor.to(Device::cpu());
+      }
       nlohmann::json state = {{"train_data", s.train_data->position()},
                               {"random_state", model_->random_state()},
                               {"parallel_dp", config_.parallel.dp},
                               {"parallel_zero", config_.parallel.zero},
                               {"config", dump_config(config_)}};
-      try {
-        save_checkpoint(config_.checkpoint.dir, step, tensors, state, [&](CheckpointPhase phase) {
-          if (s.fault) s.fault->at(s.world_rank, step, checkpoint_fault_phase(phase));
-        });
-        prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep);
-        logger.log_event(absl::StrFormat("step %lld  checkpoint saved to %s/%s", static_cast<long long>(step),
-                                         config_.checkpoint.dir, checkpoint_folder_name(step)));
-      } catch (const Error& error) {
-        // The failed save left `latest` and the earlier steps as they were (checkpoint.h).
-        const std::string kept = latest_checkpoint(config_.checkpoint.dir);
-        if (config_.checkpoint.on_save_error == "stop") {
-          WEFT_FAIL(error.what(), "; the last complete checkpoint is ", kept.empty() ? std::string("none") : kept,
-                    " (checkpoint.on_save_error: continue would train on)");
+      log_saved(writer.submit([tensors = std::move(tensors), state = std::move(state), step,
+                               checkpoint = config_.checkpoint, fault = s.fault, rank = s.world_rank]() -> std::string {
+        try {
+          save_checkpoint(checkpoint.dir, step, tensors, state, [&](CheckpointPhase phase) {
+            if (fault) fault->at(rank, step, checkpoint_fault_phase(phase));
+          });
+          prune_checkpoints(checkpoint.dir, checkpoint.keep);
+          return absl::StrFormat("step %lld  checkpoint saved to %s/%s", static_cast<long long>(step), checkpoint.dir,
+                                 checkpoint_folder_name(step));
+        } catch (const Error& error) {
+          // The failed save left `latest` and the earlier steps as they were (checkpoint.h).
+          const std::string kept = latest_checkpoint(checkpoint.dir);
+          if (checkpoint.on_save_error == "stop") {
+            WEFT_FAIL(error.what(), "; the last complete checkpoint is ", kept.empty() ? std::string("none") : kept,
+                      " (checkpoint.on_save_error: continue would train on)");
+          }
+          return absl::StrFormat("step %lld  checkpoint not saved: %s; training goes on "
+                                 "(checkpoint.on_save_error: continue), the last complete checkpoint is %s",
+                                 static_cast<long long>(step), error.what(), kept.empty() ? "none" : kept);
         }
-        logger.log_event(absl::StrFormat("step %lld  checkpoint not saved: %s; training goes on "
-                                         "(checkpoint.on_save_error: continue), the last complete checkpoint is %s",
-                                         static_cast<long long>(step), error.what(), kept.empty() ? "none" : kept));
-      }
+      }));
     }
-    // The other ranks wait here, without the collectives' deadline, however long the write takes.
-    s.strategy->wait_for_all_ranks();
+    // In line, the other ranks wait here, without the collectives' deadline, however long the write
+    // takes; a background write keeps nobody waiting.
+    if (!writer.asynchronous()) s.strategy->wait_for_all_ranks();
   };
 
   // Saves are tracked so that a stop or a timed save never writes the step a scheduled save wrote.
@@ -346,6 +360,7 @@ TrainResult Trainer::run() {
     result.losses.push_back(metrics.loss);
     result.last_step = step;
 
+    if (leader) log_saved(writer.poll());  // a background save that finished during the step
     if (config_.data.val_every > 0 && step % config_.data.val_every == 0) evaluate(step);
     if (!config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) {
       save_once(step);
@@ -369,6 +384,7 @@ TrainResult Trainer::run() {
     evaluate(result.last_step);
   }
   if (!config_.checkpoint.dir.empty() && result.last_step > 0) save_once(result.last_step);
+  if (leader) log_saved(writer.wait());  // the last save is on the disk before the run reports its end
   if (result.stopped_by_signal) {
     // Rank 0 reports; the signal may have reached another rank only.
     const std::string signal = stop_signal_name().empty() ? "a signal to another rank" : stop_signal_name();
