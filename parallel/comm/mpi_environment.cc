@@ -1,6 +1,8 @@
 #include "parallel/comm/mpi_environment.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "parallel/comm/fault_handler.h"
 
@@ -57,13 +59,26 @@ MpiCallLock::~MpiCallLock() {
   if (locked_) mpi_call_mutex().unlock();
 }
 
+// MPI_THREAD_MULTIPLE, unless WEFT_MPI_THREAD_LEVEL asks for less (single, funneled, serialized):
+// how an MPI without full thread support behaves, for tests and for users who must use one.
+int requested_thread_level() {
+  const char* value = std::getenv("WEFT_MPI_THREAD_LEVEL");
+  if (value == nullptr || *value == '\0') return MPI_THREAD_MULTIPLE;
+  const std::string level = value;
+  if (level == "single") return MPI_THREAD_SINGLE;
+  if (level == "funneled") return MPI_THREAD_FUNNELED;
+  if (level == "serialized") return MPI_THREAD_SERIALIZED;
+  if (level == "multiple") return MPI_THREAD_MULTIPLE;
+  WEFT_FAIL("WEFT_MPI_THREAD_LEVEL='", level, "' is not single, funneled, serialized or multiple");
+}
+
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   int initialized = 0;
   WEFT_MPI_CHECK(MPI_Initialized(&initialized));
   if (initialized) {
     WEFT_MPI_CHECK(MPI_Query_thread(&thread_level_));
   } else {
-    WEFT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_));
+    WEFT_MPI_CHECK(MPI_Init_thread(argc, argv, requested_thread_level(), &thread_level_));
     initialized_here_ = true;
   }
   // Errors come back as codes (turned into weft::Error by WEFT_MPI_CHECK) instead of aborting

@@ -5,7 +5,9 @@
 // while the main thread computes, and MPI_Finalize when it goes. A program not started by mpirun
 // runs as a singleton world of one process. Where MPI grants less than MPI_THREAD_MULTIPLE but at
 // least MPI_THREAD_SERIALIZED, weft serializes its MPI calls itself (mpi_call_mutex); below that,
-// communication threads are refused with a message.
+// collectives from any thread but the main one are refused with a message. WEFT_MPI_THREAD_LEVEL
+// (single | funneled | serialized | multiple) asks for less than MPI_THREAD_MULTIPLE, to test
+// those paths or to run with an MPI whose threads misbehave.
 //
 // Local rank: the rank among the processes of the same host (MPI_Comm_split_type with
 // MPI_COMM_TYPE_SHARED), which picks the GPU: gpu_index() = local rank modulo the visible GPUs.
