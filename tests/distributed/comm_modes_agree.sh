@@ -9,9 +9,8 @@ set -euo pipefail
 weft_train=$1 compare=$2 work=$3 ranks=$4 zero=$5
 shift 5
 mpirun=("$@")
-rm -rf "$work" && mkdir -p "$work"
-for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 7))."; done > "$work/text.txt"
-printf 'model:\n  type: gpt\n' > "$work/run.yaml"
+source "$(dirname "$0")/../support/training_work_dir.sh"
+prepare_training_work_dir "$work"
 # Four blocks and small buckets: several buckets become ready while backward still has blocks to do.
 common=("$work/run.yaml" --set model.layers=4 --set model.dim=128 --set model.heads=2 --set model.seq_len=64
         --set model.dropout=0.1 --set train.batch_size=8 --set train.micro_batches=2 --set train.steps=4

@@ -9,14 +9,12 @@ set -euo pipefail
 weft_train=$1 compare=$2 work=$3 ranks=$4 zero=$5
 shift 5
 mpirun=("$@")
-rm -rf "$work" && mkdir -p "$work"
-# A small repetitive text: the run must not depend on packages being installed.
-for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 7))."; done > "$work/text.txt"
+source "$(dirname "$0")/../support/training_work_dir.sh"
+prepare_training_work_dir "$work"
 common=(--set model.layers=2 --set model.dim=32 --set model.heads=2 --set model.seq_len=32 --set model.dropout=0.1
         --set train.batch_size=8 --set train.micro_batches=2 --set train.steps=6 --set train.warmup_steps=2
         --set train.optimizer=sgd --set train.lr=0.5 --set data.train="$work/text.txt" --set data.val_every=0 --set log.progress=plain)
 config=$work/run.yaml
-printf 'model:\n  type: gpt\n' > "$config"
 
 "$weft_train" "$config" "${common[@]}" --set checkpoint.dir="$work/single" --set log.metrics_file="$work/single.jsonl" >/dev/null
 "${mpirun[@]}" -np "$ranks" "$weft_train" "$config" "${common[@]}" --set parallel.dp="$ranks" \

@@ -9,9 +9,8 @@ set -euo pipefail
 weft_train=$1 compare=$2 work=$3 zero=$4 mode=$5
 shift 5
 mpirun=("$@")
-rm -rf "$work" && mkdir -p "$work"
-for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 7))."; done > "$work/text.txt"
-printf 'model:\n  type: gpt\n' > "$work/run.yaml"
+source "$(dirname "$0")/../support/training_work_dir.sh"
+prepare_training_work_dir "$work"
 common=("$work/run.yaml" --set model.layers=1 --set model.dim=32 --set model.heads=2 --set model.seq_len=32
         --set model.dropout=0.1 --set train.batch_size=8 --set train.steps=6 --set train.warmup_steps=2
         --set data.train="$work/text.txt" --set data.val_every=0 --set log.progress=plain

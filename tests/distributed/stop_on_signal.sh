@@ -13,9 +13,8 @@ set -euo pipefail
 mode=$1 weft_train=$2 work=$3 ranks=$4
 shift 4
 mpirun=("$@")
-rm -rf "$work" && mkdir -p "$work"
-for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 7))."; done > "$work/text.txt"
-printf 'model:\n  type: gpt\n' > "$work/run.yaml"
+source "$(dirname "$0")/../support/training_work_dir.sh"
+prepare_training_work_dir "$work"
 launch=("$weft_train")
 if ((ranks > 1)); then launch=("${mpirun[@]}" -np "$ranks" "$weft_train"); fi
 common=("$work/run.yaml" --set model.layers=1 --set model.dim=32 --set model.heads=2 --set model.seq_len=32
