@@ -5,7 +5,9 @@
 // loaded. Version 2 files check their header's CRC32C before any other field, so most mutations of
 // the header would only ever test that check: each input is loaded a second time with the header's
 // checksum recomputed, which lets the file size and entry count fields be fuzzed too.
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -29,6 +31,15 @@ void load(const std::filesystem::path& folder, const std::string& tensors) {
     // Every byte of every tensor is read, so a tensor smaller than its shape says is found.
     uint64_t sum = 0;
     for (const auto& [name, tensor] : checkpoint.tensors) {
+      // A shape whose sizes multiply past int64 makes numel() and the strides wrap: the reader must
+      // reject it (found by this target under UBSan; without a sanitizer the wrap is silent).
+      int64_t extent = tensor.element_size();
+      for (const int64_t size : tensor.shape()) {
+        if (__builtin_mul_overflow(extent, std::max<int64_t>(size, 1), &extent)) {
+          std::fprintf(stderr, "load_checkpoint accepted the tensor '%s', whose shape overflows int64\n", name.c_str());
+          std::abort();
+        }
+      }
       const auto* bytes = static_cast<const uint8_t*>(tensor.raw_data());
       const auto count = static_cast<uint64_t>(tensor.numel() * tensor.element_size());
       for (uint64_t index = 0; index < count; ++index) sum += bytes[index];
