@@ -32,7 +32,7 @@ void load(const std::filesystem::path& folder, const std::string& tensors) {
     uint64_t sum = 0;
     for (const auto& [name, tensor] : checkpoint.tensors) {
       // A shape whose sizes multiply past int64 makes numel() and the strides wrap: the reader must
-      // reject it (found by this target under UBSan; without a sanitizer the wrap is silent).
+      // reject it (UBSan reports it; without a sanitizer the wrap is silent).
       int64_t extent = tensor.element_size();
       for (const int64_t size : tensor.shape()) {
         if (__builtin_mul_overflow(extent, std::max<int64_t>(size, 1), &extent)) {
