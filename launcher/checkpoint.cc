@@ -242,9 +242,15 @@ class TensorFileReader {
                  name, "' has rank ", rank, ", more than the file can hold");
       std::vector<int64_t> shape(rank);
       int64_t numel = 1;
+      // The sizes' product with each 0 taken as 1, in bytes: what the strides of the tensor reach,
+      // so a shape whose product overflows int64 is an error here, not undefined behaviour later.
+      int64_t extent = dtype_size(dtype);
       for (int64_t& size : shape) {
         size = read_value<int64_t>();
         WEFT_CHECK(size >= 0, "load_checkpoint: '", path_, "': the tensor '", name, "' has a negative size ", size);
+        WEFT_CHECK(!__builtin_mul_overflow(extent, std::max<int64_t>(size, 1), &extent), "load_checkpoint: '",
+                   path_, "': the tensor '", name, "' has a size ", size,
+                   " that makes it larger than any tensor can be: the file is corrupt");
         numel *= size;
       }
       const auto bytes = read_value<uint64_t>();
