@@ -302,6 +302,10 @@ TEST(Overlap, TwoStreamsOfOneGroupAreIndependent) {
   auto world = make_world_process_group(Device::cpu());
   CommStream first = CommStream::cpu("first");
   CommStream second = CommStream::cpu("second");
+  // Each stream's first use creates its communicator, collectively: in one order on every rank
+  // (process_group.h), not from two comm threads racing each other (which a slow build shows).
+  world->barrier(first)->wait();
+  world->barrier(second)->wait();
   Tensor a = Tensor::full({1 << 20}, 1.0, kFloat32);
   Tensor b = Tensor::full({8}, 2.0, kFloat64);
   CollectiveHandlePtr on_first = world->all_reduce(a, Reduction::kSum, first);
