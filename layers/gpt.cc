@@ -53,7 +53,18 @@ Tensor GptModel::head(const Tensor& x) {
   return linear(normed, output_weight);  // [B, T, V]
 }
 
-Tensor GptModel::logits(const Tensor& ids) { return run_segments(segments(), ids); }
+Tensor GptModel::run_segment(size_t index, const Tensor& input) {
+  if (index == 0) return embed(input);
+  if (index <= blocks_->size()) return (*blocks_)[index - 1].forward(input);
+  return head(input);
+}
+
+// The composition of the segments, without building their list (names, parameter lists) per call.
+Tensor GptModel::logits(const Tensor& ids) {
+  Tensor x = ids;
+  for (size_t index = 0; index < blocks_->size() + 2; ++index) x = run_segment(index, x);
+  return x;
+}
 
 std::vector<ModelSegment> GptModel::segments() {
   const std::vector<NamedParameter> parameters = named_parameters();
@@ -66,14 +77,15 @@ std::vector<ModelSegment> GptModel::segments() {
     }
     return names;
   };
+  auto forward_of = [this](size_t index) {
+    return [this, index](const Tensor& x) { return run_segment(index, x); };
+  };
   std::vector<ModelSegment> out;
-  out.push_back({"embedding", [this](const Tensor& ids) { return embed(ids); },
-                 names_under({"token_embedding.", "position_embedding."})});
+  out.push_back({"embedding", forward_of(0), names_under({"token_embedding.", "position_embedding."})});
   for (size_t layer = 0; layer < blocks_->size(); ++layer) {
-    out.push_back({str("block ", layer), [this, layer](const Tensor& x) { return (*blocks_)[layer].forward(x); },
-                   names_under({str("blocks.", layer, ".")})});
+    out.push_back({str("block ", layer), forward_of(layer + 1), names_under({str("blocks.", layer, ".")})});
   }
-  out.push_back({"head", [this](const Tensor& x) { return head(x); },
+  out.push_back({"head", forward_of(blocks_->size() + 1),
                  names_under({"final_norm.", head_ != nullptr ? "head." : "token_embedding."})});
   return out;
 }

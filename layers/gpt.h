@@ -52,6 +52,9 @@ class GptModel : public LanguageModel {
   Tensor embed(const Tensor& ids);
   // [B, T, C] -> [B, T, V]: final norm, output projection.
   Tensor head(const Tensor& x);
+  // Segment `index` (0: embed, 1..layers: block index - 1, layers + 1: head) on its input; what
+  // both segments() and logits() run.
+  Tensor run_segment(size_t index, const Tensor& input);
 };
 
 }  // namespace weft

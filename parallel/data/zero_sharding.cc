@@ -167,13 +167,16 @@ std::map<std::string, Tensor> ZeroSharding::gather_optimizer_state(const Optimiz
 void ZeroSharding::scatter_optimizer_state(Optimizer& optimizer, const std::map<std::string, Tensor>& state) {
   std::map<std::string, Tensor> local = optimizer.state_dict();  // the keys and shapes to fill
   const Device device = buffer_.device();
-  auto flat_of = [&](const std::string& kind) {
+  std::map<std::string, Tensor> on_device;  // kind -> its flat tensor on this device, moved once
+  auto flat_of = [&](const std::string& kind) -> const Tensor& {
+    const auto found = on_device.find(kind);
+    if (found != on_device.end()) return found->second;
     WEFT_CHECK(state.count(kind + ".flat") == 1, "checkpoint: optimizer state lacks '", kind,
                ".flat'; it was saved with another optimizer or another parallel.zero");
     const Tensor& flat = state.at(kind + ".flat");
     WEFT_CHECK(flat.numel() == flat_elements(), "checkpoint: optimizer state '", kind, ".flat' has ", flat.numel(),
                " elements, this model and dp size need ", flat_elements());
-    return flat.to(device);
+    return on_device[kind] = flat.to(device);
   };
   auto piece_of = [&](const Tensor& flat, const Piece& piece) {
     return flat.narrow(0, flat_offsets_[piece.parameter] + piece.parameter_start, piece.count);
