@@ -1,0 +1,27 @@
+// TensorParallelGroup: the tensor-parallel axis of the mesh and the stream its collectives run on.
+//
+// Every tensor-parallel op (parallel/tensor/ for the auto mode, parallel/manual/ for the manual one)
+// takes one: `group` is the tp process group (the local group of one when tp = 1), `stream` the
+// tp_comm stream (CPU: a communication thread; CUDA: a stream of the rank's device; the caller
+// stream is valid too and runs collectives in line). A collective on `stream` that the compute
+// waits for at once is the manual mode's way; the auto mode's ops start one, compute, then wait.
+//
+// Invariants: group->size() >= 1; every rank of the group runs the same ops in the same order
+// (the collectives match by order).
+#pragma once
+
+#include <memory>
+
+#include "parallel/comm/process_group.h"
+
+namespace weft {
+
+struct TensorParallelGroup {
+  std::shared_ptr<ProcessGroup> group;
+  CommStream stream;
+
+  int size() const { return group->size(); }
+  int rank() const { return group->rank(); }
+};
+
+}  // namespace weft
