@@ -2,6 +2,7 @@
 #include "layers/dropout_stream.h"
 
 #include "runtime/error.h"
+#include "runtime/ops/concat.h"
 #include "runtime/ops/dropout.h"
 
 namespace weft {
@@ -26,9 +27,31 @@ DropoutStream::DropoutStream(double probability, uint64_t seed, uint64_t stream)
 Tensor DropoutStream::apply(const Tensor& x, bool training) {
   if (!training || probability_ == 0.0) return x;
   const uint64_t local = static_cast<uint64_t>(x.numel());
-  const uint64_t offset = offset_ + static_cast<uint64_t>(shard_rank_) * local;
-  offset_ += static_cast<uint64_t>(shard_world_) * local;
-  return dropout(x, probability_, key_, offset, true);
+  if (sequence_size_ == 1) {
+    const uint64_t offset = offset_ + static_cast<uint64_t>(shard_rank_) * local;
+    offset_ += static_cast<uint64_t>(shard_world_) * local;
+    return dropout(x, probability_, key_, offset, true);
+  }
+  // x [B, T / size, ...]: in one process's mask of [B, T, ...] (for this dp rank's rows), row b's
+  // chunk starts at (b * size + rank) * chunk, chunk = (T / size) * (the trailing sizes).
+  WEFT_CHECK(x.dim() >= 2, "dropout: a sequence-parallel input must be [B, T, ...], got ", x.describe());
+  const int64_t rows = x.size(0);
+  const uint64_t chunk = local / static_cast<uint64_t>(rows);
+  const uint64_t global_rows_offset = offset_ + static_cast<uint64_t>(shard_rank_) * local * sequence_size_;
+  std::vector<Tensor> dropped;
+  for (int64_t row = 0; row < rows; ++row) {
+    const uint64_t start =
+        global_rows_offset + (static_cast<uint64_t>(row * sequence_size_ + sequence_rank_)) * chunk;
+    dropped.push_back(dropout(x.narrow(0, row, 1), probability_, key_, start, true));
+  }
+  offset_ += static_cast<uint64_t>(shard_world_ * sequence_size_) * local;
+  return rows == 1 ? dropped[0] : concat(dropped, 0);
+}
+
+void DropoutStream::set_sequence_shard(int64_t rank, int64_t size) {
+  WEFT_CHECK(size >= 1 && rank >= 0 && rank < size, "dropout: sequence shard ", rank, " of ", size, " is not valid");
+  sequence_rank_ = rank;
+  sequence_size_ = size;
 }
 
 void DropoutStream::set_shard(int64_t rank, int64_t world) {

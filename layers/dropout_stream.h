@@ -27,6 +27,10 @@ class DropoutStream {
   // of the global mask those rows get in one process, and the counter advances by the global size,
   // so N ranks together use exactly the masks of one process.
   void set_shard(int64_t rank, int64_t world);
+  // Sequence parallelism: inputs [B, T / size, ...] are chunk `rank` of the sequence (dim 1) of the
+  // [B, T, ...] tensor one process would drop; each call draws that chunk's part of its mask (per
+  // batch row, one contiguous run of the mask) and the counter advances by the whole sequence.
+  void set_sequence_shard(int64_t rank, int64_t size);
 
  private:
   double probability_;
@@ -34,6 +38,8 @@ class DropoutStream {
   uint64_t offset_ = 0; // counter of the next (global) mask's first element
   int64_t shard_rank_ = 0;
   int64_t shard_world_ = 1;
+  int64_t sequence_rank_ = 0;
+  int64_t sequence_size_ = 1;
 };
 
 }  // namespace weft

@@ -67,6 +67,42 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor, Layout
   return tensor;
 }
 
+void Module::shard_parameter(const std::string& name, Tensor shard, Layout layout) {
+  for (NamedParameter& entry : parameters_) {
+    if (entry.name != name) continue;
+    WEFT_CHECK(shard.defined() && shard.dtype() == entry.tensor.dtype() && shard.device() == entry.tensor.device(),
+               type_name(), ": the shard of parameter '", name, "' must be ", entry.tensor.describe(),
+               "'s dtype and device, got ", shard.describe());
+    if (!shard.is_leaf()) shard = shard.detach();
+    shard.set_requires_grad(true);
+    entry.tensor = shard;
+    entry.layout = std::move(layout);
+    return;
+  }
+  WEFT_FAIL(type_name(), " has no parameter '", name, "' to shard");
+}
+
+void Module::mark_partial_gradient(const std::string& name) {
+  for (NamedParameter& entry : parameters_) {
+    if (entry.name == name) {
+      entry.partial_gradient = true;
+      return;
+    }
+  }
+  WEFT_FAIL(type_name(), " has no parameter '", name, "'");
+}
+
+Tensor Module::call(const Tensor& input) {
+  if (forward_wrapper_ == nullptr) return forward(input);
+  return forward_wrapper_(input, [this](const Tensor& x) { return forward(x); });
+}
+
+void Module::wrap_forward(ForwardWrapper wrapper) {
+  WEFT_CHECK(wrapper != nullptr, type_name(), ".wrap_forward: the wrapper is empty");
+  WEFT_CHECK(forward_wrapper_ == nullptr, type_name(), ": its forward is already wrapped (one plan per layer)");
+  forward_wrapper_ = std::move(wrapper);
+}
+
 Tensor Module::register_buffer(const std::string& name, Tensor exact, DType dtype) {
   check_local_name(name, "buffer");
   check_new_name(name);
@@ -102,7 +138,9 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
 
 void Module::collect(const std::string& prefix, std::vector<NamedParameter>& out) const {
   for (const NamedParameter& entry : parameters_) {
-    out.push_back(NamedParameter{prefix + entry.name, entry.tensor, entry.layout});
+    NamedParameter named = entry;
+    named.name = prefix + entry.name;
+    out.push_back(std::move(named));
   }
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
 }
@@ -261,6 +299,11 @@ void Module::load_random_state(const std::map<std::string, uint64_t>& state) {
 void Module::set_random_shard(int64_t rank, int64_t world) {
   for (auto& [name, stream] : random_streams_) stream->set_shard(rank, world);
   for (auto& [name, child] : children_) child->set_random_shard(rank, world);
+}
+
+void Module::set_random_sequence_shard(int64_t rank, int64_t size) {
+  for (auto& [name, stream] : random_streams_) stream->set_sequence_shard(rank, size);
+  for (auto& [name, child] : children_) child->set_random_sequence_shard(rank, size);
 }
 
 }  // namespace weft

@@ -14,12 +14,20 @@
 // Layers read their parameters and buffers back through parameter(name) / buffer(name) at forward
 // time instead of caching Tensor copies, because to() replaces them with new tensors.
 //
+// Tensor parallelism is applied from outside a layer (parallel/tensor/ plans) or written into it
+// (parallel/manual/): shard_parameter replaces a parameter with this rank's shard and its layout,
+// mark_partial_gradient flags a replicated parameter whose gradient is a partial sum over the tp
+// group, and wrap_forward puts a plan's code around the layer's forward (the layout changes and
+// their collectives). Parents call their children through call(), which runs the wrapper, so a
+// wrapped layer stays wrapped wherever it is used; forward() itself is the layer's own computation.
+//
 // Invariants: parameter tensors are leaves with requires_grad set; a name is registered once per
 // module (parameters, buffers and children share one namespace); train()/eval() and to() propagate
 // to every submodule.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,6 +55,14 @@ class Module {
   // The single-tensor forward that most layers have. Layers with other signatures (a model taking
   // ids) add their own and may leave this one throwing.
   virtual Tensor forward(const Tensor& input);
+  // forward through the wrapper wrap_forward installed, or forward itself: how a parent runs a child.
+  Tensor call(const Tensor& input);
+
+  // Receives the input and the layer's own forward; returns the output (parallel/tensor/ plans).
+  using ForwardWrapper = std::function<Tensor(const Tensor& input, const std::function<Tensor(const Tensor&)>& forward)>;
+  // Installs `wrapper` around forward for call(); a module takes one wrapper (a second is an error).
+  void wrap_forward(ForwardWrapper wrapper);
+  bool has_forward_wrapper() const { return forward_wrapper_ != nullptr; }
 
   void train(bool training = true);
   void eval() { train(false); }
@@ -57,6 +73,12 @@ class Module {
   // Registers a non-trained tensor derived from settings: `exact` is kept, and the live buffer is
   // exact.to(dtype); returns the live buffer.
   Tensor register_buffer(const std::string& name, Tensor exact, DType dtype);
+  // Replaces own parameter `name` with `shard` (made a leaf requiring grad), laid out as `layout`:
+  // this rank's part of the full parameter. Nothing else about the parameter changes.
+  void shard_parameter(const std::string& name, Tensor shard, Layout layout);
+  // Own parameter `name`'s gradient is a partial sum over the tensor-parallel group
+  // (NamedParameter::partial_gradient).
+  void mark_partial_gradient(const std::string& name);
   // The live parameter / buffer registered on this module (not a child) as `name`.
   Tensor parameter(const std::string& name) const;
   Tensor buffer(const std::string& name) const;
@@ -100,6 +122,9 @@ class Module {
   // Data parallelism: every dropout stream of this module and its children draws this rank's part
   // of the one-process masks (DropoutStream::set_shard).
   void set_random_shard(int64_t rank, int64_t world);
+  // Sequence parallelism: every dropout stream's inputs are sequence chunk `rank` of `size`
+  // (DropoutStream::set_sequence_shard).
+  void set_random_sequence_shard(int64_t rank, int64_t size);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
@@ -121,6 +146,7 @@ class Module {
   std::vector<NamedBuffer> buffers_;        // own buffers, local names
   std::vector<std::pair<std::string, DropoutStream*>> random_streams_;  // owned by the subclass
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  ForwardWrapper forward_wrapper_;
   bool training_ = true;
 };
 

@@ -19,7 +19,11 @@ namespace weft {
 struct NamedParameter {
   std::string name;  // full dotted name
   Tensor tensor;     // the parameter itself (or a view of it), not a copy
-  Layout layout;     // across the tensor-parallel ranks (Replicate until tensor parallelism lands)
+  Layout layout;     // across the tensor-parallel ranks: `tensor` is this rank's shard of it
+  // The gradient this rank computes is a partial sum over the tensor-parallel group (a replicated
+  // parameter applied to this rank's sequence chunk: norms and biases under sequence parallelism);
+  // the strategy sums it over tp before the update.
+  bool partial_gradient = false;
 };
 
 }  // namespace weft

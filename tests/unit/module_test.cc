@@ -16,6 +16,7 @@
 #include "layers/llama.h"
 #include "layers/mlp.h"
 #include "layers/registry.h"
+#include "layers/dropout_stream.h"
 #include "runtime/weft.h"
 
 namespace weft {
@@ -380,6 +381,73 @@ TEST(DropoutTest, OnlyInTrainingAndFreshMaskPerCall) {
   // Two builds replay the same masks.
   const auto twin = build_model(config);
   EXPECT_EQ(twin->logits(ids).to_vector(), first);
+}
+
+TEST(ModuleTest, ShardParameterReplacesTheTensorAndLayout) {
+  Tree tree;
+  tree.first->shard_parameter("b", Tensor::ones({1, 2}), Layout::split(0));
+  tree.first->mark_partial_gradient("a");
+  const std::vector<NamedParameter> parameters = tree.named_parameters();
+  ASSERT_EQ(parameters[2].name, "first.b");
+  EXPECT_EQ(parameters[2].tensor.shape(), (Shape{1, 2}));
+  EXPECT_TRUE(parameters[2].tensor.requires_grad());
+  EXPECT_EQ(parameters[2].layout, Layout::split(0));
+  EXPECT_TRUE(parameters[1].partial_gradient);    // first.a
+  EXPECT_FALSE(parameters[2].partial_gradient);
+  tree.to(kFloat64);  // conversion keeps layouts and flags
+  EXPECT_EQ(tree.named_parameters()[2].layout, Layout::split(0));
+  EXPECT_TRUE(tree.named_parameters()[1].partial_gradient);
+  EXPECT_CONTAINS(error_message([&] { tree.first->shard_parameter("c", Tensor::ones({1}), Layout::split(0)); }),
+                  "no parameter 'c'");
+  EXPECT_CONTAINS(error_message([&] { tree.first->shard_parameter("b", Tensor::ones({1, 2}, kFloat32), Layout::split(0)); }),
+                  "dtype and device");
+}
+
+class Doubler : public Module {
+ public:
+  std::string type_name() const override { return "Doubler"; }
+  Tensor forward(const Tensor& x) override { return scale(x, 2.0); }
+};
+
+TEST(ModuleTest, CallRunsTheForwardWrapper) {
+  Doubler doubler;
+  const Tensor x = Tensor::ones({2});
+  EXPECT_EQ(doubler.call(x).to_vector(), (std::vector<double>{2, 2}));
+  doubler.wrap_forward([](const Tensor& input, const std::function<Tensor(const Tensor&)>& forward) {
+    return add(forward(input), Tensor::ones({2}));
+  });
+  EXPECT_TRUE(doubler.has_forward_wrapper());
+  EXPECT_EQ(doubler.call(x).to_vector(), (std::vector<double>{3, 3}));
+  EXPECT_EQ(doubler.forward(x).to_vector(), (std::vector<double>{2, 2}));  // forward is the layer's own
+  EXPECT_CONTAINS(error_message([&] {
+                    doubler.wrap_forward([](const Tensor& input, const std::function<Tensor(const Tensor&)>&) {
+                      return input;
+                    });
+                  }),
+                  "already wrapped");
+}
+
+TEST(DropoutTest, SequenceShardsDrawTheChunksOfTheOneProcessMask) {
+  // [B 2, T 4, C 3] dropped in one process against the same tensor's sequence chunks on 2 "ranks"
+  // (and on 2 dp ranks x 2 sequence ranks): every chunk gets the part of the mask it has there.
+  const Tensor x = Tensor::uniform({4, 4, 3}, 7, 0, 1.0, 2.0);
+  DropoutStream whole(0.5, 3, 11);
+  const Tensor expected = whole.apply(x, true);  // [4, 4, 3]
+  for (int64_t dp_world : {1, 2}) {
+    for (int64_t dp_rank = 0; dp_rank < dp_world; ++dp_rank) {
+      for (int64_t rank = 0; rank < 2; ++rank) {
+        DropoutStream part(0.5, 3, 11);
+        part.set_shard(dp_rank, dp_world);
+        part.set_sequence_shard(rank, 2);
+        const int64_t rows = 4 / dp_world;
+        const Tensor chunk = x.narrow(0, dp_rank * rows, rows).narrow(1, rank * 2, 2);
+        const Tensor got = part.apply(chunk, true);
+        EXPECT_EQ(got.to_vector(), expected.narrow(0, dp_rank * rows, rows).narrow(1, rank * 2, 2).to_vector())
+            << "dp " << dp_rank << "/" << dp_world << ", sequence " << rank;
+        EXPECT_EQ(part.offset(), whole.offset());  // the counter advanced by the whole tensor
+      }
+    }
+  }
 }
 
 }  // namespace
