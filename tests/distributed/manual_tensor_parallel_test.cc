@@ -4,8 +4,8 @@
 // shards, or summed over tp where it is partial), with and without sequence parallelism, with
 // dropout in training mode, on the world as the tp group and (at 4 ranks) on the tp groups of a
 // dp 2 x tp 2 mesh, on the caller stream and on a comm thread. At tp = 1 the logits equal
-// build_model's bit for bit (the weights and dropout masks are drawn in the same order). The
-// factory's config errors are checked on a group that only has a size.
+// build_model's bit for bit (the weights and dropout masks are drawn in the same order). Segments
+// are GptModel's. The factory's config errors are checked on a group that only has a size.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -104,11 +104,8 @@ void expect_matches_one_process(const ModelConfig& config, const TensorParallelG
     EXPECT_EQ(parameter.partial_gradient, expect_partial(parameter.name, sequence_parallel)) << parameter.name;
     const Tensor gradient = parameter.tensor.grad();
     ASSERT_TRUE(gradient.defined()) << parameter.name;
-    Tensor full = gather_full(gradient, parameter.layout, tp);
-    if (parameter.partial_gradient) {
-      full = gradient.clone();
-      tp.group->all_reduce(full, Reduction::kSum, tp.stream)->wait();
-    }
+    Tensor full = parameter.partial_gradient ? gradient.clone() : gather_full(gradient, parameter.layout, tp);
+    if (parameter.partial_gradient) tp.group->all_reduce(full, Reduction::kSum, tp.stream)->wait();
     EXPECT_LT(max_abs_difference(full, expected_gradients[parameter.name]), kTolerance) << parameter.name;
   }
 }
@@ -141,6 +138,21 @@ TEST_P(ManualTensorParallel, DropoutInTrainingMatchesOneProcess) {
   for (ModelConfig config : {gpt_test_config(), llama_test_config()}) {
     config.dropout = 0.1;
     for (bool sequence_parallel : {false, true}) expect_matches_one_process(config, tp, sequence_parallel);
+  }
+}
+
+TEST_P(ManualTensorParallel, SegmentsAreGptModelsAndComposeToTheLogits) {
+  for (const ModelConfig& config : {gpt_test_config(), llama_test_config()}) {
+    std::shared_ptr<LanguageModel> model = build_tensor_parallel_model(config, tp, true);
+    const std::vector<ModelSegment> segments = model->segments();
+    const std::vector<ModelSegment> expected = build_model(config)->segments();
+    ASSERT_EQ(segments.size(), expected.size());
+    for (size_t index = 0; index < segments.size(); ++index) {
+      EXPECT_EQ(segments[index].name, expected[index].name);
+      EXPECT_EQ(segments[index].parameters, expected[index].parameters) << segments[index].name;
+    }
+    const Tensor ids = test_ids(config.vocab);
+    EXPECT_EQ(max_abs_difference(run_segments(segments, ids), model->logits(ids)), 0.0) << config.type;
   }
 }
 
