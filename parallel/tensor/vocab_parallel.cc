@@ -1,6 +1,10 @@
 // Vocabulary-parallel embedding and cross-entropy (vocab_parallel.h).
 #include "parallel/tensor/vocab_parallel.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "runtime/autograd/function.h"
 #include "runtime/error.h"
 #include "runtime/ops/elementwise.h"
