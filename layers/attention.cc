@@ -47,10 +47,12 @@ std::string CausalSelfAttention::settings() const {
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   WEFT_CHECK(x.dim() == 3 && x.size(2) == dim_, "CausalSelfAttention: input must be [B, T, ", dim_, "], got ",
              x.describe());
-  const int64_t batch = x.size(0), time = x.size(1);
+  const Tensor qkv = qkv_->call(x);  // [B, T, (H + 2KV) D], or this rank's heads of each
+  // The sequence from the projection: under sequence parallelism x is a chunk of it, which the
+  // column-parallel projection gathers.
+  const int64_t batch = qkv.size(0), time = qkv.size(1);
   WEFT_CHECK(!rope_ || time <= seq_len_, "CausalSelfAttention: sequence of ", time,
              " positions is longer than model.seq_len = ", seq_len_);
-  const Tensor qkv = qkv_->call(x);  // [B, T, (H + 2KV) D], or this rank's heads of each
   const int64_t D = head_dim_;
   // Local head counts from the projection's width: a tensor-parallel shard holds H / tp query heads
   // and KV / tp key/value heads (whole heads of each, layers/parallel_plan.h's blocks).
