@@ -37,7 +37,8 @@ class CommOrder {
     if (!stream_.is_cuda() || !device_.is_cuda()) return;
     cuda::set_device(device_.index);
     const cudaStream_t compute = cuda::current_stream(device_.index);
-    const cudaStream_t comm = stream_.cuda_stream() ? stream_.cuda_stream() : cuda::current_stream(stream_.cuda_device());
+    const cudaStream_t comm =
+        stream_.cuda_stream() ? stream_.cuda_stream() : cuda::current_stream(stream_.cuda_device());
     if (comm == compute) return;
     // One event per op, re-recorded per collective: a wait takes the event's state when it is queued.
     if (!event_) event_ = std::make_unique<cuda::Event>(false);
@@ -387,7 +388,8 @@ void check_sequence_input(const char* op, const char* role, const char* expected
 
 }  // namespace
 
-Tensor all_gather_linear(const Tensor& x_shard, const Tensor& weight, const Tensor& bias, const TensorParallelGroup& tp) {
+Tensor all_gather_linear(const Tensor& x_shard, const Tensor& weight, const Tensor& bias,
+                         const TensorParallelGroup& tp) {
   check_arguments("all_gather_linear", x_shard, weight, bias, tp);
   check_sequence_input("all_gather_linear", "x_shard", "[B, T / tp, in]", x_shard);
   if (tp.size() == 1) return linear(x_shard, weight, bias);

@@ -58,7 +58,8 @@ namespace weft {
 // dim 1 and multiplied: y [B, T, Nl] = gather(x) W^T + b, weight [Nl, In], bias [Nl] or undefined.
 // Backward: grad_x [B, T/P, In] = reduce-scatter along dim 1 of grad_y W; grad_weight = grad_y^T
 // gather(x) (the gathered x kept from forward); grad_bias = grad_y summed over B and T.
-Tensor all_gather_linear(const Tensor& x_shard, const Tensor& weight, const Tensor& bias, const TensorParallelGroup& tp);
+Tensor all_gather_linear(const Tensor& x_shard, const Tensor& weight, const Tensor& bias,
+                         const TensorParallelGroup& tp);
 
 // Sequence-parallel exit of a row-parallel linear: x [B, T, Inl], weight [N, Inl]: the partial
 // product x W^T is reduce-scattered along dim 1 into y [B, T/P, N], and bias [N] (replicated, or

@@ -184,7 +184,9 @@ Tensor leaf(const Tensor& source, DType dtype) {
   tensor.set_requires_grad(true);
   return tensor;
 }
-Tensor leaf_or_none(const Tensor& source, DType dtype, bool present) { return present ? leaf(source, dtype) : Tensor(); }
+Tensor leaf_or_none(const Tensor& source, DType dtype, bool present) {
+  return present ? leaf(source, dtype) : Tensor();
+}
 
 double tolerance(DType dtype) {
   // bf16: every output and partial sum is rounded to 8 bits of mantissa, up to tp times in a ring.
