@@ -93,24 +93,32 @@ NcclProcessGroup::~NcclProcessGroup() {
   }
   remove_abort_hook(abort_hook_);
   cudaSetDevice(device_);
+  // Nonblocking communicators finalize in the background. All of them are started before any is
+  // waited for: their order (by stream id) differs between ranks, and finalizing may wait for the
+  // peers' finalize of the same communicator.
   const double timeout = comm_timeout_seconds();
-  for (ncclComm_t comm : communicators) {
-    // A nonblocking communicator finalizes in the background: poll it, within the deadline.
-    const auto deadline = deadline_after(timeout);
-    ncclResult_t state = ncclCommFinalize(comm);
-    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+  const auto deadline = deadline_after(timeout);
+  std::vector<ncclResult_t> states;
+  for (ncclComm_t comm : communicators) states.push_back(ncclCommFinalize(comm));
+  for (bool pending = true; pending && std::chrono::steady_clock::now() < deadline;) {
+    pending = false;
+    for (size_t i = 0; i < communicators.size(); ++i) {
+      if (states[i] != ncclInProgress) continue;
+      if (ncclCommGetAsyncError(communicators[i], &states[i]) != ncclSuccess) states[i] = ncclInternalError;
+      pending = pending || states[i] == ncclInProgress;
     }
-    if (state == ncclSuccess) {
-      ncclCommDestroy(comm);
-    } else {
-      std::fprintf(stderr, "weft: process group %s: finalizing an NCCL communicator %s; aborting it\n",
-                   describe().c_str(),
-                   state == ncclInProgress ? str("took over ", timeout, " s (WEFT_COMM_TIMEOUT_S)").c_str()
-                                           : ncclGetErrorString(state));
-      ncclCommAbort(comm);
+    if (pending) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (size_t i = 0; i < communicators.size(); ++i) {
+    if (states[i] == ncclSuccess) {
+      ncclCommDestroy(communicators[i]);
+      continue;
     }
+    std::fprintf(stderr, "weft: process group %s: finalizing an NCCL communicator %s; aborting it\n",
+                 describe().c_str(),
+                 states[i] == ncclInProgress ? str("took over ", timeout, " s (WEFT_COMM_TIMEOUT_S)").c_str()
+                                             : ncclGetErrorString(states[i]));
+    ncclCommAbort(communicators[i]);
   }
   if (mpi_is_active()) {
     MpiCallLock lock;
