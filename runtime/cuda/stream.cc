@@ -98,7 +98,10 @@ uint64_t current_stream_id(int device) {
   return default_stream(device).id;
 }
 
-void set_current_stream(int device, cudaStream_t stream) { set_current_stream(device, stream, stream_id(stream)); }
+void set_current_stream(int device, cudaStream_t stream) {
+  check_device(device);  // before any CUDA call, so that a machine without a GPU gets that message
+  set_current_stream(device, stream, stream_id(stream));
+}
 
 void set_current_stream(int device, cudaStream_t stream, uint64_t id) {
   check_device(device);
