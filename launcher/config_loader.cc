@@ -287,12 +287,16 @@ void ConfigBuilder::apply_override(const std::string& assignment) {
   }
   const std::string value = trim(std::string_view(assignment).substr(equals + 1));
 
-  const ConfigOption* options_map = find_config_option("model.options");
-  const std::string map_prefix = options_map->key + ".";
-  if (key.compare(0, map_prefix.size(), map_prefix) == 0 && key.size() > map_prefix.size()) {
-    options_map->entries(config_)[key.substr(map_prefix.size())] = value;
-    origin_[key] = origin;
-    return;
+  // Map-valued keys take their entry's name after the key: --set model.options.NAME=VALUE,
+  // --set parallel.tp_plan.blocks.*.mlp.fc=column.
+  for (const char* map_key : {"model.options", "parallel.tp_plan"}) {
+    const ConfigOption* options_map = find_config_option(map_key);
+    const std::string map_prefix = options_map->key + ".";
+    if (key.compare(0, map_prefix.size(), map_prefix) == 0 && key.size() > map_prefix.size()) {
+      options_map->entries(config_)[key.substr(map_prefix.size())] = value;
+      origin_[key] = origin;
+      return;
+    }
   }
   const ConfigOption* option = find_config_option(key);
   if (option == nullptr) {
@@ -342,12 +346,14 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(train.warmup_steps <= train.steps, show("train.warmup_steps"), " is more than ",
              show("train.steps"), ": warmup must end within the run");
   const ParallelConfig& parallel = config.parallel;
-  // Data parallelism is here; tensor and pipeline parallelism come with later issues.
-  for (const char* key : {"parallel.tp", "parallel.pp"}) {
-    WEFT_CHECK(find_config_option(key)->format(config) == "1", show(key),
-               ": tensor and pipeline parallelism are not built yet; set it to 1 (data parallelism, "
-               "parallel.dp, is available)");
-  }
+  // Data and tensor parallelism are here; pipeline parallelism comes with a later issue.
+  WEFT_CHECK(parallel.pp == 1, show("parallel.pp"), ": pipeline parallelism is not built yet; set it to 1 "
+             "(data and tensor parallelism, parallel.dp and parallel.tp, are available)");
+  WEFT_CHECK(!parallel.sp || parallel.tp > 1, show("parallel.sp"), " splits the sequence over the tensor-parallel "
+             "group, and ", show("parallel.tp"), " has none; raise parallel.tp or set parallel.sp: false");
+  WEFT_CHECK(parallel.tp_plan.empty() || config.comm.mode == "auto", "parallel.tp_plan (",
+             parallel.tp_plan.size(), " entries) is the auto comm mode's plan; set comm.mode: auto (now ", show("comm.mode"),
+             "), or remove it (the manual mode's tensor-parallel layers are written by hand)");
   WEFT_CHECK((train.batch_size / train.micro_batches) % parallel.dp == 0, show("train.batch_size"), " / ",
              show("train.micro_batches"), " = ", train.batch_size / train.micro_batches,
              " sequences per micro-batch do not split evenly over ", show("parallel.dp"),

@@ -296,6 +296,8 @@ std::vector<ConfigOption> build_options() {
   add(make_option("parallel.tp", &R::parallel, &ParallelConfig::tp, "tensor-parallel ranks", at_least(1)));
   add(make_option("parallel.pp", &R::parallel, &ParallelConfig::pp, "pipeline-parallel stages", at_least(1)));
   add(make_option("parallel.zero", &R::parallel, &ParallelConfig::zero, "ZeRO stage of data parallelism", one_of({"0", "1", "2"})));
+  add(make_option("parallel.sp", &R::parallel, &ParallelConfig::sp, "sequence parallelism: norms and dropout on sequence chunks of the tp group (needs parallel.tp > 1)"));
+  add(make_option("parallel.tp_plan", &R::parallel, &ParallelConfig::tp_plan, "auto mode: module name (a * per part) -> column | row | vocabulary | sequence, e.g. --set parallel.tp_plan.blocks.*.mlp.up=column; adds to or replaces what the layers declare"));
 
   // comm
   add(make_option("comm.mode", &R::comm, &CommConfig::mode, "manual: collectives where the code calls them, each waited for at once (gradients after backward); auto: the runtime overlaps them (each gradient bucket reduced while backward goes on)", one_of({"manual", "auto"})));

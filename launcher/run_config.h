@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "layers/model_config.h"
@@ -47,6 +48,8 @@ struct ParallelConfig {
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t zero = 0;                   // 0 | 1 | 2 (data parallel)
+  bool sp = false;                    // sequence parallelism over the tp group
+  std::map<std::string, std::string> tp_plan;  // module name ("*" per part) -> style, auto mode
 };
 
 struct CommConfig {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "launcher/checkpoint.h"
 #include "launcher/checkpoint_writer.h"
 #include "launcher/config_loader.h"
@@ -110,6 +111,7 @@ struct Trainer::State {
   std::unique_ptr<Dataset> validation_data;
   DatasetPosition validation_start;
   std::unique_ptr<LearningRateSchedule> schedule;
+  std::vector<std::string> tensor_plan;  // the auto mode's applied tensor-parallel plan, for the log
   std::optional<FaultInjection> fault;  // WEFT_FAULT, for the checkpoint phases (tests)
   int64_t start_step = 0;  // steps already done (from a checkpoint)
 };
@@ -159,7 +161,11 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
     s.validation_start = s.validation_data->position();
   }
 
-  model_ = build_model(model_config);
+  // The one-process model, or (tp > 1) this rank's part of it in the comm mode's form.
+  ParallelModel parallel_model = build_parallel_model(model_config, mesh, s.device, config_.comm.mode,
+                                                      config_.parallel.sp, config_.parallel.tp_plan);
+  model_ = parallel_model.model;
+  s.tensor_plan = parallel_model.plan;
   model_->set_random_shard(dp_rank, mesh.dp());  // the dropout masks one process would use
   if (s.compute_dtype != kFloat32) model_->to(s.compute_dtype);
   if (!s.device.is_cpu()) model_->to(s.device);
@@ -174,6 +180,8 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   options.grad_clip = train.grad_clip;
   options.on_nan = train.on_nan;
   options.trace = !config_.log.trace_file.empty();
+  options.tensor_parallel = parallel_model.tensor_parallel;
+  options.sequence_parallel = config_.parallel.sp;
   options.make_optimizer = [&train](std::vector<ParameterGroup> groups) {
     return train.optimizer == "adamw" ? make_adamw(std::move(groups), {train.beta1, train.beta2, train.eps})
                                       : make_sgd(std::move(groups), {train.momentum, false});
@@ -201,14 +209,8 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   const std::string resume_path = resolve_resume_path(config_);
   if (!resume_path.empty()) {
     LoadedCheckpoint checkpoint = load_checkpoint(resume_path);
-    const int64_t saved_dp = checkpoint.state.contains("parallel_dp") ? state_value<int64_t>(checkpoint, "parallel_dp") : 1;
-    const int64_t saved_zero =
-        checkpoint.state.contains("parallel_zero") ? state_value<int64_t>(checkpoint, "parallel_zero") : 0;
-    WEFT_CHECK(saved_dp == config_.parallel.dp && saved_zero == config_.parallel.zero, "checkpoint ",
-               checkpoint.path, " was saved with parallel.dp = ", saved_dp, " and parallel.zero = ", saved_zero,
-               ", this run has dp = ", config_.parallel.dp, " and zero = ", config_.parallel.zero,
-               "; resume with the same parallel.dp and parallel.zero");
-    model_->load_state_dict(strip_prefix(checkpoint.tensors, kModelPrefix));
+    // Checkpoints hold full tensors: any dp, tp and ZeRO stage resumes them (the strategy shards).
+    s.strategy->load_model_state(strip_prefix(checkpoint.tensors, kModelPrefix));
     s.strategy->load_optimizer_state(strip_prefix(checkpoint.tensors, kOptimizerPrefix));
     s.train_data->seek(state_value<DatasetPosition>(checkpoint, "train_data"));
     model_->load_random_state(state_value<std::map<std::string, uint64_t>>(checkpoint, "random_state"));
@@ -225,24 +227,33 @@ TrainResult Trainer::run() {
   const TrainConfig& train = config_.train;
   const int64_t micro_batch = train.batch_size / train.micro_batches;
   const int64_t steps_per_sequence = config_.model.seq_len;
-  const int64_t vocabulary = config_.model.vocab;
   const double tokens_per_step = static_cast<double>(train.batch_size * steps_per_sequence);
-  const double step_flops = tokens_per_step * flops_per_token(config_.model, model_->parameter_count());
+  // The whole model's parameters: a tensor-parallel rank holds 1 / tp of each split one.
+  int64_t parameter_count = 0;
+  for (const NamedParameter& parameter : model_->named_parameters()) {
+    parameter_count += parameter.tensor.numel() * (parameter.layout.is_split() ? config_.parallel.tp : 1);
+  }
+  const double step_flops = tokens_per_step * flops_per_token(config_.model, parameter_count);
   const bool leader = s.world_rank == 0;  // prints, writes metrics and checkpoints
 
   MetricsLogger logger(train.steps, config_.log.every, leader ? config_.log.metrics_file : "",
                        config_.log.progress, /*enabled=*/leader, s.start_step + 1);
   logger.log_event(absl::StrFormat("weft-train: %s model, %lld parameters, %s on %s, %s; %lld steps of %lld x %lld "
                                    "tokens",
-                                   config_.model.type, static_cast<long long>(model_->parameter_count()),
+                                   config_.model.type, static_cast<long long>(parameter_count),
                                    dtype_name(s.compute_dtype), s.device.to_string(), s.train_data->describe(),
                                    static_cast<long long>(train.steps), static_cast<long long>(train.batch_size),
                                    static_cast<long long>(steps_per_sequence)));
   const double optimizer_mb = static_cast<double>(s.strategy->optimizer_state_bytes()) / (1024.0 * 1024.0);
-  logger.log_event(absl::StrFormat("parallel: %d rank(s), dp %lld, zero %lld, comm %s; optimizer state %.1f MB on "
-                                   "this rank",
+  logger.log_event(absl::StrFormat("parallel: %d rank(s), dp %lld, tp %lld%s, zero %lld, comm %s; optimizer state "
+                                   "%.1f MB on this rank",
                                    s.world_size, static_cast<long long>(config_.parallel.dp),
+                                   static_cast<long long>(config_.parallel.tp), config_.parallel.sp ? " with sp" : "",
                                    static_cast<long long>(config_.parallel.zero), config_.comm.mode, optimizer_mb));
+  if (!s.tensor_plan.empty()) {
+    logger.log_event(absl::StrFormat("tensor-parallel plan (%d layers): %s", static_cast<int>(s.tensor_plan.size()),
+                                     absl::StrJoin(s.tensor_plan, ", ")));
+  }
   if (s.start_step > 0) {
     logger.log_event(absl::StrFormat("resumed from %s at step %lld", resolve_resume_path(config_),
                                      static_cast<long long>(s.start_step)));
@@ -261,8 +272,7 @@ TrainResult Trainer::run() {
     double total = 0;
     for (int64_t b = 0; b < config_.data.val_batches; ++b) {
       TokenBatch batch = s.validation_data->next_batch(micro_batch, steps_per_sequence);
-      Tensor logits = model_->logits(batch.inputs.to(s.device));
-      total += cross_entropy(logits.reshape({-1, vocabulary}), batch.targets.to(s.device).reshape({-1})).item();
+      total += s.strategy->evaluation_loss(batch.inputs, batch.targets);
     }
     model_->train();
     const double mean = total / static_cast<double>(config_.data.val_batches);
@@ -287,9 +297,10 @@ TrainResult Trainer::run() {
     }
     // Every rank takes part in gathering sharded optimizer state; rank 0 writes.
     s.strategy->complete_parameter_updates();
+    const std::map<std::string, Tensor> model_state = s.strategy->model_state();  // full tensors
     const std::map<std::string, Tensor> optimizer_state = s.strategy->optimizer_state();
     if (leader) {
-      std::map<std::string, Tensor> tensors = with_prefix(model_->state_dict(), kModelPrefix);
+      std::map<std::string, Tensor> tensors = with_prefix(model_state, kModelPrefix);
       for (auto& [name, tensor] : with_prefix(optimizer_state, kOptimizerPrefix)) tensors[name] = tensor;
       if (writer.asynchronous()) {
         // The write outlives this step: it gets its own host copies (training changes the live ones).
@@ -299,6 +310,7 @@ TrainResult Trainer::run() {
                               {"random_state", model_->random_state()},
                               {"parallel_dp", config_.parallel.dp},
                               {"parallel_zero", config_.parallel.zero},
+                              {"parallel_tp", config_.parallel.tp},
                               {"config", dump_config(config_)}};
       log_saved(writer.submit([tensors = std::move(tensors), state = std::move(state), step,
                                checkpoint = config_.checkpoint, fault = s.fault, rank = s.world_rank]() -> std::string {

@@ -47,12 +47,17 @@ std::string CausalSelfAttention::settings() const {
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   WEFT_CHECK(x.dim() == 3 && x.size(2) == dim_, "CausalSelfAttention: input must be [B, T, ", dim_, "], got ",
              x.describe());
-  const int64_t batch = x.size(0), time = x.size(1);
+  const Tensor qkv = qkv_->call(x);  // [B, T, (H + 2KV) D], or this rank's heads of each
+  // The sequence from the projection: under sequence parallelism x is a chunk of it, which the
+  // column-parallel projection gathers.
+  const int64_t batch = qkv.size(0), time = qkv.size(1);
   WEFT_CHECK(!rope_ || time <= seq_len_, "CausalSelfAttention: sequence of ", time,
              " positions is longer than model.seq_len = ", seq_len_);
-  const int64_t H = heads_, KV = kv_heads_, D = head_dim_;
-
-  const Tensor qkv = qkv_->forward(x);                                               // [B, T, (H + 2KV) D]
+  const int64_t D = head_dim_;
+  // Local head counts from the projection's width: a tensor-parallel shard holds H / tp query heads
+  // and KV / tp key/value heads (whole heads of each, layers/parallel_plan.h's blocks).
+  const int64_t shards = (heads_ + 2 * kv_heads_) * D / qkv.size(-1);
+  const int64_t H = heads_ / shards, KV = kv_heads_ / shards;
   const std::vector<Tensor> parts = split(qkv, {H * D, KV * D, KV * D}, -1);
   const auto heads_first = [&](const Tensor& part, int64_t count) {                  // -> [B, count, T, D]
     return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
@@ -75,9 +80,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     k = repeat(k);
     v = repeat(v);
   }
-  const Tensor attended = causal_attention(q, k, v);                                // [B, H, T, D]
-  const Tensor merged = attended.permute({0, 2, 1, 3}).reshape({batch, time, dim_});  // [B, T, C]
-  return dropout_.apply(projection_->forward(merged), is_training());
+  const Tensor attended = causal_attention(q, k, v);                                 // [B, H, T, D]
+  const Tensor merged = attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});  // [B, T, H D]
+  return dropout_.apply(projection_->call(merged), is_training());
+}
+
+std::vector<ParallelPlanEntry> CausalSelfAttention::tensor_parallel_plan() const {
+  // Whole heads of q, k and v per rank: the fused projection's rows are three blocks.
+  return {{"qkv", ParallelStyle::kColumn, {heads_ * head_dim_, kv_heads_ * head_dim_, kv_heads_ * head_dim_}},
+          {"proj", ParallelStyle::kRow, {}},
+          {"", ParallelStyle::kSequence, {}}};
 }
 
 WEFT_REGISTER_LAYER("causal_self_attention",

@@ -11,6 +11,9 @@
 // std init_std / sqrt(2 * layers) (GPT-2's scaling for the two residual writes per block).
 // Dropout (config.dropout) is applied to the output in training only; the attention weights
 // themselves are not dropped, since weft::causal_attention is fused and has no dropout.
+// Tensor parallelism (auto mode, tensor_parallel_plan): qkv column-wise in three blocks, so each
+// rank holds whole heads of q, k and v (whole kv groups with GQA), proj row-wise; the head counts
+// the forward uses are read from qkv's width, so a shard attends over its own heads.
 // Registered as "causal_self_attention".
 #pragma once
 
@@ -34,6 +37,7 @@ class CausalSelfAttention : public Module {
   std::string settings() const override;
   // x [B, T, C] -> [B, T, C], T <= seq_len
   Tensor forward(const Tensor& x) override;
+  std::vector<ParallelPlanEntry> tensor_parallel_plan() const override;
 
   int64_t heads() const { return heads_; }
   int64_t kv_heads() const { return kv_heads_; }

@@ -20,7 +20,9 @@ GptModel::GptModel(const LayerContext& context)
   blocks_ = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t layer = 0; layer < config.layers; ++layer) blocks_->append(std::make_shared<TransformerBlock>(context));
   final_norm_ = register_module("final_norm", LayerRegistry::global().create(config.norm, context));
-  if (!config.tie_embeddings) {
+  if (config.tie_embeddings) {
+    head_ = register_module("head", std::make_shared<TiedLinear>(*token_embedding_));
+  } else {
     head_ = register_module("head", std::make_shared<Linear>(config.dim, config.vocab, /*bias=*/false, context));
   }
 }
@@ -39,7 +41,7 @@ Tensor GptModel::embed(const Tensor& ids) {
   const int64_t time = ids.size(1);
   WEFT_CHECK(time >= 1 && time <= config_.seq_len, type_name(), ".logits: a sequence of ", time,
              " tokens does not fit model.seq_len = ", config_.seq_len);
-  Tensor x = token_embedding_->forward(ids);  // [B, T, C]
+  Tensor x = token_embedding_->call(ids);  // [B, T, C]
   if (position_embedding_ != nullptr) {
     // Rows 0..T-1 of the table, a view: the same as looking up arange(T), without the lookup.
     x = add(x, position_embedding_->weight().narrow(0, 0, time));  // + [T, C]
@@ -48,14 +50,12 @@ Tensor GptModel::embed(const Tensor& ids) {
 }
 
 Tensor GptModel::head(const Tensor& x) {
-  const Tensor normed = final_norm_->forward(x);
-  const Tensor output_weight = head_ != nullptr ? head_->weight() : token_embedding_->weight();  // [V, C]
-  return linear(normed, output_weight);  // [B, T, V]
+  return head_->call(final_norm_->call(x));  // [B, T, V]
 }
 
 Tensor GptModel::run_segment(size_t index, const Tensor& input) {
   if (index == 0) return embed(input);
-  if (index <= blocks_->size()) return (*blocks_)[index - 1].forward(input);
+  if (index <= blocks_->size()) return (*blocks_)[index - 1].call(input);
   return head(input);
 }
 
@@ -83,11 +83,15 @@ std::vector<ModelSegment> GptModel::segments() {
   std::vector<ModelSegment> out;
   out.push_back({"embedding", forward_of(0), names_under({"token_embedding.", "position_embedding."})});
   for (size_t layer = 0; layer < blocks_->size(); ++layer) {
-    out.push_back({str("block ", layer), forward_of(layer + 1), names_under({str("blocks.", layer, ".")})});
+    out.push_back({str("block ", layer), forward_of(layer + 1), names_under({str("blocks.", layer, ".")}), true, true});
   }
   out.push_back({"head", forward_of(blocks_->size() + 1),
-                 names_under({"final_norm.", head_ != nullptr ? "head." : "token_embedding."})});
+                 names_under({"final_norm.", config_.tie_embeddings ? "token_embedding." : "head."}), true, false});
   return out;
+}
+
+std::vector<ParallelPlanEntry> GptModel::tensor_parallel_plan() const {
+  return {{"token_embedding", ParallelStyle::kVocabulary, {}}, {"head", ParallelStyle::kColumn, {}}};
 }
 
 WEFT_REGISTER_LAYER("gpt", [](const LayerContext& context) { return std::make_shared<GptModel>(context); });

@@ -12,7 +12,13 @@
 //
 // Segments (layers/model_segment.h): "embedding" (ids -> embeddings + dropout), one per block
 // ("block N"), and "head" (final norm and output projection); logits() runs them in order. With
-// tied embeddings the head reads token_embedding.weight too.
+// tied embeddings the head reads token_embedding.weight too (a TiedLinear named "head", with no
+// parameter of its own).
+//
+// Tensor parallelism (auto mode, tensor_parallel_plan): the token embedding split by vocabulary,
+// the head column-wise (the logits stay split by vocabulary: vocabulary-parallel cross-entropy);
+// under sequence parallelism the blocks run on sequence chunks from the first block's input to the
+// head's (ModelSegment's flags), the embedding and its dropout on the whole sequence.
 #pragma once
 
 #include <memory>
@@ -36,6 +42,7 @@ class GptModel : public LanguageModel {
   // ids [B, T] -> [B, T, V]
   Tensor logits(const Tensor& ids) override;
   std::vector<ModelSegment> segments() override;
+  std::vector<ParallelPlanEntry> tensor_parallel_plan() const override;
 
   const ModelConfig& config() const { return config_; }
 
@@ -45,7 +52,7 @@ class GptModel : public LanguageModel {
   std::shared_ptr<Embedding> position_embedding_;   // [seq_len, C]; null with rope
   std::shared_ptr<ModuleList> blocks_;              // layers x TransformerBlock
   std::shared_ptr<Module> final_norm_;              // config.norm over C
-  std::shared_ptr<Linear> head_;                    // [V, C]; null when tied
+  std::shared_ptr<LinearLayer> head_;               // Linear [V, C], or TiedLinear
   DropoutStream dropout_;                           // on the embeddings
 
   // ids [B, T] -> [B, T, C]: token (+ position) embeddings, dropout.

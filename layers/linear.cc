@@ -32,6 +32,8 @@ std::string Linear::settings() const {
 
 Tensor Linear::bias() const { return has_bias_ ? parameter("bias") : Tensor(); }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight(), bias()); }
+Tensor LinearLayer::forward(const Tensor& x) {
+  return gelu_ ? linear_gelu(x, weight(), bias()) : linear(x, weight(), bias());
+}
 
 }  // namespace weft

@@ -20,6 +20,7 @@ GeluMlp::GeluMlp(const LayerContext& context)
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
   fc_ = register_module("fc", std::make_shared<Linear>(dim_, hidden_dim_, config.bias, context));
+  fc_->set_gelu();  // fc and GELU as one op
   projection_ = register_module(
       "proj", std::make_shared<Linear>(hidden_dim_, dim_, config.bias, context, residual_init_std(config)));
 }
@@ -27,9 +28,8 @@ GeluMlp::GeluMlp(const LayerContext& context)
 std::string GeluMlp::settings() const { return str(dim_, " -> ", hidden_dim_, " -> ", dim_); }
 
 Tensor GeluMlp::forward(const Tensor& x) {
-  // fc and GELU as one op (on CUDA the bias and GELU ride the GEMM's epilogue).
-  const Tensor hidden = linear_gelu(x, fc_->weight(), fc_->bias());  // [..., hidden]
-  return dropout_.apply(projection_->forward(hidden), is_training());
+  const Tensor hidden = fc_->call(x);  // gelu(x fc^T + b) [..., hidden]
+  return dropout_.apply(projection_->call(hidden), is_training());
 }
 
 SwigluMlp::SwigluMlp(const LayerContext& context)
@@ -47,8 +47,19 @@ SwigluMlp::SwigluMlp(const LayerContext& context)
 std::string SwigluMlp::settings() const { return str(dim_, " -> 2 x ", hidden_dim_, " -> ", dim_); }
 
 Tensor SwigluMlp::forward(const Tensor& x) {
-  const Tensor hidden = mul(silu(gate_->forward(x)), up_->forward(x));  // [..., hidden]
-  return dropout_.apply(down_->forward(hidden), is_training());
+  const Tensor hidden = mul(silu(gate_->call(x)), up_->call(x));  // [..., hidden]
+  return dropout_.apply(down_->call(hidden), is_training());
+}
+
+std::vector<ParallelPlanEntry> GeluMlp::tensor_parallel_plan() const {
+  return {{"fc", ParallelStyle::kColumn, {}}, {"proj", ParallelStyle::kRow, {}}, {"", ParallelStyle::kSequence, {}}};
+}
+
+std::vector<ParallelPlanEntry> SwigluMlp::tensor_parallel_plan() const {
+  return {{"gate", ParallelStyle::kColumn, {}},
+          {"up", ParallelStyle::kColumn, {}},
+          {"down", ParallelStyle::kRow, {}},
+          {"", ParallelStyle::kSequence, {}}};
 }
 
 WEFT_REGISTER_LAYER("gelu_mlp", [](const LayerContext& context) { return std::make_shared<GeluMlp>(context); });

@@ -5,6 +5,9 @@
 // SwigluMlp ("swiglu_mlp", Llama): silu(x Wgate^T) * (x Wup^T) -> down [C, hidden]
 //   gate, up [hidden, C]; hidden = config.hidden_dim, or 8C/3 rounded up to a multiple of 64 when 0
 //   (Llama's rule, which keeps the parameter count near the 4C GELU MLP's and the matmuls aligned).
+// Tensor parallelism (auto mode): the first matmuls column-wise, the output projection row-wise,
+// the output (dropout) sequence-split under sequence parallelism; the hidden width is read from
+// the weights, so a shard computes with its part of it.
 // Both: biases per config.bias; the output projection is drawn with init_std / sqrt(2 * layers)
 // (GPT-2's residual scaling); dropout (config.dropout) on the output in training only.
 #pragma once
@@ -31,6 +34,7 @@ class GeluMlp : public Module {
   std::string settings() const override;
   // x [..., C] -> [..., C]
   Tensor forward(const Tensor& x) override;
+  std::vector<ParallelPlanEntry> tensor_parallel_plan() const override;
   int64_t hidden_dim() const { return hidden_dim_; }
 
  private:
@@ -49,6 +53,7 @@ class SwigluMlp : public Module {
   std::string settings() const override;
   // x [..., C] -> [..., C]
   Tensor forward(const Tensor& x) override;
+  std::vector<ParallelPlanEntry> tensor_parallel_plan() const override;
   int64_t hidden_dim() const { return hidden_dim_; }
 
  private:

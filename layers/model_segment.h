@@ -29,6 +29,11 @@ struct ModelSegment {
   std::string name;                                 // "embedding", "blocks 0-3", "head"
   std::function<Tensor(const Tensor&)> forward;     // input (ids [B, T] or [B, T, C]) -> output
   std::vector<std::string> parameters;              // full dotted names of the parameters it reads
+  // Under sequence parallelism (auto comm mode), whether the segment takes / gives its [B, T, C]
+  // split along the sequence: a GPT's blocks do both, its head takes one; where a segment gives
+  // what the next does not take, the runtime changes the layout between them.
+  bool sequence_split_input = false;
+  bool sequence_split_output = false;
 };
 
 // Runs `segments` one after the other on `input`: what LanguageModel::logits is for a cut model.

@@ -92,6 +92,16 @@ void Module::mark_partial_gradient(const std::string& name) {
   WEFT_FAIL(type_name(), " has no parameter '", name, "'");
 }
 
+Module* Module::find_module(const std::string& path) {
+  if (path.empty()) return this;
+  const size_t dot = path.find('.');
+  const std::string head = path.substr(0, dot);
+  for (auto& [name, child] : children_) {
+    if (name == head) return dot == std::string::npos ? child.get() : child->find_module(path.substr(dot + 1));
+  }
+  return nullptr;
+}
+
 Tensor Module::call(const Tensor& input) {
   if (forward_wrapper_ == nullptr) return forward(input);
   return forward_wrapper_(input, [this](const Tensor& x) { return forward(x); });

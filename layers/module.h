@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "layers/dropout_stream.h"
+#include "layers/parallel_plan.h"
 #include "runtime/layout.h"
 #include "runtime/named_parameter.h"
 #include "runtime/tensor.h"
@@ -63,6 +64,12 @@ class Module {
   // Installs `wrapper` around forward for call(); a module takes one wrapper (a second is an error).
   void wrap_forward(ForwardWrapper wrapper);
   bool has_forward_wrapper() const { return forward_wrapper_ != nullptr; }
+
+  // How this module and its children are split across the tensor-parallel group in the auto comm
+  // mode (layers/parallel_plan.h): entries relative to this module. Default: none.
+  virtual std::vector<ParallelPlanEntry> tensor_parallel_plan() const { return {}; }
+  // The child at dotted relative path `path` ("" is this module); null when there is none.
+  Module* find_module(const std::string& path);
 
   void train(bool training = true);
   void eval() { train(false); }

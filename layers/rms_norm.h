@@ -18,6 +18,8 @@ class RmsNorm : public Module {
   std::string settings() const override;
   // x [..., dim] -> [..., dim]
   Tensor forward(const Tensor& x) override;
+  // Row by row: sequence-split under sequence parallelism (layers/parallel_plan.h).
+  std::vector<ParallelPlanEntry> tensor_parallel_plan() const override { return {{"", ParallelStyle::kSequence, {}}}; }
 
   Tensor weight() const { return parameter("weight"); }  // [dim]
 

@@ -1,26 +1,99 @@
-// make_strategy (strategy.h).
+// make_strategy and build_parallel_model (strategy.h).
 #include "parallel/strategy.h"
 
+#include <algorithm>
+
+#include "layers/mlp.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/data/data_parallel_strategy.h"
+#include "parallel/manual/tensor_parallel_gpt.h"
+#include "parallel/tensor/tensor_parallel_plan.h"
 #include "runtime/error.h"
 
 namespace weft {
+namespace {
+
+// "1, 2 or 4": the tp sizes up to the world that divide every one of `sizes`.
+std::string fitting_sizes(const std::vector<int64_t>& sizes, int limit) {
+  std::vector<int> fits;
+  for (int tp = 1; tp <= limit; ++tp) {
+    if (std::all_of(sizes.begin(), sizes.end(), [tp](int64_t size) { return size % tp == 0; })) fits.push_back(tp);
+  }
+  std::string out;
+  for (size_t i = 0; i < fits.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == fits.size() ? " or " : ", ") + std::to_string(fits[i]);
+  }
+  return out;
+}
+
+// The sizes tensor parallelism splits, each checked against tp with a message naming its key.
+void check_tensor_parallel_config(const ModelConfig& config, int tp, bool sequence_parallel, int world_size) {
+  const int64_t kv_heads = config.kv_heads > 0 ? config.kv_heads : config.heads;
+  const bool swiglu = config.mlp == "swiglu_mlp" || config.type == "llama";
+  const int64_t hidden = swiglu ? swiglu_hidden_dim(config.dim, config.hidden_dim)
+                                : (config.hidden_dim > 0 ? config.hidden_dim : 4 * config.dim);
+  std::vector<std::pair<std::string, int64_t>> splits = {
+      {"model.heads", config.heads}, {"model.kv_heads", kv_heads}, {"model.vocab", config.vocab},
+      {"the MLP width (model.hidden_dim)", hidden}};
+  if (sequence_parallel) splits.push_back({"model.seq_len (with parallel.sp: true)", config.seq_len});
+  std::vector<int64_t> sizes;
+  for (const auto& [key, size] : splits) sizes.push_back(size);
+  for (const auto& [key, size] : splits) {
+    WEFT_CHECK(size % tp == 0, "parallel.tp = ", tp, " does not divide ", key, " = ", size,
+               "; tensor parallelism splits it evenly: use parallel.tp ", fitting_sizes(sizes, world_size),
+               key == "model.vocab" ? " (or pad model.vocab to a multiple of parallel.tp)" : "");
+  }
+}
+
+}  // namespace
 
 int64_t default_bucket_bytes(Device device) { return device.is_cpu() ? (int64_t{1} << 20) : (int64_t{25} << 20); }
 
 std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, LanguageModel& model,
                                         const StrategyOptions& given) {
   StrategyOptions options = given;
-  WEFT_CHECK(mesh.tp() == 1 && mesh.pp() == 1, "parallel.tp = ", mesh.tp(), " and parallel.pp = ", mesh.pp(),
-             ": tensor and pipeline parallelism are not available yet; set both to 1 (data parallelism, "
-             "parallel.dp, is)");
+  WEFT_CHECK(mesh.pp() == 1, "parallel.pp = ", mesh.pp(), ": pipeline parallelism is not available yet; set it to 1 "
+             "(data and tensor parallelism, parallel.dp and parallel.tp, are)");
+  WEFT_CHECK(mesh.tp() == 1 || (options.tensor_parallel != nullptr && options.tensor_parallel->size() == mesh.tp()),
+             "strategy: parallel.tp = ", mesh.tp(), " needs the model built by build_parallel_model");
   const std::vector<NamedParameter> parameters = model.named_parameters();
   WEFT_CHECK(!parameters.empty(), "strategy: the model has no parameters");
   const Device device = parameters[0].tensor.device();
   if (options.bucket_bytes == 0) options.bucket_bytes = default_bucket_bytes(device);
   return std::make_unique<DataParallelStrategy>(make_process_group(mesh, Axis::kData, device), world_rank, model,
                                                 options);
+}
+
+ParallelModel build_parallel_model(const ModelConfig& config, const Mesh& mesh, Device device,
+                                   const std::string& comm_mode, bool sequence_parallel,
+                                   const std::map<std::string, std::string>& plan_overrides) {
+  ParallelModel out;
+  if (mesh.tp() == 1) {
+    out.model = build_model(config);
+    return out;
+  }
+  check_tensor_parallel_config(config, mesh.tp(), sequence_parallel, mesh.world_size());
+  auto tp = std::make_shared<TensorParallelGroup>();
+  tp->group = make_process_group(mesh, Axis::kTensor, device);
+  if (device.is_cpu()) {
+    // The tp collectives run on a thread of their own while compute waits (manual) or goes on
+    // (auto's pipelined matmuls). Its communicator is made now, from one thread, in one order.
+    tp->stream = CommStream::cpu("tp_comm");
+    tp->group->barrier(CommStream())->synchronize();
+    tp->group->barrier(tp->stream)->synchronize();
+  }
+  if (comm_mode == "manual") {
+    WEFT_CHECK(plan_overrides.empty(), "parallel.tp_plan applies to comm.mode: auto; the manual mode's "
+               "tensor-parallel layers are written by hand (parallel/manual/)");
+    out.model = build_tensor_parallel_model(config, *tp, sequence_parallel);
+  } else {
+    out.model = build_model(config);
+    for (const AppliedPlanEntry& entry : apply_tensor_parallel_plan(*out.model, *tp, sequence_parallel, plan_overrides)) {
+      out.plan.push_back(str(entry.module, ": ", parallel_style_name(entry.style)));
+    }
+  }
+  out.tensor_parallel = tp;
+  return out;
 }
 
 }  // namespace weft

@@ -21,6 +21,7 @@
 #include "optim/optimizer.h"
 #include "parallel/mesh.h"
 #include "parallel/step/micro_batch.h"
+#include "parallel/tensor/tensor_parallel_group.h"
 
 namespace weft {
 
@@ -36,6 +37,11 @@ struct StrategyOptions {
   // With one dp rank, still add the bucket collectives (copies on a group of one): lets a test
   // check stream ordering on one GPU.
   bool collectives_for_one_rank = false;
+  // Tensor parallelism: the tp group the model is split over (build_parallel_model); null at tp 1.
+  // The logits are then split along the vocabulary and the loss is vocabulary-parallel.
+  std::shared_ptr<TensorParallelGroup> tensor_parallel;
+  // Sequence parallelism (with tensor_parallel, auto mode): the layout changes between segments.
+  bool sequence_parallel = false;
   // Builds the optimizer over the given groups (make_adamw / make_sgd with the run's options).
   std::function<std::unique_ptr<Optimizer>(std::vector<ParameterGroup>)> make_optimizer;
 };
@@ -67,8 +73,17 @@ class Strategy {
   // Waits for every rank, without the collectives' deadline (a checkpoint write may be slow).
   virtual void wait_for_all_ranks() = 0;
 
-  // Checkpoints: the optimizer state in a layout that does not depend on the ranks (collective),
-  // and its restore, after the model's parameters were loaded.
+  // The mean loss of a batch (ids and targets [B, T] on the host) under the current weights, no
+  // gradients: what evaluation runs, through the same segments and loss as training. Collective
+  // over the tp group.
+  virtual double evaluation_loss(const Tensor& inputs, const Tensor& targets) = 0;
+
+  // Checkpoints, in a layout that does not depend on the ranks (the parameters' full, unsharded
+  // shapes: a run saved at one dp, tp and ZeRO stage resumes at another). Collective.
+  virtual std::map<std::string, Tensor> model_state() = 0;
+  virtual void load_model_state(const std::map<std::string, Tensor>& state) = 0;
+  // The optimizer state ("<parameter>.<kind>" of the parameter's full shape, "<parameter>.step",
+  // "step"), and its restore, after the model's parameters were loaded.
   virtual std::map<std::string, Tensor> optimizer_state() = 0;
   virtual void load_optimizer_state(const std::map<std::string, Tensor>& state) = 0;
   // Bytes of optimizer state this rank keeps.
@@ -88,9 +103,25 @@ class Strategy {
 // a 4-block, dim-256 model over 2 ranks).
 int64_t default_bucket_bytes(Device device);
 
-// The strategy for `mesh` (today: data parallelism, with ZeRO and the two comm modes; tensor and
-// pipeline sizes above 1 are refused with a message saying so). Collective.
+// The strategy for `mesh`: data parallelism (ZeRO, the two comm modes) over a model that may be
+// split over its tp group (options.tensor_parallel); pipeline sizes above 1 are refused with a
+// message saying so. Collective.
 std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, LanguageModel& model,
                                         const StrategyOptions& options);
+
+// The model this rank trains, with its weights in f32 on the host. tp = 1: build_model(config).
+// tp > 1: the tp group on `device` and the model split over it, from exactly the one-process
+// weights — in the manual comm mode the Megatron-style layers of parallel/manual/, in the auto mode
+// the plain layers with their declared plan and `plan_overrides` applied (parallel/tensor/). Errors
+// name the keys (parallel.tp against model.heads, model.kv_heads, model.vocab, the MLP width,
+// model.seq_len with parallel.sp) and suggest values. Collective.
+struct ParallelModel {
+  std::shared_ptr<LanguageModel> model;
+  std::shared_ptr<TensorParallelGroup> tensor_parallel;  // null at tp 1
+  std::vector<std::string> plan;                          // "blocks.0.attention.qkv: column", auto mode
+};
+ParallelModel build_parallel_model(const ModelConfig& config, const Mesh& mesh, Device device,
+                                   const std::string& comm_mode, bool sequence_parallel,
+                                   const std::map<std::string, std::string>& plan_overrides);
 
 }  // namespace weft

@@ -20,6 +20,8 @@
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
 #include "launcher/trainer.h"
+#include "parallel/comm/fault_handler.h"
+#include "parallel/comm/mpi_environment.h"
 #include "runtime/error.h"
 
 namespace {
@@ -57,6 +59,7 @@ std::optional<double> take_loss_drop_flag(std::vector<const char*>& arguments) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  weft::MpiEnvironment mpi(&argc, &argv);  // under mpirun every rank runs this; alone, a world of one
   std::vector<const char*> arguments(argv, argv + argc);
   std::optional<double> expected_drop;
   weft::RunConfig config;
@@ -77,13 +80,15 @@ int main(int argc, char** argv) {
     weft::Trainer trainer(config);
     result = trainer.run();
   } catch (const weft::Error& error) {
+    weft::abort_all_if_distributed(std::string("custom-train: error: ") + error.what());
     std::fprintf(stderr, "\ncustom-train: error: %s\n", error.what());
     return 1;
   } catch (const std::exception& error) {
+    weft::abort_all_if_distributed(std::string("custom-train: internal error: ") + error.what());
     std::fprintf(stderr, "\ncustom-train: internal error: %s\n", error.what());
     return 1;
   }
-  if (result.losses.empty()) return 0;  // resumed at the last step: nothing ran
+  if (result.losses.empty() || mpi.world_rank() != 0) return 0;  // nothing ran, or another rank reports
 
   const double first = result.losses.front();
   const double last = result.losses.back();

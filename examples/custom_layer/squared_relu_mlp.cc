@@ -45,8 +45,8 @@ std::string SquaredReluMlp::settings() const {
 }
 
 weft::Tensor SquaredReluMlp::forward(const weft::Tensor& x) {
-  const weft::Tensor hidden = squared_relu(up_->forward(x), activation_scale_);  // [..., hidden]
-  return dropout_.apply(down_->forward(hidden), is_training());
+  const weft::Tensor hidden = squared_relu(up_->call(x), activation_scale_);  // [..., hidden]
+  return dropout_.apply(down_->call(hidden), is_training());
 }
 
 WEFT_REGISTER_LAYER("squared_relu_mlp",

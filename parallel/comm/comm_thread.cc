@@ -18,13 +18,21 @@ namespace weft {
 
 // --- HostCollectiveHandle ----------------------------------------------------------------------
 
-void HostCollectiveHandle::run(const std::function<void()>& task) {
+void HostCollectiveHandle::run(std::function<void()>& task) {
   const double start = clock_ms();
   std::exception_ptr failure;
   try {
     task();
   } catch (...) {
     failure = std::current_exception();
+  }
+  // What the task holds (its tensors) goes before the handle is done: once it is, the waiter may
+  // drop its own references, and the last one must not die on a comm thread — a tensor's autograd
+  // history can hold the last copy of the very CommStream whose thread runs this.
+  try {
+    task = nullptr;
+  } catch (...) {
+    if (!failure) failure = std::current_exception();
   }
   const double end = clock_ms();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -130,7 +138,7 @@ CollectiveHandlePtr run_on_host_stream(const CommStream& stream, std::string des
   if (stream.is_caller()) {
     handle->run(task);
   } else {
-    stream.thread()->post([handle, task = std::move(task)] { handle->run(task); });
+    stream.thread()->post([handle, task = std::move(task)]() mutable { handle->run(task); });
   }
   return handle;
 }

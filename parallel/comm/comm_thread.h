@@ -38,7 +38,8 @@ class HostCollectiveHandle final : public CollectiveHandle,
   double end_ms() override;
 
   // Runs `task`, recording its timing and its failure, then marks the handle done.
-  void run(const std::function<void()>& task);
+  // Runs `task`, releases it (its captures), then marks the handle done.
+  void run(std::function<void()>& task);
 
  private:
   std::mutex mutex_;

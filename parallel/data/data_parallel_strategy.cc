@@ -7,6 +7,10 @@
 #include <set>
 
 #include "parallel/comm/world_exchange.h"
+#include "parallel/tensor/sharding.h"
+#include "parallel/tensor/tensor_parallel_plan.h"
+#include "parallel/tensor/vocab_parallel.h"
+#include "runtime/ops/loss.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
 #include "runtime/clock.h"
@@ -78,7 +82,7 @@ int64_t state_bytes(const std::map<std::string, Tensor>& state) {
 
 DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, int world_rank, LanguageModel& model,
                                            const StrategyOptions& options)
-    : group_(std::move(group)), world_rank_(world_rank), options_(options),
+    : group_(std::move(group)), model_(model), tp_(options.tensor_parallel), world_rank_(world_rank), options_(options),
       mode_(graph::parse_comm_mode(options.comm_mode)), device_(group_->device()), parameters_(model.parameters()),
       buffer_(model.named_parameters(), options.bucket_bytes, group_->size()), executor_(group_->device()) {
   WEFT_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, "parallel.zero = ", options.zero_stage,
@@ -92,6 +96,32 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
     optimizer_ = options.make_optimizer(default_parameter_groups(buffer_.parameters(), options.weight_decay));
   }
   gather_pending_.assign(buffer_.buckets().size(), 0);
+  if (zero_ != nullptr && tp_ != nullptr) zero_->set_tensor_parallel(tp_);
+
+  segments_ = model.segments();
+  if (tp_ != nullptr && tp_->size() > 1) {
+    // The manual model changes layouts itself; the auto mode's plan needs them between segments.
+    if (mode_ == graph::CommMode::kAuto) segments_ = tensor_parallel_segments(segments_, *tp_, options.sequence_parallel);
+    loss_ = [tp = tp_](const Tensor& logits, const Tensor& targets, int64_t counted) {
+      return vocab_parallel_cross_entropy(logits, targets, -100, counted, *tp);
+    };
+    std::vector<double> split;
+    for (const NamedParameter& parameter : buffer_.parameters()) split.push_back(parameter.layout.is_split() ? 1.0 : 0.0);
+    split_mask_ = Tensor::from_vector(absl::Span<const double>(split), {static_cast<int64_t>(split.size())},
+                                      accumulation_dtype(device_)).to(device_);
+    // A partial gradient is complete once the last micro-batch's backward has accumulated it: its
+    // sum over tp runs then, before the parameter's bucket hears that it is ready (these hooks are
+    // registered first, so they run first).
+    alive_ = std::make_shared<char>(0);
+    for (const NamedParameter& parameter : buffer_.parameters()) {
+      if (!parameter.partial_gradient) continue;
+      Tensor tensor = parameter.tensor;
+      tensor.register_grad_ready_hook([alive = std::weak_ptr<char>(alive_), state = &state_, tp = tp_](Tensor& leaf) {
+        if (alive.expired() || !state->last_micro_batch) return;
+        tp->group->all_reduce(leaf.grad(), Reduction::kSum, tp->stream)->wait();
+      });
+    }
+  }
 
   // ZeRO needs its reductions (into the shard) and gathers (back into the model) even on one rank.
   const bool communicate = group_->size() > 1 || zero_ != nullptr || options.collectives_for_one_rank;
@@ -105,7 +135,8 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
   }
 
   StepRecipe recipe;
-  recipe.segments = model.segments();
+  recipe.segments = segments_;
+  recipe.loss = loss_;
   recipe.micro_batches = options.micro_batches;
   recipe.device = device_;
   recipe.update = [this](StepState& state) { update(state); };
@@ -179,6 +210,7 @@ void DataParallelStrategy::update(StepState& state) {
     for (const Tensor& parameter : parameters_) grads.push_back(parameter.grad());
     state.grad_squares = Tensor::empty({static_cast<int64_t>(grads.size())}, accumulation_dtype(device_), device_);
     backend.squared_norms(grads, state.grad_squares);
+    if (split_mask_.defined()) state.grad_squares = tensor_parallel_squares(state.grad_squares, split_mask_);
     backend.clip_to_norm(grads, state.grad_squares, options_.grad_clip);
   }
   // The guard is finite exactly when the loss and the gradient norm both are (their sum, on the
@@ -244,18 +276,119 @@ double DataParallelStrategy::average(double value) {
 
 void DataParallelStrategy::wait_for_all_ranks() { wait_for_every_rank(); }
 
-std::map<std::string, Tensor> DataParallelStrategy::optimizer_state() {
-  return zero_ != nullptr ? zero_->gather_optimizer_state(*optimizer_, CommStream()) : optimizer_->state_dict();
+Tensor DataParallelStrategy::tensor_parallel_squares(const Tensor& squares, const Tensor& split) const {
+  // Each tp rank's squares of a split parameter are of its shard: their sum over tp is the whole
+  // parameter's. A replicated parameter's are the same on every rank and count once.
+  Tensor summed = squares.clone();
+  tp_->group->all_reduce(summed, Reduction::kSum, tp_->stream)->wait();
+  return add(squares, mul(sub(summed, squares), split));
 }
 
-void DataParallelStrategy::load_optimizer_state(const std::map<std::string, Tensor>& state) {
-  if (zero_ == nullptr) {
-    optimizer_->load_state_dict(state);
+double DataParallelStrategy::evaluation_loss(const Tensor& inputs, const Tensor& targets) {
+  autograd::NoGradGuard no_grad;
+  const Tensor logits = run_segments(segments_, inputs.to(device_));  // [B, T, V] or [B, T, V / tp]
+  const Tensor flat_logits = logits.reshape({-1, logits.size(-1)});
+  const Tensor flat_targets = targets.to(device_).reshape({-1});
+  const Tensor loss = loss_ ? loss_(flat_logits, flat_targets, flat_targets.numel()) : cross_entropy(flat_logits, flat_targets);
+  return loss.item();
+}
+
+std::map<std::string, Tensor> DataParallelStrategy::model_state() {
+  std::map<std::string, Tensor> state;
+  for (const NamedParameter& parameter : model_.named_parameters()) {
+    state[parameter.name] = tp_ != nullptr ? gather_full(parameter.tensor, parameter.layout, *tp_) : parameter.tensor;
+  }
+  return state;
+}
+
+void DataParallelStrategy::load_model_state(const std::map<std::string, Tensor>& state) {
+  if (tp_ == nullptr) {
+    model_.load_state_dict(state);
     return;
   }
-  // The shard from the loaded parameters, then the checkpoint's f32 master values over it.
-  zero_->load_shard_from_parameters();
-  zero_->scatter_optimizer_state(*optimizer_, state);
+  std::map<std::string, Tensor> shards;
+  for (const NamedParameter& parameter : model_.named_parameters()) {
+    const auto found = state.find(parameter.name);
+    if (found == state.end()) continue;  // load_state_dict names what is missing
+    WEFT_CHECK(shard_shape(found->second.shape(), parameter.layout, tp_->size()) == parameter.tensor.shape(),
+               "checkpoint: parameter ", parameter.name, " is ", found->second.describe(), ", which does not give this "
+               "rank's shard ", shape_string(parameter.tensor.shape()), " at parallel.tp = ", tp_->size(),
+               "; it was saved from another model");
+    shards[parameter.name] = shard_of(found->second, parameter.layout, tp_->rank(), tp_->size());
+  }
+  for (const auto& [name, tensor] : state) {
+    if (shards.count(name) == 0) shards[name] = tensor;  // unexpected names: load_state_dict reports them
+  }
+  model_.load_state_dict(shards);
+}
+
+const NamedParameter* DataParallelStrategy::owner_of(const std::string& key) const {
+  const size_t dot = key.rfind('.');
+  if (dot == std::string::npos) return nullptr;
+  const std::string name = key.substr(0, dot);
+  for (const NamedParameter& parameter : buffer_.parameters()) {
+    if (parameter.name == name) return &parameter;
+  }
+  return nullptr;
+}
+
+std::map<std::string, Tensor> DataParallelStrategy::optimizer_state() {
+  std::map<std::string, Tensor> state =
+      zero_ != nullptr ? zero_->gather_parameter_state(*optimizer_, CommStream()) : optimizer_->state_dict();
+  if (tp_ == nullptr) return state;
+  for (auto& [key, tensor] : state) {
+    const NamedParameter* parameter = owner_of(key);
+    if (parameter != nullptr && tensor.shape() == parameter->tensor.shape()) {
+      tensor = gather_full(tensor.to(parameter->tensor.device()), parameter->layout, *tp_);
+    }
+  }
+  return state;
+}
+
+void DataParallelStrategy::load_optimizer_state(const std::map<std::string, Tensor>& saved) {
+  std::map<std::string, Tensor> state = saved;
+  if (tp_ != nullptr) {
+    for (auto& [key, tensor] : state) {
+      const NamedParameter* parameter = owner_of(key);
+      if (parameter != nullptr && tensor.dim() > 0 &&
+          shard_shape(tensor.shape(), parameter->layout, tp_->size()) == parameter->tensor.shape()) {
+        tensor = shard_of(tensor, parameter->layout, tp_->rank(), tp_->size());
+      }
+    }
+  }
+  const bool flat = std::any_of(state.begin(), state.end(), [](const auto& entry) {
+    return entry.first.size() > 5 && entry.first.compare(entry.first.size() - 5, 5, ".flat") == 0;
+  });
+  if (zero_ != nullptr) {
+    // The shard from the loaded parameters, then the checkpoint's f32 master values over it.
+    zero_->load_shard_from_parameters();
+    WEFT_CHECK(!flat || tp_ == nullptr, "checkpoint: this optimizer state is in the flat layout of an older weft, "
+               "which resumes at the same parallel.dp, parallel.zero and parallel.tp = 1 only");
+    if (flat) {
+      zero_->scatter_optimizer_state(*optimizer_, state);
+    } else {
+      zero_->scatter_parameter_state(*optimizer_, state);
+    }
+    return;
+  }
+  WEFT_CHECK(!flat, "checkpoint: this optimizer state is in the flat layout of parallel.zero 1 or 2 of an older "
+             "weft; resume it with the parallel.dp and parallel.zero it was saved with");
+  // Keys this optimizer keeps; master weights a checkpoint without them lacks are the parameters'
+  // values (an f32 run's parameters are its weights), and ones it has but this optimizer does not
+  // keep are dropped.
+  std::map<std::string, Tensor> local = optimizer_->state_dict();
+  for (auto& [key, tensor] : local) {
+    const auto found = state.find(key);
+    if (found != state.end()) {
+      tensor = found->second;
+    } else if (const NamedParameter* parameter = owner_of(key); parameter != nullptr && key.size() > 7 &&
+               key.compare(key.size() - 7, 7, ".master") == 0) {
+      tensor = parameter->tensor.to(tensor.dtype());
+    } else {
+      WEFT_FAIL("checkpoint: optimizer state lacks '", key, "'; it was saved with another optimizer");
+    }
+  }
+  optimizer_->load_state_dict(local);
 }
 
 int64_t DataParallelStrategy::optimizer_state_bytes() const { return state_bytes(optimizer_->state_dict()); }

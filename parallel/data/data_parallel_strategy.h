@@ -15,6 +15,12 @@
 // gathers each bucket at the next step's start, before the first forward that reads it. Both run
 // the same collectives on the same buffers, so on the CPU they give the same bits.
 //
+// Over a model split by tensor parallelism (options.tensor_parallel) the same holds per tp rank:
+// its buckets hold its shards' gradients; a partial-gradient parameter (NamedParameter) is summed
+// over tp when the last micro-batch's backward finishes it, before its bucket is reduced; the
+// gradient norm counts replicated parameters once and sums split ones over tp; the loss is
+// vocabulary-parallel; checkpoints hold full tensors (gathered over tp, sharded again on load).
+//
 // With one dp rank the group is the local group of one and no collective is added, unless ZeRO is
 // on (its collectives are then copies into and out of the shard) or
 // options.collectives_for_one_rank asks for them (stream-ordering tests).
@@ -43,6 +49,9 @@ class DataParallelStrategy final : public Strategy {
   StepReport step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) override;
   void complete_parameter_updates() override;
   double average(double value) override;
+  double evaluation_loss(const Tensor& inputs, const Tensor& targets) override;
+  std::map<std::string, Tensor> model_state() override;
+  void load_model_state(const std::map<std::string, Tensor>& state) override;
   void wait_for_all_ranks() override;
   std::map<std::string, Tensor> optimizer_state() override;
   void load_optimizer_state(const std::map<std::string, Tensor>& state) override;
@@ -58,8 +67,18 @@ class DataParallelStrategy final : public Strategy {
   // The CommStream a collective node runs on, from where the executor runs it.
   CommStream stream_for(const graph::NodeContext& context) const;
   void update(StepState& state);
+  // Squared gradient norms [n] of `grads` with split parameters' summed over tp (`split` [n] 1/0).
+  Tensor tensor_parallel_squares(const Tensor& squares, const Tensor& split) const;
+  // The parameter an optimizer-state key ("<parameter>.<kind>") belongs to; null for "step".
+  const NamedParameter* owner_of(const std::string& key) const;
 
   std::shared_ptr<ProcessGroup> group_;
+  LanguageModel& model_;
+  std::shared_ptr<TensorParallelGroup> tp_;  // null: no tensor parallelism
+  std::vector<ModelSegment> segments_;      // what the step and evaluation run
+  LossFunction loss_;                       // null: cross_entropy
+  Tensor split_mask_;                       // [parameters] 1 where split over tp (zero 0 clipping)
+  std::shared_ptr<char> alive_;             // the partial-gradient hooks hold it weakly
   int world_rank_;
   StrategyOptions options_;
   graph::CommMode mode_;

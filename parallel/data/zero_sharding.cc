@@ -7,6 +7,8 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/reduction.h"
 
 namespace weft {
 
@@ -117,7 +119,25 @@ Tensor ZeroSharding::clip_gradients(double max_norm, const CommStream& stream) {
   const Device device = buffer_.device();
   // Each rank's shard holds distinct elements (padding is zero): the squares add up across ranks.
   Tensor squares = Tensor::empty({1}, accumulation_dtype(device), device);
-  backend_for(device).squared_norms({shard_gradients_}, squares);
+  if (tp_ == nullptr || tp_->size() == 1) {
+    backend_for(device).squared_norms({shard_gradients_}, squares);
+  } else {
+    // Per piece: a split parameter's squares are its tp shard's (summed over tp), a replicated
+    // one's are the same on every tp rank (counted once).
+    std::vector<Tensor> pieces;
+    std::vector<double> split;
+    for (const Piece& piece : pieces_) {
+      pieces.push_back(shard_gradients_.narrow(0, piece.shard_start, piece.count));
+      split.push_back(buffer_.parameters()[piece.parameter].layout.is_split() ? 1.0 : 0.0);
+    }
+    Tensor per_piece = Tensor::empty({static_cast<int64_t>(pieces.size())}, accumulation_dtype(device), device);
+    backend_for(device).squared_norms(pieces, per_piece);
+    Tensor summed = per_piece.clone();
+    tp_->group->all_reduce(summed, Reduction::kSum, tp_->stream)->wait();
+    const Tensor mask = Tensor::from_vector(absl::Span<const double>(split), {static_cast<int64_t>(split.size())},
+                                            accumulation_dtype(device)).to(device);
+    squares.copy_(sum(add(per_piece, mul(sub(summed, per_piece), mask))).reshape({1}));
+  }
   group_->all_reduce(squares, Reduction::kSum, stream)->wait();
   // In place on the shard buffer, which every shard view's .grad aliases.
   backend_for(device).clip_to_norm({shard_gradients_}, squares, max_norm);
@@ -203,6 +223,59 @@ void ZeroSharding::scatter_optimizer_state(Optimizer& optimizer, const std::map<
       shard_parameters_.narrow(0, piece.shard_start, piece.count).copy_(piece_of(master, piece));
     }
   }
+}
+
+std::map<std::string, Tensor> ZeroSharding::gather_parameter_state(const Optimizer& optimizer,
+                                                                   const CommStream& stream) {
+  const std::map<std::string, Tensor> flat_state = gather_optimizer_state(optimizer, stream);
+  autograd::NoGradGuard no_grad;
+  std::map<std::string, Tensor> out;
+  const std::vector<NamedParameter>& parameters = buffer_.parameters();
+  for (const auto& [key, flat] : flat_state) {
+    const std::string suffix = ".flat";
+    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string kind = key.substr(0, key.size() - suffix.size());
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      const Tensor& parameter = parameters[p].tensor;
+      out[parameters[p].name + "." + kind] =
+          flat.narrow(0, flat_offsets_[p], parameter.numel()).reshape(parameter.shape()).clone();
+    }
+  }
+  for (const NamedParameter& parameter : parameters) out[parameter.name + ".step"] = flat_state.at("parameter.step");
+  out["step"] = flat_state.at("step");
+  return out;
+}
+
+void ZeroSharding::scatter_parameter_state(Optimizer& optimizer, const std::map<std::string, Tensor>& state) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<NamedParameter>& parameters = buffer_.parameters();
+  // The kinds the first parameter has (every parameter has the same ones).
+  const std::string first = parameters.front().name + ".";
+  std::vector<std::string> kinds;
+  for (const auto& [key, tensor] : state) {
+    if (key.rfind(first, 0) != 0) continue;
+    const std::string kind = key.substr(first.size());
+    if (kind.find('.') == std::string::npos && is_floating(tensor.dtype())) kinds.push_back(kind);
+  }
+  std::map<std::string, Tensor> flat_state;
+  for (const std::string& kind : kinds) {
+    Tensor flat = Tensor::zeros({flat_elements()}, kFloat32);
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      const std::string key = parameters[p].name + "." + kind;
+      WEFT_CHECK(state.count(key) == 1, "checkpoint: optimizer state lacks '", key, "'");
+      const Tensor& value = state.at(key);
+      WEFT_CHECK(value.numel() == parameters[p].tensor.numel(), "checkpoint: optimizer state '", key, "' has ",
+                 value.numel(), " elements, the parameter ", parameters[p].tensor.numel());
+      flat.narrow(0, flat_offsets_[p], value.numel()).copy_(value.reshape({-1}));
+    }
+    flat_state[kind + ".flat"] = flat;
+  }
+  const std::string step_key = parameters.front().name + ".step";
+  WEFT_CHECK(state.count(step_key) == 1 && state.count("step") == 1, "checkpoint: optimizer state lacks '",
+             step_key, "' or 'step'");
+  flat_state["parameter.step"] = state.at(step_key);
+  flat_state["step"] = state.at("step");
+  scatter_optimizer_state(optimizer, flat_state);
 }
 
 }  // namespace weft

@@ -30,6 +30,7 @@
 #include "optim/optimizer.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/data/gradient_buffer.h"
+#include "parallel/tensor/tensor_parallel_group.h"
 
 namespace weft {
 
@@ -58,6 +59,9 @@ class ZeroSharding {
   // ranks by a scalar all-reduce on `stream` (ordered, not waited for by the host), decides.
   // Returns that sum of squares ([1], on the device; the norm is its square root).
   Tensor clip_gradients(double max_norm, const CommStream& stream);
+  // Tensor parallelism: the parameters are shards over `tp`; clip_gradients then sums split
+  // parameters' squares over tp and counts replicated ones once.
+  void set_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) { tp_ = std::move(tp); }
   // Copies the model parameters' values into the shard (after loading them from a checkpoint).
   void load_shard_from_parameters();
 
@@ -66,6 +70,13 @@ class ZeroSharding {
   // and "step"; scatter_optimizer_state restores it into the optimizer and this rank's shard.
   std::map<std::string, Tensor> gather_optimizer_state(const Optimizer& optimizer, const CommStream& stream);
   void scatter_optimizer_state(Optimizer& optimizer, const std::map<std::string, Tensor>& state);
+  // The same state in the parameters' own layout, as an optimizer without ZeRO keeps it:
+  // "<parameter>.<kind>" of each parameter's shape, "<parameter>.step" and "step" — independent of
+  // dp, buckets and padding, so a checkpoint resumes at any dp and ZeRO stage. Collective.
+  std::map<std::string, Tensor> gather_parameter_state(const Optimizer& optimizer, const CommStream& stream);
+  // Restores gather_parameter_state's output (of any dp); a missing "<parameter>.master" keeps
+  // the master weights load_shard_from_parameters took from the parameters.
+  void scatter_parameter_state(Optimizer& optimizer, const std::map<std::string, Tensor>& state);
 
  private:
   struct Piece {               // the part of a model parameter in this rank's shard
@@ -94,6 +105,7 @@ class ZeroSharding {
   std::vector<Piece> pieces_;
   std::vector<std::vector<size_t>> pieces_of_bucket_;
   std::vector<NamedParameter> shard_views_; // one f32 view of shard_parameters_ per piece
+  std::shared_ptr<TensorParallelGroup> tp_;  // null: no tensor parallelism
 };
 
 }  // namespace weft

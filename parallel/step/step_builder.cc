@@ -72,7 +72,7 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
       const bool last_segment = s + 1 == segments;
       forward[s] = graph.add_node(
           {NodeKind::kForward, str("forward ", recipe.segments[s].name, " mb", micro), mb, StreamClass::kCompute, 0,
-           graph::task([&state, forward = recipe.segments[s].forward, device = recipe.device, s, micro,
+           graph::task([&state, forward = recipe.segments[s].forward, loss_of = recipe.loss, device = recipe.device, s, micro,
                         micro_batches, last_segment, fault = recipe.fault, rank = recipe.world_rank] {
              if (fault && s == 0 && micro == 0) fault->at(rank, state.step, FaultInjection::Phase::kForward);
              std::vector<Tensor>& inputs = state.inputs[micro];
@@ -105,8 +105,10 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
              Tensor output = forward(input);
              if (last_segment) {
                const int64_t vocabulary = output.size(-1);
-               Tensor loss = cross_entropy(output.reshape({-1, vocabulary}), state.targets[micro].reshape({-1}),
-                                           kIgnoredTarget, state.counted_targets[micro]);
+               const Tensor logits = output.reshape({-1, vocabulary});
+               const Tensor targets = state.targets[micro].reshape({-1});
+               Tensor loss = loss_of ? loss_of(logits, targets, state.counted_targets[micro])
+                                     : cross_entropy(logits, targets, kIgnoredTarget, state.counted_targets[micro]);
                // Each micro-batch's mean loss is divided by their count, so the accumulated gradient
                // is the gradient of the mean over the whole step's batch.
                if (micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(micro_batches));
@@ -137,6 +139,7 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
                  if (reducer != nullptr) reducer->backward_ends();
                }
              } bracket{reducer};
+             state.last_micro_batch = last_micro_batch;
              if (reducer != nullptr) reducer->backward_begins(s, last_micro_batch, context);
              std::vector<Tensor>& inputs = state.inputs[micro];
              std::vector<Tensor>& outputs = state.outputs[micro];

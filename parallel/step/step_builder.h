@@ -63,7 +63,14 @@ struct StepState {
   std::vector<Tensor> targets;       // per micro-batch [B, T], on the device
   std::vector<int64_t> counted_targets;  // per micro-batch: targets cross-entropy counts
   Tensor loss_sum;                   // [1] accumulation dtype, on the device
+  // While a backward runs: whether it is of the step's last micro-batch (its gradients are final
+  // when it ends: tensor parallelism sums partial ones then).
+  bool last_micro_batch = false;
 };
+
+// The loss of one micro-batch: logits [N, V] (or this rank's vocabulary part [N, V / tp]) against
+// targets [N], of which `counted` are not ignored -> the mean, a scalar.
+using LossFunction = std::function<Tensor(const Tensor& logits, const Tensor& targets, int64_t counted)>;
 
 // Collectives that bring parameters up to date after a sharded update (ZeRO).
 struct ParameterGathers {
@@ -77,6 +84,7 @@ struct StepRecipe {
   std::vector<ModelSegment> segments;
   int64_t micro_batches = 1;
   Device device;
+  LossFunction loss;                               // null: cross_entropy
   Reducer* reducer = nullptr;                      // null: no bucket collectives (one rank)
   std::unique_ptr<ParameterGathers> gathers;       // null: no ZeRO
   // Averages state.loss_sum over the dp group; null with one rank.

@@ -77,7 +77,7 @@ TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
     RunConfig config;
     EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
   }
-  EXPECT_EQ(keys.size(), 61u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(keys.size(), 63u);  // every field of RunConfig; update with run_config.h
   EXPECT_EQ(find_config_option("train.lrr"), nullptr);
   EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
   EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);
@@ -257,8 +257,12 @@ TEST_F(ConfigTest, CrossFieldErrorsNameBothKeysValuesAndOrigins) {
   EXPECT_NO_THROW(load_config({}, {"model.kv_heads=2"}));
   expect_contains(error_message([] { load_config({}, {"train.micro_batches=3"}); }),
                   {"train.batch_size = 8 (default)", "train.micro_batches = 3"});
-  expect_contains(error_message([] { load_config({}, {"parallel.dp=2", "parallel.tp=2"}); }),
-                  {"parallel.tp = 2 (--set parallel.tp=2)", "not built yet", "set it to 1"});
+  expect_contains(error_message([] { load_config({}, {"parallel.dp=2", "parallel.pp=2"}); }),
+                  {"parallel.pp = 2 (--set parallel.pp=2)", "not built yet", "set it to 1"});
+  expect_contains(error_message([] { load_config({}, {"parallel.sp=true"}); }),
+                  {"parallel.sp = true (--set parallel.sp=true)", "parallel.tp = 1", "parallel.sp: false"});
+  expect_contains(error_message([] { load_config({}, {"parallel.tp=2", "parallel.tp_plan.blocks.*.mlp.fc=column"}); }),
+                  {"parallel.tp_plan", "comm.mode: auto"});
   EXPECT_NO_THROW(load_config({}, {"parallel.dp=4"}));
   expect_contains(error_message([] { load_config({}, {"parallel.dp=3"}); }),
                   {"train.batch_size = 8 (default)", "parallel.dp = 3 (--set parallel.dp=3)", "split evenly"});

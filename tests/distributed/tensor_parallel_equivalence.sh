@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Tensor (and sequence) parallelism through weft-train: RANKS processes with parallel.tp = TP (and
+# parallel.dp = RANKS / TP) train the same batches, from the same weights and with the same dropout
+# masks, as one process, in both comm modes, so every step's loss and the final weights (checkpoints
+# hold full tensors) agree with the one-process run to f32 reduction tolerance: the tp ranks sum
+# partial products in another order than one process's matmul does. SGD with momentum keeps the
+# rounding differences at rounding level (see data_parallel_equivalence.sh on AdamW).
+#
+# Manual against auto: without sequence parallelism both modes reduce the same partial products
+# with the same collectives, and the losses are compared bitwise. With sequence parallelism the auto
+# mode's pipelined ring reduce-scatter (collective_matmul.h) adds the ranks' partial products in
+# ring order while MPI's reduce-scatter picks its own, so the two agree to tolerance only.
+#   usage: tensor_parallel_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR RANKS TP SP MODEL [MPIRUN...]
+#   MODEL: gpt (learned positions, layer norm, GELU, tied, biases) or llama (rope, RMSNorm, SwiGLU,
+#   grouped-query attention, untied)
+set -euo pipefail
+weft_train=$1 compare=$2 work=$3 ranks=$4 tp=$5 sp=$6 model=$7
+shift 7
+mpirun=("$@")
+source "$(dirname "$0")/../support/training_work_dir.sh"
+prepare_training_work_dir "$work"
+kv_heads=$(( tp > 2 ? tp : 2 ))
+common=("$work/run.yaml" --set model.type="$model" --set model.layers=2 --set model.dim=32 --set model.heads=4
+        --set model.seq_len=32 --set model.dropout=0.1 --set train.batch_size=8 --set train.micro_batches=2
+        --set train.steps=6 --set train.warmup_steps=2 --set train.optimizer=sgd --set train.lr=0.5
+        --set train.grad_clip=1.0 --set data.train="$work/text.txt" --set data.val_every=3 --set log.progress=plain)
+[ "$model" = llama ] && common+=(--set model.kv_heads="$kv_heads")
+
+"$weft_train" "${common[@]}" --set checkpoint.dir="$work/single" --set log.metrics_file="$work/single.jsonl" >/dev/null
+for mode in manual auto; do
+  "${mpirun[@]}" -np "$ranks" "$weft_train" "${common[@]}" --set parallel.tp="$tp" --set parallel.dp=$((ranks / tp)) \
+    --set parallel.sp="$sp" --set comm.mode="$mode" --set checkpoint.dir="$work/$mode" \
+    --set log.metrics_file="$work/$mode.jsonl" > "$work/$mode.log"
+done
+grep -q "tp $tp" "$work/manual.log" || { echo "FAIL: the start-up log does not report tp $tp"; exit 1; }
+grep -q "tensor-parallel plan" "$work/auto.log" || { echo "FAIL: the auto mode did not log its plan"; exit 1; }
+
+/usr/bin/python3 - "$work" "$sp" <<'PYTHON'
+import json, sys
+work, sp = sys.argv[1], sys.argv[2] == "true"
+def read(name):
+    rows = [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
+    return [r for r in rows if "loss" in r and "val_loss" not in r], [r["val_loss"] for r in rows if "val_loss" in r]
+single, single_val = read("single")
+for mode in ("manual", "auto"):
+    steps, val = read(mode)
+    assert len(steps) == len(single) == 6, (mode, len(steps), len(single))
+    worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(single, steps))
+    worst_val = max(abs(a - b) / abs(a) for a, b in zip(single_val, val))
+    print(f"{mode:6s} losses:", " ".join(f"{r['loss']:.6f}" for r in steps), f"(one process:",
+          " ".join(f"{r['loss']:.6f}" for r in single) + f"), worst {worst:.3g}, validation {worst_val:.3g}")
+    if worst > 1e-4 or worst_val > 1e-4 or len(val) != len(single_val):
+        sys.exit(f"the {mode} mode's tensor-parallel losses differ from the one-process ones")
+manual, _ = read("manual")
+auto, _ = read("auto")
+if not sp and [r["loss"] for r in manual] != [r["loss"] for r in auto]:
+    sys.exit("without sequence parallelism the manual and auto losses must be bitwise equal")
+PYTHON
+for mode in manual auto; do "$compare" "$work/$mode" "$work/single" 1e-4; done
