@@ -285,6 +285,16 @@ TrainResult Trainer::run() {
     if (line && !line->empty()) logger.log_event(*line);
   };
   auto save = [&](int64_t step) {
+    // How long training stands still for the save (in line: the whole write; checkpoint.async: the
+    // wait for the write before, the gathers and the host copies), logged on rank 0 below.
+    const auto save_started = std::chrono::steady_clock::now();
+    double previous_write_ms = 0.0;
+    if (leader && writer.asynchronous()) {
+      // submit() would wait for the write in flight too; waiting here first tells that time apart.
+      log_saved(writer.wait());
+      previous_write_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - save_started).count();
+    }
     // Every rank takes part in gathering sharded optimizer state; rank 0 writes.
     s.strategy->complete_parameter_updates();
     const std::map<std::string, Tensor> model_state = s.strategy->model_state();  // full tensors
@@ -327,6 +337,16 @@ TrainResult Trainer::run() {
     // In line, the other ranks wait here, without the collectives' deadline, however long the write
     // takes; a background write keeps nobody waiting.
     if (!writer.asynchronous()) s.strategy->wait_for_all_ranks();
+    const double held_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - save_started).count();
+    logger.log_event(
+        writer.asynchronous()
+            ? absl::StrFormat("step %lld  checkpoint save held training for %.1f ms (checkpoint.async: %.1f ms "
+                              "waiting for the previous write, then the host copies; written in the background)",
+                              static_cast<long long>(step), held_ms, previous_write_ms)
+            : absl::StrFormat("step %lld  checkpoint save held training for %.1f ms (in line: written before "
+                              "training goes on)",
+                              static_cast<long long>(step), held_ms));
   };
 
   // Saves are tracked so that a stop or a timed save never writes the step a scheduled save wrote.

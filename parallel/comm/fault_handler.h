@@ -9,7 +9,8 @@
 //   polls events and ncclCommGetAsyncError, both against a deadline of WEFT_COMM_TIMEOUT_S seconds
 //   (default 60); past it they call abort_all naming the group, the collective and, where it can
 //   tell, the peer that is gone (same-host peers whose process has exited; see
-//   describe_failed_peers).
+//   describe_failed_peers). Creating an NCCL communicator is bounded the same way
+//   (parallel/comm/deadline_broadcast.h), and names the ranks that never arrived.
 // - abort_hooks (e.g. ncclCommAbort) run first, for at most a few seconds together, so that devices
 //   are released; then MPI_Abort.
 #pragma once

@@ -1,5 +1,8 @@
 #include "parallel/comm/local_process_group.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "parallel/comm/collective_arguments.h"
 #include "parallel/comm/comm_thread.h"
 #include "parallel/comm/mpi_environment.h"
@@ -14,6 +17,41 @@ namespace weft {
 
 LocalProcessGroup::LocalProcessGroup(Device device, std::string name)
     : device_(device), name_(std::move(name)), world_ranks_{mpi_world_rank()} {}
+
+LocalProcessGroup::~LocalProcessGroup() {
+  std::vector<CollectiveHandlePtr> in_flight;
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mutex_);
+    in_flight.swap(in_flight_);
+  }
+  for (const CollectiveHandlePtr& handle : in_flight) {
+    try {
+      handle->synchronize();
+    } catch (...) {
+      // A failed copy was reported to whoever waited on it; a destructor must not throw.
+    }
+  }
+}
+
+size_t LocalProcessGroup::in_flight_count() {
+  std::lock_guard<std::mutex> lock(in_flight_mutex_);
+  return in_flight_.size();
+}
+
+void LocalProcessGroup::hold_until_done(CollectiveHandlePtr handle) {
+  std::vector<CollectiveHandlePtr> done;  // released after the lock is dropped: freeing takes the allocator's
+  std::lock_guard<std::mutex> lock(in_flight_mutex_);
+  auto kept = std::partition(in_flight_.begin(), in_flight_.end(), [](const CollectiveHandlePtr& held) {
+    try {
+      return !held->is_done();
+    } catch (...) {
+      return false;  // failed: its work is over, and the failure is its waiter's to see
+    }
+  });
+  std::move(kept, in_flight_.end(), std::back_inserter(done));
+  in_flight_.erase(kept, in_flight_.end());
+  in_flight_.push_back(std::move(handle));
+}
 
 CollectiveHandlePtr LocalProcessGroup::run(const CommStream& stream, const std::string& description, int64_t bytes,
                                            const Tensor& source, const Tensor& destination) {
@@ -36,6 +74,7 @@ CollectiveHandlePtr LocalProcessGroup::run(const CommStream& stream, const std::
     destination.view({-1}).copy_(source.view({-1}));
   }
   handle->record_end();
+  hold_until_done(handle);
   return handle;
 #else
   WEFT_FAIL(description, ": this build of weft has no CUDA");

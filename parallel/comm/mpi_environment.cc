@@ -48,6 +48,14 @@ std::mutex& mpi_call_mutex() {
   return mutex;
 }
 
+bool mpi_callable_from_this_thread() {
+  const MpiEnvironment* environment = MpiEnvironment::current();
+  if (environment == nullptr || environment->thread_level() >= MPI_THREAD_SERIALIZED) return true;
+  int main_thread = 1;
+  MPI_Is_thread_main(&main_thread);  // callable from any thread at any level
+  return main_thread != 0;
+}
+
 MpiCallLock::MpiCallLock() {
   if (serialize_mpi_calls.load(std::memory_order_relaxed)) {
     mpi_call_mutex().lock();

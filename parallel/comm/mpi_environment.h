@@ -77,6 +77,12 @@ class MpiCallLock {
   bool locked_ = false;
 };
 
+// Whether the calling thread may call MPI: any thread at MPI_THREAD_SERIALIZED or above (and
+// without an MpiEnvironment), only the main thread below it. Every path that makes MPI calls from
+// a thread it does not choose (a collective's first use, which may come from an executor's comm
+// thread) checks it and refuses with a message saying what to change.
+bool mpi_callable_from_this_thread();
+
 // MPI's text for an error code.
 std::string mpi_error_string(int code);
 

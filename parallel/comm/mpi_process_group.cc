@@ -131,9 +131,8 @@ std::shared_ptr<MpiProcessGroup::StreamComm> MpiProcessGroup::stream_comm(const 
   // Below MPI_THREAD_SERIALIZED only the main thread may call MPI: a comm thread's stream, or any
   // stream used from another thread (an executor's dp_comm thread runs a named caller stream).
   if (MpiEnvironment::current() != nullptr && MpiEnvironment::current()->thread_level() < MPI_THREAD_SERIALIZED) {
-    int main_thread = 1;
-    MPI_Is_thread_main(&main_thread);
-    WEFT_CHECK(!stream.is_cpu_thread() && main_thread, "process group ", describe(), ": MPI granted thread level ",
+    WEFT_CHECK(!stream.is_cpu_thread() && mpi_callable_from_this_thread(), "process group ", describe(),
+               ": MPI granted thread level ",
                MpiEnvironment::current()->thread_level(), ", below MPI_THREAD_SERIALIZED, so collectives cannot run ",
                stream.is_cpu_thread() ? "on comm stream '" + stream.name() + "'" : "from a thread other than main",
                " (comm.mode: auto runs them on communication threads); use comm.mode: manual or an MPI built "

@@ -2,11 +2,15 @@
 
 #include "parallel/comm/nccl_process_group.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "parallel/comm/collective_arguments.h"
 #include "parallel/comm/cuda_collective_handle.h"
+#include "parallel/comm/deadline_broadcast.h"
 #include "parallel/comm/fault_handler.h"
 #include "parallel/comm/mpi_environment.h"
 #include "runtime/clock.h"
@@ -39,6 +43,11 @@ ncclRedOp_t nccl_op(Reduction reduction) {
 
 size_t count_of(const Tensor& tensor) { return static_cast<size_t>(tensor.numel()); }
 
+std::chrono::steady_clock::time_point deadline_after(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 }  // namespace
 
 NcclProcessGroup::NcclProcessGroup(MPI_Comm comm, std::string name, std::vector<int> world_ranks, int device)
@@ -55,20 +64,61 @@ NcclProcessGroup::NcclProcessGroup(MPI_Comm comm, std::string name, std::vector<
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   barrier_scratch_ = Tensor::zeros({1}, kFloat32, Device::cuda(device_));
   abort_hook_ = add_abort_hook([this] { abort_communicators(); });
-  watchdog_ = std::thread([this] { watchdog_loop(); });
+  retired_listener_ = add_stream_retired_listener([this](const StreamKey& stream) {
+    if (stream.device == device_) retire_stream(stream);
+  });
+  watchdog_ = std::make_unique<CollectiveWatchdog>(
+      comm_timeout_seconds() * 1000.0, /*poll_interval_ms=*/100.0, [this] { return check_communicators(); },
+      [this](const std::string& failure) { abort_job(failure); });
 }
 
 NcclProcessGroup::~NcclProcessGroup() {
+  // Outstanding collectives finish first (the watchdog still times out a stuck one), so that no
+  // tensor a collective uses is released and no communicator is finalized under running work.
+  for (;;) {
+    const std::string failure = watchdog_->poll();
+    if (!failure.empty()) abort_job(failure);
+    if (watchdog_->tracked() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  watchdog_.reset();
+  remove_stream_retired_listener(retired_listener_);
+  std::vector<ncclComm_t> communicators;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    stop_condition_.notify_all();
+    for (auto& [stream, comm] : comms_) communicators.push_back(comm);
+    communicators.insert(communicators.end(), retired_comms_.begin(), retired_comms_.end());
+    comms_.clear();
+    retired_comms_.clear();
   }
-  watchdog_.join();
   remove_abort_hook(abort_hook_);
-  for (auto& [stream, comm] : comms_) {
-    cudaStreamSynchronize(stream);
-    ncclCommDestroy(comm);
+  cudaSetDevice(device_);
+  // Nonblocking communicators finalize in the background. All of them are started before any is
+  // waited for: their order (by stream id) differs between ranks, and finalizing may wait for the
+  // peers' finalize of the same communicator.
+  const double timeout = comm_timeout_seconds();
+  const auto deadline = deadline_after(timeout);
+  std::vector<ncclResult_t> states;
+  for (ncclComm_t comm : communicators) states.push_back(ncclCommFinalize(comm));
+  for (bool pending = true; pending && std::chrono::steady_clock::now() < deadline;) {
+    pending = false;
+    for (size_t i = 0; i < communicators.size(); ++i) {
+      if (states[i] != ncclInProgress) continue;
+      if (ncclCommGetAsyncError(communicators[i], &states[i]) != ncclSuccess) states[i] = ncclInternalError;
+      pending = pending || states[i] == ncclInProgress;
+    }
+    if (pending) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (size_t i = 0; i < communicators.size(); ++i) {
+    if (states[i] == ncclSuccess) {
+      ncclCommDestroy(communicators[i]);
+      continue;
+    }
+    std::fprintf(stderr, "weft: process group %s: finalizing an NCCL communicator %s; aborting it\n",
+                 describe().c_str(),
+                 states[i] == ncclInProgress ? str("took over ", timeout, " s (WEFT_COMM_TIMEOUT_S)").c_str()
+                                             : ncclGetErrorString(states[i]));
+    ncclCommAbort(communicators[i]);
   }
   if (mpi_is_active()) {
     MpiCallLock lock;
@@ -76,108 +126,168 @@ NcclProcessGroup::~NcclProcessGroup() {
   }
 }
 
-cudaStream_t NcclProcessGroup::resolve(const CommStream& stream, const std::string& description) const {
+size_t NcclProcessGroup::communicator_count() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return comms_.size();
+}
+
+size_t NcclProcessGroup::retired_communicator_count() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return retired_comms_.size();
+}
+
+NcclProcessGroup::ResolvedStream NcclProcessGroup::resolve(const CommStream& stream,
+                                                           const std::string& description) const {
   WEFT_CHECK(!stream.is_cpu_thread(), description, ": the NCCL process group runs on CUDA streams, not on CPU comm "
              "stream '", stream.name(), "'; use CommStream::cuda or the caller stream");
   if (stream.is_cuda()) {
     WEFT_CHECK(stream.cuda_device() == device_, description, ": stream ", stream.name(),
                " is not on the group's device cuda:", device_);
-    if (stream.cuda_stream()) return stream.cuda_stream();
+    if (stream.cuda_stream()) return {stream.cuda_stream(), cuda::stream_id(stream.cuda_stream())};
   }
-  return cuda::current_stream(device_);
+  return {cuda::current_stream(device_), cuda::current_stream_id(device_)};
 }
 
-ncclComm_t NcclProcessGroup::stream_comm(cudaStream_t stream) {
+ncclComm_t NcclProcessGroup::stream_comm(const ResolvedStream& stream, const std::string& description) {
   // Creation is collective over the group: serialize it in call order on this rank.
   static std::mutex creation_mutex;
   std::lock_guard<std::mutex> creation(creation_mutex);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = comms_.find(stream);
+    auto found = comms_.find(stream.id);
     if (found != comms_.end()) return found->second;
   }
-  ncclUniqueId id;
-  if (rank_ == 0) WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
-  {
-    MpiCallLock lock;
-    WEFT_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_));
-  }
-  cuda::set_device(device_);
-  ncclComm_t comm = nullptr;
-  WEFT_NCCL_CHECK(ncclCommInitRank(&comm, size_, id, rank_));
+  const std::string what =
+      str("creating the NCCL communicator of ", describe(), " for cuda:", device_, " stream id ", stream.id,
+          " (first used by ", description, ")");
+  // The unique id travels over MPI from this thread.
+  WEFT_CHECK(mpi_callable_from_this_thread(), what, ": MPI granted thread level ",
+             MpiEnvironment::current() ? MpiEnvironment::current()->thread_level() : -1,
+             ", below MPI_THREAD_SERIALIZED, so the communicator's unique id cannot go over MPI from a thread other "
+             "than main; make each stream's first collective from the main thread, or use an MPI built with thread "
+             "support");
+  ncclComm_t comm = create_communicator(what);
   std::lock_guard<std::mutex> lock(mutex_);
-  comms_.emplace(stream, comm);
+  comms_.emplace(stream.id, comm);
   return comm;
+}
+
+ncclComm_t NcclProcessGroup::create_communicator(const std::string& what) {
+  const double timeout = comm_timeout_seconds();
+  const auto deadline = deadline_after(timeout);
+  ncclUniqueId id{};
+  if (rank_ == 0) WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
+  broadcast_before_deadline(mpi_comm_, &id, static_cast<int>(sizeof(id)), deadline, timeout, what, world_ranks_);
+  cuda::set_device(device_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // returns at once, so that the initialisation can be given a deadline
+  ncclComm_t comm = nullptr;
+  const ncclResult_t started = ncclCommInitRankConfig(&comm, size_, id, rank_, &config);
+  if (started != ncclSuccess && started != ncclInProgress) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    WEFT_FAIL(what, ": ncclCommInitRankConfig failed: ", ncclGetErrorString(started), " (", ncclGetLastError(nullptr),
+              ")");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    initializing_ = comm;
+  }
+  try {
+    wait_until_ready(comm, what, deadline, timeout);
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      initializing_ = nullptr;
+    }
+    ncclCommAbort(comm);
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  initializing_ = nullptr;
+  return comm;
+}
+
+void NcclProcessGroup::wait_until_ready(ncclComm_t comm, const std::string& what,
+                                        std::chrono::steady_clock::time_point deadline, double timeout_seconds) {
+  auto pause = std::chrono::microseconds(5);
+  for (int polls = 0;; ++polls) {
+    ncclResult_t state = ncclSuccess;
+    WEFT_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) {
+      WEFT_FAIL(what, ": NCCL failed: ", ncclGetErrorString(state), " (", ncclGetLastError(comm), ")");
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      abort_job(str(what, " did not complete within ", timeout_seconds, " s (WEFT_COMM_TIMEOUT_S)"));
+    }
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
 }
 
 CollectiveHandlePtr NcclProcessGroup::launch(const CommStream& stream, const std::string& description, int64_t bytes,
                                              std::vector<Tensor> keep_alive,
                                              const std::function<void(ncclComm_t, cudaStream_t)>& body) {
-  cudaStream_t cuda_stream = resolve(stream, description);
-  ncclComm_t comm = stream_comm(cuda_stream);
+  const ResolvedStream resolved = resolve(stream, description);
+  ncclComm_t comm = stream_comm(resolved, description);
   cuda::set_device(device_);
-  auto handle = std::make_shared<CudaCollectiveHandle>(description, bytes, device_, cuda_stream,
+  auto handle = std::make_shared<CudaCollectiveHandle>(description, bytes, device_, resolved.stream,
                                                        std::move(keep_alive));
-  body(comm, cuda_stream);
+  body(comm, resolved.stream);
+  // On a nonblocking communicator the call may return before its kernel is on the stream; the end
+  // event must come after it.
+  const double timeout = comm_timeout_seconds();
+  wait_until_ready(comm, description, deadline_after(timeout), timeout);
   handle->record_end();
-  std::lock_guard<std::mutex> lock(mutex_);
-  outstanding_.push_back({handle, clock_ms()});
+  watchdog_->track(handle);
   return handle;
 }
 
-void NcclProcessGroup::watchdog_loop() {
-  const double timeout_ms = comm_timeout_seconds() * 1000.0;
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stopping_) {
-    stop_condition_.wait_for(lock, std::chrono::milliseconds(100));
-    if (stopping_) return;
-    std::string failure;
-    const double now = clock_ms();
-    for (auto it = outstanding_.begin(); it != outstanding_.end();) {
-      bool done = false;
-      try {
-        done = it->handle->is_done();
-      } catch (const Error& error) {
-        failure = str(it->handle->description(), " failed on the GPU: ", error.what());
-        break;
-      }
-      if (done) {
-        it = outstanding_.erase(it);
-        continue;
-      }
-      if (now - it->queued_ms > timeout_ms) {
-        failure = str(it->handle->description(), " did not complete within ", timeout_ms / 1000.0,
-                      " s (WEFT_COMM_TIMEOUT_S)");
-        break;
-      }
-      ++it;
-    }
-    for (auto& [stream, comm] : comms_) {
-      if (!failure.empty()) break;
-      ncclResult_t async_error = ncclSuccess;
-      if (ncclCommGetAsyncError(comm, &async_error) != ncclSuccess) continue;
-      if (async_error != ncclSuccess && async_error != ncclInProgress) {
-        failure = str("NCCL reported an asynchronous error on ", describe(), ": ", ncclGetErrorString(async_error),
-                      " (", ncclGetLastError(comm), ")");
-      }
-    }
-    if (failure.empty()) continue;
-    lock.unlock();
-    const std::string gone = describe_failed_peers(world_ranks_);
-    // abort_all runs the abort hooks, ours included (ncclCommAbort), before MPI_Abort.
-    abort_all(str(failure, "; ", gone.empty() ? "a peer rank failed or is stuck (no rank of the group on this host "
-                                                "has exited)"
-                                              : gone));
+std::string NcclProcessGroup::check_communicators() {
+  std::vector<ncclComm_t> communicators;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [stream, comm] : comms_) communicators.push_back(comm);
   }
+  for (ncclComm_t comm : communicators) {
+    ncclResult_t async_error = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &async_error) != ncclSuccess) continue;
+    if (async_error != ncclSuccess && async_error != ncclInProgress) {
+      return str("NCCL reported an asynchronous error on ", describe(), ": ", ncclGetErrorString(async_error), " (",
+                 ncclGetLastError(comm), ")");
+    }
+  }
+  return "";
+}
+
+void NcclProcessGroup::abort_job(const std::string& failure) {
+  const std::string gone = describe_failed_peers(world_ranks_);
+  // abort_all runs the abort hooks, ours included (ncclCommAbort), before MPI_Abort.
+  abort_all(str(failure, "; ",
+                gone.empty() ? "a peer rank failed or is stuck (no rank of the group on this host has exited)" : gone));
 }
 
 void NcclProcessGroup::abort_communicators() {
-  std::vector<ncclComm_t> comms;
+  std::vector<ncclComm_t> communicators;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [stream, comm] : comms_) comms.push_back(comm);
+    for (auto& [stream, comm] : comms_) communicators.push_back(comm);
+    communicators.insert(communicators.end(), retired_comms_.begin(), retired_comms_.end());
+    if (initializing_ != nullptr) communicators.push_back(initializing_);
   }
-  for (ncclComm_t comm : comms) ncclCommAbort(comm);
+  for (ncclComm_t comm : communicators) ncclCommAbort(comm);
+}
+
+void NcclProcessGroup::retire_stream(const StreamKey& stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = comms_.find(stream.id);
+  if (found == comms_.end()) return;
+  retired_comms_.push_back(found->second);
+  comms_.erase(found);
 }
 
 CollectiveHandlePtr NcclProcessGroup::all_reduce(const Tensor& tensor, Reduction reduction, const CommStream& stream) {
@@ -251,7 +361,7 @@ CollectiveHandlePtr NcclProcessGroup::exchange(const Tensor& send_tensor, int se
                   // be folded into a group that never launches.
                   ncclResult_t result = ncclSend(send_tensor.raw_data(), count_of(send_tensor),
                                                  nccl_type(send_tensor.dtype()), send_peer, comm, cuda_stream);
-                  if (result == ncclSuccess) {
+                  if (result == ncclSuccess || result == ncclInProgress) {
                     result = ncclRecv(recv_tensor.raw_data(), count_of(recv_tensor), nccl_type(recv_tensor.dtype()),
                                       recv_peer, comm, cuda_stream);
                   }

@@ -32,8 +32,9 @@
 //   group's streams for the first time in the same order — true of any program whose ranks run the
 //   same plan; threads that use streams concurrently should make each stream's first call, e.g. a
 //   barrier, from one thread beforehand). A send and its recv must be on the same logical stream
-//   of each rank. The first use blocks the caller on NCCL (unique id broadcast, ncclCommInitRank),
-//   not on the CPU (MPI_Comm_idup).
+//   of each rank. The first use blocks the caller on NCCL (unique id exchange, communicator
+//   initialisation; both within WEFT_COMM_TIMEOUT_S, past which the job stops naming the ranks
+//   that did not arrive), not on the CPU (MPI_Comm_idup).
 // - A collective that does not finish within WEFT_COMM_TIMEOUT_S seconds (default 60) aborts the
 //   whole job with a message naming the group and the collective (see parallel/comm/fault_handler.h).
 #pragma once

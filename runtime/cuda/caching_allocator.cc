@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -37,21 +38,28 @@ std::string format_bytes(int64_t bytes) {
 struct Block {
   size_t size = 0;  // size-class rounded: what cudaMalloc was asked for
   int device = 0;
-  cudaStream_t stream = nullptr;  // the stream whose pool it returns to
+  cudaStream_t stream = nullptr;  // the stream whose pool it returns to (for events on it)
+  uint64_t stream_id = 0;         // that stream's id: the pool's key
 };
 
 class CachingAllocator final : public Allocator {
  public:
+  CachingAllocator() {
+    // Never removed: the allocator is never destroyed (see instance()).
+    add_stream_retired_listener([this](const StreamKey& stream) { retire(stream); });
+  }
+
   void* allocate(size_t bytes, Device device) override {
     const int index = device.index;
     check_device(index);  // "no CUDA device is available (...)" on a machine without one
     if (bytes == 0) return nullptr;
     const size_t size = round_allocation_size(bytes);
     const cudaStream_t stream = current_stream(index);
+    const uint64_t stream_id = current_stream_id(index);
 
     std::lock_guard<std::mutex> lock(mutex_);
     MemoryStats& stats = stats_for(index);
-    auto& pool = pools_[{index, stream}];
+    auto& pool = pools_[{index, stream_id}];
     auto found = pool.lower_bound(size);
     if (found != pool.end() && found->first <= size + size / 4) {
       void* pointer = found->second;
@@ -59,7 +67,7 @@ class CachingAllocator final : public Allocator {
       pool.erase(found);
       --stats.cached_blocks;
       ++stats.cache_hit_count;
-      hand_out(pointer, Block{block_size, index, stream}, stats);
+      hand_out(pointer, Block{block_size, index, stream, stream_id}, stats);
       return pointer;
     }
 
@@ -88,7 +96,7 @@ class CachingAllocator final : public Allocator {
     }
     ++stats.cuda_malloc_count;
     stats.reserved_bytes += static_cast<int64_t>(size);
-    hand_out(pointer, Block{size, index, stream}, stats);
+    hand_out(pointer, Block{size, index, stream, stream_id}, stats);
     return pointer;
   }
 
@@ -96,8 +104,10 @@ class CachingAllocator final : public Allocator {
   void deallocate(void* pointer, size_t bytes, Device device) override {
     if (pointer == nullptr) return;
     cudaStream_t free_stream = nullptr;
+    uint64_t free_stream_id = 0;
     try {
       free_stream = current_stream(device.index);
+      free_stream_id = current_stream_id(device.index);
     } catch (const Error&) {
       free_stream = nullptr;
     }
@@ -109,25 +119,64 @@ class CachingAllocator final : public Allocator {
     MemoryStats& stats = stats_for(block.device);
     stats.allocated_bytes -= static_cast<int64_t>(block.size);
     --stats.active_blocks;
-    if (free_stream != nullptr && free_stream != block.stream) {
-      // The block will be reused on free_stream: order that after the allocating stream's work so far.
-      // The event must be created with the block's device current; the caller's device is restored.
+    if (free_stream != nullptr && free_stream_id != block.stream_id) {
+      if (retired_.contains({block.device, block.stream_id})) {
+        // Its stream's work has finished (retire), and the stream is gone: no event to record.
+        block.stream = free_stream;
+        block.stream_id = free_stream_id;
+      } else {
+        // The block will be reused on free_stream: order that after the allocating stream's work so
+        // far. The event must be created with the block's device current; the caller's is restored.
+        int previous_device = -1;
+        cudaGetDevice(&previous_device);
+        cudaSetDevice(block.device);
+        cudaEvent_t event = nullptr;
+        if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess) {
+          if (cudaEventRecord(event, block.stream) == cudaSuccess &&
+              cudaStreamWaitEvent(free_stream, event, 0) == cudaSuccess) {
+            block.stream = free_stream;
+            block.stream_id = free_stream_id;
+          }
+          cudaEventDestroy(event);  // released once the recorded work completes
+        }
+        if (previous_device >= 0) cudaSetDevice(previous_device);
+        cudaGetLastError();
+      }
+    }
+    if (retired_.contains({block.device, block.stream_id})) {
+      // No later request can come from a retired stream: caching the block there would strand it.
       int previous_device = -1;
       cudaGetDevice(&previous_device);
       cudaSetDevice(block.device);
-      cudaEvent_t event = nullptr;
-      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess) {
-        if (cudaEventRecord(event, block.stream) == cudaSuccess &&
-            cudaStreamWaitEvent(free_stream, event, 0) == cudaSuccess) {
-          block.stream = free_stream;
-        }
-        cudaEventDestroy(event);  // released once the recorded work completes
-      }
+      cudaFree(pointer);
       if (previous_device >= 0) cudaSetDevice(previous_device);
       cudaGetLastError();
+      stats.reserved_bytes -= static_cast<int64_t>(block.size);
+      return;
     }
-    pools_[{block.device, block.stream}].emplace(block.size, pointer);
+    pools_[{block.device, block.stream_id}].emplace(block.size, pointer);
     ++stats.cached_blocks;
+  }
+
+  // A stream weft destroyed, after its work finished (runtime/stream_retirement.h): its cached
+  // blocks go back to CUDA, and blocks of it still in use are freed to the stream that frees them.
+  void retire(const StreamKey& stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    retired_.insert({stream.device, stream.id});
+    auto pool = pools_.find({stream.device, stream.id});
+    if (pool == pools_.end()) return;
+    MemoryStats& stats = stats_for(stream.device);
+    int previous_device = -1;
+    cudaGetDevice(&previous_device);
+    cudaSetDevice(stream.device);
+    for (const auto& [size, pointer] : pool->second) {
+      cudaFree(pointer);
+      stats.reserved_bytes -= static_cast<int64_t>(size);
+      --stats.cached_blocks;
+    }
+    if (previous_device >= 0) cudaSetDevice(previous_device);
+    cudaGetLastError();
+    pools_.erase(pool);
   }
 
   MemoryStats stats(int device) {
@@ -149,7 +198,7 @@ class CachingAllocator final : public Allocator {
   }
 
  private:
-  using PoolKey = std::pair<int, cudaStream_t>;
+  using PoolKey = std::pair<int, uint64_t>;  // (device, stream id)
 
   MemoryStats& stats_for(int device) {
     if (device >= static_cast<int>(stats_.size())) stats_.resize(static_cast<size_t>(device) + 1);
@@ -184,7 +233,8 @@ class CachingAllocator final : public Allocator {
 
   std::mutex mutex_;
   std::unordered_map<void*, Block> live_;
-  std::map<PoolKey, std::multimap<size_t, void*>> pools_;  // (device, stream) -> size -> block
+  std::map<PoolKey, std::multimap<size_t, void*>> pools_;  // (device, stream id) -> size -> block
+  std::set<PoolKey> retired_;                              // streams weft destroyed (a few per run)
   std::vector<MemoryStats> stats_;                         // by device index
 };
 

@@ -8,6 +8,12 @@
 // first training step every request is a cache hit, which is what lets a whole step be captured
 // into one CUDA graph.
 //
+// Pools are keyed by the stream's process-unique id (runtime/stream_retirement.h), not by its
+// handle, which CUDA reuses after a stream is destroyed: a new stream never receives a block that
+// a destroyed stream's queued work may still touch. When weft destroys a stream (cuda::Stream), its
+// work is finished, so its cached blocks go back to CUDA and a block of it still in use returns,
+// when freed, to the pool of the freeing stream without an event on the dead stream.
+//
 // Out of memory: when cudaMalloc fails, every cached block of the device is freed and the request
 // retried once; then weft::Error names the request, what is allocated and what is reserved.
 //

@@ -14,10 +14,13 @@
 // f16 accumulate in f32 (compute 32F, scale type 32F). f64 and integers raise weft::Error.
 //
 // State per device: one cublasLt handle, created lazily; one 32 MiB workspace per (device, stream),
-// allocated through weft (a device Tensor, kept alive for the process) so that two streams never
-// share a workspace; heuristic results cached per problem key (shape, ops, leading dims, batch
-// strides, alignments, epilogue). All of it is intentionally leaked at exit (CUDA may already be
-// torn down when static destructors run).
+// allocated through weft (a device Tensor) so that two streams never share a workspace; heuristic
+// results cached per problem key (shape, ops, leading dims, batch strides, alignments, epilogue).
+// Workspaces are keyed by the stream's process-unique id, not its handle (CUDA reuses a destroyed
+// stream's handle, and a new stream must not share the old one's workspace while the old one's
+// matmuls may still run), and dropped when weft destroys their stream (runtime/stream_retirement.h).
+// All of it is intentionally leaked at exit (CUDA may already be torn down when static destructors
+// run).
 #include <cublasLt.h>
 
 #include <array>
@@ -43,12 +46,25 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 struct LtState {
   std::mutex mutex;
   std::map<int, cublasLtHandle_t> handles;
-  std::map<std::pair<int, cudaStream_t>, Tensor> workspaces;
+  std::map<StreamKey, Tensor> workspaces;
   std::map<std::array<int64_t, 24>, cublasLtMatmulAlgo_t> algorithms;
 };
 
 LtState& lt_state() {
-  static LtState* state = new LtState;  // leaked on purpose (see the file comment)
+  static LtState* state = [] {
+    auto* created = new LtState;  // leaked on purpose (see the file comment)
+    add_stream_retired_listener([created](const StreamKey& stream) {
+      Tensor workspace;  // freed after the lock is dropped: freeing takes the allocator's lock
+      {
+        std::lock_guard<std::mutex> lock(created->mutex);
+        auto found = created->workspaces.find(stream);
+        if (found == created->workspaces.end()) return;
+        workspace = std::move(found->second);
+        created->workspaces.erase(found);
+      }
+    });
+    return created;
+  }();
   return *state;
 }
 
@@ -63,10 +79,11 @@ cublasLtHandle_t lt_handle(int device) {
   return handle;
 }
 
-void* lt_workspace(int device, cudaStream_t stream) {
+// The workspace of the calling thread's current stream of `device`.
+void* lt_workspace(int device) {
   LtState& state = lt_state();
+  const StreamKey key = current_stream_key(device);
   std::lock_guard<std::mutex> lock(state.mutex);
-  auto key = std::make_pair(device, stream);
   auto found = state.workspaces.find(key);
   if (found == state.workspaces.end()) {
     Tensor workspace = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes / sizeof(float))}, kFloat32,
@@ -213,7 +230,7 @@ void run_problem(const Problem& p, std::string_view op) {
   LayoutDesc layout_cd(p.type, p.n, p.m, p.n, p.batch, out_batch_stride);
 
   const cublasLtHandle_t handle = lt_handle(p.device);
-  void* workspace = lt_workspace(p.device, p.stream);
+  void* workspace = lt_workspace(p.device);  // p.stream is the current stream
 
   const std::array<int64_t, 24> key = {p.device, static_cast<int64_t>(p.type), static_cast<int64_t>(p.epilogue),
                                        op_a, op_b, p.batch, p.m, p.n, p.k, p.b_layout.ld, p.a_layout.ld,

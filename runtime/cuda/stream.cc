@@ -3,7 +3,8 @@
 // Each device has one default stream, non-blocking (it never synchronizes with the legacy default
 // stream), created on first use and shared by every thread of the process; it is never destroyed,
 // because static destructors run after the CUDA runtime may have shut down. A thread's current
-// stream of a device is that default unless the thread set another one (StreamGuard).
+// stream of a device is that default unless the thread set another one (StreamGuard). Each stream
+// slot holds the stream's id beside its handle, read when the slot is filled.
 #include "runtime/cuda/stream.h"
 
 #include <array>
@@ -21,6 +22,7 @@ constexpr int kMaxDevices = 64;
 struct DefaultStreams {
   std::mutex mutex;
   std::array<cudaStream_t, kMaxDevices> streams{};
+  std::array<uint64_t, kMaxDevices> ids{};
 };
 
 DefaultStreams& default_streams() {
@@ -28,19 +30,26 @@ DefaultStreams& default_streams() {
   return *streams;
 }
 
-// Per thread: the stream each device was set to (null: the device's default stream).
+// Per thread: the stream each device was set to (null: the device's default stream) and its id.
 thread_local std::array<cudaStream_t, kMaxDevices> thread_streams{};
+thread_local std::array<uint64_t, kMaxDevices> thread_stream_ids{};
 thread_local std::array<bool, kMaxDevices> thread_stream_set{};
 
-cudaStream_t default_stream(int device) {
+struct StreamAndId {
+  cudaStream_t stream;
+  uint64_t id;
+};
+
+StreamAndId default_stream(int device) {
   DefaultStreams& defaults = default_streams();
   std::lock_guard<std::mutex> lock(defaults.mutex);
   cudaStream_t& stream = defaults.streams[device];
   if (stream == nullptr) {
     set_device(device);
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    defaults.ids[device] = stream_id(stream);
   }
-  return stream;
+  return {stream, defaults.ids[device]};
 }
 
 struct DeviceCount {
@@ -80,13 +89,31 @@ void check_device(int device) {
 cudaStream_t current_stream(int device) {
   check_device(device);
   if (thread_stream_set[device]) return thread_streams[device];
-  return default_stream(device);
+  return default_stream(device).stream;
+}
+
+uint64_t current_stream_id(int device) {
+  check_device(device);
+  if (thread_stream_set[device]) return thread_stream_ids[device];
+  return default_stream(device).id;
 }
 
 void set_current_stream(int device, cudaStream_t stream) {
+  check_device(device);  // before any CUDA call, so that a machine without a GPU gets that message
+  set_current_stream(device, stream, stream_id(stream));
+}
+
+void set_current_stream(int device, cudaStream_t stream, uint64_t id) {
   check_device(device);
   thread_streams[device] = stream;
+  thread_stream_ids[device] = id;
   thread_stream_set[device] = true;
+}
+
+uint64_t stream_id(cudaStream_t stream) {
+  unsigned long long id = 0;
+  WEFT_CUDA_CHECK(cudaStreamGetId(stream, &id));
+  return static_cast<uint64_t>(id);
 }
 
 void set_device(int device) {
@@ -100,11 +127,17 @@ Stream::Stream(int device) : device_(device) {
   check_device(device);
   set_device(device);
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  id_ = stream_id(stream_);
 }
 
 Stream::~Stream() {
-  // Destroying a stream with pending work is allowed: the work completes, then the stream is freed.
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (stream_ == nullptr) return;
+  // Caches may free or hand out again what this stream used once it is announced, so its work must
+  // be over first. Errors are ignored: at process exit the runtime may already be gone.
+  cudaStreamSynchronize(stream_);
+  cudaGetLastError();
+  announce_stream_retired(key());
+  cudaStreamDestroy(stream_);
 }
 
 void Stream::synchronize() const { WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

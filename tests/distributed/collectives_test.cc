@@ -1,7 +1,9 @@
 // The CPU (MPI) process group under mpirun -np 2 and -np 4: every collective against the same
 // reduction computed locally from every rank's rank-dependent data, on the caller stream and on a
 // communication thread; the groups of every mesh that fits the world (the 2 x 2 mesh at -np 4);
-// real overlap of a collective on the comm thread with compute on the main thread; timing fields.
+// real overlap of a collective on the comm thread with compute on the main thread; timing fields;
+// broadcast_before_deadline (how an NCCL unique id reaches every rank), repeated on one
+// communicator as successive communicator creations do.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <thread>
 
 #include "parallel/comm/comm_thread.h"
+#include "parallel/comm/deadline_broadcast.h"
 #include "parallel/mesh.h"
 #include "parallel/comm/mpi_environment.h"
 #include "parallel/comm/process_group.h"
@@ -354,6 +357,34 @@ TEST(Arguments, MismatchedSizesNameTheCollective) {
   EXPECT_THROW(world->all_reduce(Tensor::zeros({4}, kInt64), Reduction::kAverage, CommStream()), Error);
   EXPECT_THROW(world->broadcast(output, world->size(), CommStream()), Error);
   EXPECT_THROW(world->all_reduce(Tensor::zeros({4, 4}).transpose(0, 1), Reduction::kSum, CommStream()), Error);
+}
+
+// --- broadcast_before_deadline (the NCCL unique id's way to every rank) ----------------------------
+
+TEST(DeadlineBroadcast, HandsRankZerosBytesToEveryRankCallAfterCall) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  {
+    MpiCallLock lock;
+    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+  }
+  std::vector<int> world_ranks(static_cast<size_t>(mpi_world_size()));
+  for (size_t r = 0; r < world_ranks.size(); ++r) world_ranks[r] = static_cast<int>(r);
+  const int rank = mpi_world_rank();
+  for (int call = 0; call < 5; ++call) {
+    // 128 bytes, as an ncclUniqueId; rank 0's differ from call to call.
+    std::vector<unsigned char> bytes(128, 0);
+    if (rank == 0) {
+      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 7 + call);
+    }
+    broadcast_before_deadline(comm, bytes.data(), static_cast<int>(bytes.size()),
+                              std::chrono::steady_clock::now() + std::chrono::seconds(30), 30, "test bytes",
+                              world_ranks);
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      ASSERT_EQ(bytes[i], static_cast<unsigned char>(i * 7 + call)) << "call " << call << ", byte " << i;
+    }
+  }
+  MpiCallLock lock;
+  MPI_Comm_free(&comm);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // CUDA backend against the CPU backend: fill, copies (host <-> device, strided, converting,
 // broadcast), Philox random fills (bit-identical in f32), unary / unary_backward / binary / affine
 // on contiguous, unaligned, transposed and broadcast views, reductions (sum, mean, max with indices,
-// ties and NaN), and the caching allocator (statistics, per-stream reuse, out-of-memory message).
+// ties and NaN), the caching allocator (statistics, per-stream reuse, out-of-memory message), and
+// stream identity: ids never reused, a destroyed stream's pool given back and never handed to a
+// new stream that CUDA gave the old handle.
 //
 // Each test draws fresh random inputs on the CPU, runs the same kernel on both backends, and
 // compares ||cuda - cpu|| / ||cpu|| with 1e-5 for f32 and 1e-2 for bf16; outputs are poisoned with
@@ -579,6 +581,68 @@ TEST(CudaAllocator, AFreedBlockIsReusedOnItsStreamOnly) {
     cpu().affine(host, 2.0, 1.0, expected);
     EXPECT_TRUE(bitwise_equal(device, expected));
   }
+}
+
+TEST(CudaStream, IdsAreNeverReusedEvenWhenHandlesAre) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
+  cudaStream_t first_handle = nullptr;
+  uint64_t first_id = 0;
+  {
+    cuda::Stream first(0);
+    first_handle = first.get();
+    first_id = first.id();
+    EXPECT_EQ(cuda::stream_id(first.get()), first.id());
+  }
+  bool handle_reused = false;
+  for (int i = 0; i < 8; ++i) {
+    cuda::Stream later(0);
+    EXPECT_NE(later.id(), first_id);
+    handle_reused = handle_reused || later.get() == first_handle;
+  }
+  // Informative: whether this driver handed the handle out again (the case the ids exist for).
+  RecordProperty("handle_reused", handle_reused ? "yes" : "no");
+  // The current stream's id follows StreamGuard, and is back when the guard ends.
+  cuda::Stream guarded(0);
+  const uint64_t outside = cuda::current_stream_id(0);
+  EXPECT_EQ(outside, cuda::stream_id(cuda::current_stream(0)));
+  {
+    cuda::StreamGuard guard(0, guarded.get());
+    EXPECT_EQ(cuda::current_stream_id(0), guarded.id());
+    EXPECT_EQ(cuda::current_stream_key(0), guarded.key());
+  }
+  EXPECT_EQ(cuda::current_stream_id(0), outside);
+}
+
+TEST(CudaAllocator, ADestroyedStreamsBlocksGoBackAndNeverReachANewStream) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
+  const int64_t count = 777777;  // a size class no other test of this program uses
+  const cuda::MemoryStats before = cuda::memory_stats(0);
+  Tensor survivor;  // allocated on the stream, freed after it is gone
+  {
+    cuda::Stream stream(0);
+    cuda::StreamGuard guard(0, stream.get());
+    { const Tensor cached = Tensor::empty({count}, kFloat32, kGpu); }  // freed into the stream's pool
+    EXPECT_EQ(cuda::memory_stats(0).cached_blocks, before.cached_blocks + 1);
+    survivor = Tensor::full({count}, 3.0, kFloat32, kGpu);
+  }
+  // The stream's work was finished when it went, so its cached block was given back to CUDA.
+  const cuda::MemoryStats after_stream = cuda::memory_stats(0);
+  EXPECT_EQ(after_stream.cached_blocks, before.cached_blocks);
+  EXPECT_EQ(after_stream.reserved_bytes, before.reserved_bytes + after_stream.allocated_bytes - before.allocated_bytes)
+      << "only the survivor is still reserved";
+  EXPECT_EQ(survivor.to(kHost).at({count - 1}), 3.0);
+  // Freed on the default stream, the survivor's block goes to that stream's pool (no event on the
+  // dead stream) and is reused there.
+  survivor = Tensor();
+  const int64_t hits = cuda::memory_stats(0).cache_hit_count;
+  { const Tensor reused = Tensor::empty({count}, kFloat32, kGpu); }
+  EXPECT_EQ(cuda::memory_stats(0).cache_hit_count, hits + 1);
+  // A new stream, which may have the old one's handle, gets no block of the old stream.
+  cuda::Stream next(0);
+  cuda::StreamGuard guard(0, next.get());
+  const int64_t hits_before_next = cuda::memory_stats(0).cache_hit_count;
+  { const Tensor fresh = Tensor::empty({count}, kFloat32, kGpu); }
+  EXPECT_EQ(cuda::memory_stats(0).cache_hit_count, hits_before_next) << "a new stream starts with an empty pool";
 }
 
 TEST(CudaAllocator, OutOfMemoryNamesTheRequestAndRecovers) {

@@ -2,7 +2,8 @@
 //
 // Inputs are drawn on the CPU in the test's dtype, so both backends see the same rounded values;
 // CUDA outputs are poisoned with NaN first so that an unwritten element fails. Errors are
-// ||out - ref|| / ||ref|| over all elements (NaN or Inf anywhere fails). Skipped without CUDA.
+// ||out - ref|| / ||ref|| over all elements (NaN or Inf anywhere fails). A stream's cuBLASLt
+// workspace goes when weft destroys the stream. Skipped without CUDA.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +16,9 @@
 #include "tests/support/cuda_expectations.h"
 
 #ifdef WEFT_HAVE_CUDA
+#include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/matmul.h"
+#include "runtime/cuda/stream.h"
 #endif
 
 namespace weft {
@@ -123,6 +126,23 @@ TEST(CudaMatmul, RejectsF64) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   const Tensor a = Tensor::empty({1, 2, 2}, kFloat64, kGpu);
   EXPECT_THROW(backend_for(kGpu).matmul(a, a, Tensor::empty({1, 2, 2}, kFloat64, kGpu), 1.0, 0.0), weft::Error);
+}
+
+// Each stream has its own 32 MiB workspace (keyed by the stream's id, never its reusable handle);
+// destroying the stream lets it go.
+TEST(CudaMatmul, AStreamsWorkspaceGoesWithTheStream) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  const int64_t before = cuda::memory_stats(0).allocated_bytes;
+  {
+    cuda::Stream stream(0);
+    cuda::StreamGuard guard(0, stream.get());
+    const Tensor a = Tensor::normal({1, 64, 32}, 5, 0, 0.0, 1.0, kFloat32).to(kGpu);
+    const Tensor b = Tensor::normal({1, 32, 48}, 6, 0, 0.0, 1.0, kFloat32).to(kGpu);
+    Tensor out = Tensor::empty({1, 64, 48}, kFloat32, kGpu);
+    backend_for(kGpu).matmul(a, b, out, 1.0, 0.0);
+    EXPECT_GE(cuda::memory_stats(0).allocated_bytes, before + (int64_t{32} << 20)) << "the stream's workspace";
+  }
+  EXPECT_EQ(cuda::memory_stats(0).allocated_bytes, before) << "the workspace outlived its stream";
 }
 
 // out = gelu(a @ bm + bias) (tanh form) and the pre-gelu output, against CPU ops.

@@ -3,17 +3,37 @@
 // (a copy into the shard for ZeRO 2) and every ZeRO all-gather, in the auto mode on the executor's
 // dp_comm CUDA stream, ordered against backward and the optimizer only by events. A missing wait
 // would let a copy read a bucket backward has not finished, and the weights would differ from the
-// same steps on the CPU. Skipped where no CUDA device is present.
+// same steps on the CPU. The process groups themselves on one GPU: the group of one holds a copy's
+// tensors until the copy on another stream is done, whatever the caller does with the handle; a
+// one-rank NCCL group (MPI's singleton world) keys its communicators by stream id, sets aside the
+// communicator of a stream weft destroyed, and lets its watchdog release finished handles. Skipped
+// where no CUDA device is present.
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "layers/language_model.h"
+#include "parallel/comm/local_process_group.h"
+#include "parallel/comm/process_group.h"
 #include "parallel/strategy.h"
 #include "runtime/weft.h"
 #include "tests/support/cuda_expectations.h"
 #include "tests/support/gradient_check.h"
 #include "tests/support/small_model_config.h"
+
+#ifdef WEFT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/caching_allocator.h"
+#include "runtime/cuda/stream.h"
+#endif
+#if defined(WEFT_HAVE_CUDA) && defined(WEFT_HAVE_NCCL)
+#include "parallel/comm/mpi_environment.h"
+#include "parallel/comm/nccl_process_group.h"
+#endif
 
 namespace weft {
 namespace {
@@ -86,6 +106,116 @@ INSTANTIATE_TEST_SUITE_P(ZeroStages, CudaStrategy, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int64_t>& info) {
                            return "zero" + std::to_string(info.param);
                          });
+
+#ifdef WEFT_HAVE_CUDA
+
+// Holds a CUDA stream at a host function until open() (cudaLaunchHostFunc), so that what is queued
+// behind it is certainly not done yet. The host function makes no CUDA call. It opens by itself
+// after 30 s, so that a CUDA call that waits for the whole device while it is closed fails the
+// test instead of hanging it.
+class StreamGate {
+ public:
+  explicit StreamGate(cudaStream_t stream) {
+    EXPECT_EQ(cudaLaunchHostFunc(stream, &StreamGate::hold, this), cudaSuccess);
+  }
+  void open() { open_ = true; }
+
+ private:
+  static void CUDART_CB hold(void* gate) {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!static_cast<StreamGate*>(gate)->open_.load() && std::chrono::steady_clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  std::atomic<bool> open_{false};
+};
+
+int64_t allocated_bytes() { return cuda::memory_stats(0).allocated_bytes; }
+
+TEST(CudaLocalProcessGroup, HoldsACopysTensorsUntilTheCopyOnItsStreamIsDone) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("needs a CUDA device");
+  const Device gpu = Device::cuda(0);
+  auto group = std::make_shared<LocalProcessGroup>(gpu, "dp");
+  // First use out of the way (the handles' clock reference), so that nothing below synchronizes.
+  group->barrier(CommStream())->synchronize();
+  cuda::Stream side(0);
+  const int64_t before = allocated_bytes();
+  const int64_t elements = int64_t{1} << 20;  // 4 MiB each, a whole number of size classes
+  {
+    StreamGate gate(side.get());
+    {
+      const Tensor input = Tensor::full({elements}, 1.5, kFloat32, gpu);
+      const Tensor output = Tensor::empty({elements}, kFloat32, gpu);
+      group->all_gather(input, output, CommStream::cuda(side.get(), 0));  // the handle is dropped at once
+    }
+    // The copy waits behind the gate: its tensors must still be allocated.
+    EXPECT_EQ(allocated_bytes(), before + 2 * elements * 4) << "a copy's tensors were freed before the copy ran";
+    EXPECT_EQ(group->in_flight_count(), 1u) << "the copy's handle (the first barrier was done, and let go)";
+    gate.open();
+    side.synchronize();
+  }
+  // The next collective lets go of the finished copy.
+  group->barrier(CommStream())->synchronize();
+  EXPECT_EQ(allocated_bytes(), before);
+  EXPECT_EQ(group->in_flight_count(), 1u) << "only the barrier's own handle";
+}
+
+#ifdef WEFT_HAVE_NCCL
+
+// MPI's singleton world (no mpirun), made once and finalized at exit.
+MpiEnvironment& mpi_environment() {
+  static MpiEnvironment environment;
+  return environment;
+}
+
+TEST(CudaNcclProcessGroup, OneRankGroupKeysCommunicatorsByStreamIdAndReleasesHandles) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("needs a CUDA device");
+  const Device gpu = Device::cuda(0);
+  mpi_environment();
+  MPI_Comm comm = MPI_COMM_NULL;
+  {
+    MpiCallLock lock;
+    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_SELF, &comm), MPI_SUCCESS);
+  }
+  auto group = std::make_shared<NcclProcessGroup>(comm, "dp", std::vector<int>{mpi_world_rank()}, 0);
+  Tensor tensor = Tensor::full({1024}, 2.0, kFloat32, gpu);
+  // Created under the deadline (nonblocking init, polled), then used on the caller's stream.
+  group->all_reduce(tensor, Reduction::kSum, CommStream())->synchronize();
+  EXPECT_EQ(group->communicator_count(), 1u);
+  {
+    cuda::Stream side(0);
+    group->all_reduce(tensor, Reduction::kAverage, CommStream::cuda(side.get(), 0))->synchronize();
+    EXPECT_EQ(group->communicator_count(), 2u);
+  }
+  // The side stream is gone: its communicator is set aside, never to be found again.
+  EXPECT_EQ(group->communicator_count(), 1u);
+  EXPECT_EQ(group->retired_communicator_count(), 1u);
+  {
+    // A new stream, whatever handle CUDA gives it, gets a communicator of its own.
+    cuda::Stream next(0);
+    group->broadcast(tensor, 0, CommStream::cuda(next.get(), 0))->synchronize();
+    EXPECT_EQ(group->communicator_count(), 2u);
+    EXPECT_EQ(group->retired_communicator_count(), 1u);
+  }
+  EXPECT_EQ(tensor.to(Device::cpu()).at({1023}), 2.0) << "sum, average and broadcast over one rank";
+  // A dropped handle's tensor lives until the watchdog sees the collective done (on its thread,
+  // outside its lock), then goes.
+  const int64_t before = allocated_bytes();
+  {
+    const Tensor big = Tensor::full({int64_t{1} << 20}, 1.0, kFloat32, gpu);
+    group->all_reduce(big, Reduction::kSum, CommStream());
+  }
+  cudaDeviceSynchronize();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (allocated_bytes() != before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(allocated_bytes(), before) << "the watchdog kept a finished collective's tensor";
+  group.reset();  // finalizes and destroys the three communicators within the deadline
+}
+
+#endif  // WEFT_HAVE_NCCL
+#endif  // WEFT_HAVE_CUDA
 
 }  // namespace
 }  // namespace weft
