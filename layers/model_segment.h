@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/named_parameter.h"
 #include "runtime/tensor.h"
 
 namespace weft {
@@ -38,5 +39,13 @@ struct ModelSegment {
 
 // Runs `segments` one after the other on `input`: what LanguageModel::logits is for a cut model.
 Tensor run_segments(const std::vector<ModelSegment>& segments, const Tensor& input);
+
+// The segments of a decoder cut as layers/gpt.h's: "embedding" (index 0: token_embedding.*,
+// position_embedding.*), "block N" (index N + 1: blocks.N.*, sequence-split in and out) for each
+// of `blocks`, and "head" (index blocks + 1: final_norm.* and head.*, or token_embedding.* when
+// `tied`; sequence-split in). `run(index, input)` runs segment `index`; `parameters` are the
+// model's. GptModel and parallel/manual's TensorParallelGpt share it.
+std::vector<ModelSegment> decoder_segments(const std::vector<NamedParameter>& parameters, size_t blocks, bool tied,
+                                           const std::function<Tensor(size_t, const Tensor&)>& run);
 
 }  // namespace weft

@@ -289,7 +289,8 @@ double DataParallelStrategy::evaluation_loss(const Tensor& inputs, const Tensor&
   const Tensor logits = run_segments(segments_, inputs.to(device_));  // [B, T, V] or [B, T, V / tp]
   const Tensor flat_logits = logits.reshape({-1, logits.size(-1)});
   const Tensor flat_targets = targets.to(device_).reshape({-1});
-  const Tensor loss = loss_ ? loss_(flat_logits, flat_targets, flat_targets.numel()) : cross_entropy(flat_logits, flat_targets);
+  // -1: the targets are counted by the loss (the ignored ones left out), as cross_entropy does.
+  const Tensor loss = loss_ ? loss_(flat_logits, flat_targets, -1) : cross_entropy(flat_logits, flat_targets);
   return loss.item();
 }
 

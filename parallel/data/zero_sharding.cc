@@ -114,6 +114,20 @@ CollectiveHandlePtr ZeroSharding::gather_bucket(size_t bucket, const CommStream&
   return handle;
 }
 
+void ZeroSharding::set_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
+  tp_ = std::move(tp);
+  // The piece views and their mask, made once: clip_gradients runs every step.
+  std::vector<double> split;
+  piece_gradients_.clear();
+  for (const Piece& piece : pieces_) {
+    piece_gradients_.push_back(shard_gradients_.narrow(0, piece.shard_start, piece.count));
+    split.push_back(buffer_.parameters()[piece.parameter].layout.is_split() ? 1.0 : 0.0);
+  }
+  piece_split_ = Tensor::from_vector(absl::Span<const double>(split), {static_cast<int64_t>(split.size())},
+                                     accumulation_dtype(buffer_.device()))
+                     .to(buffer_.device());
+}
+
 Tensor ZeroSharding::clip_gradients(double max_norm, const CommStream& stream) {
   autograd::NoGradGuard no_grad;
   const Device device = buffer_.device();
@@ -124,18 +138,11 @@ Tensor ZeroSharding::clip_gradients(double max_norm, const CommStream& stream) {
   } else {
     // Per piece: a split parameter's squares are its tp shard's (summed over tp), a replicated
     // one's are the same on every tp rank (counted once).
-    std::vector<Tensor> pieces;
-    std::vector<double> split;
-    for (const Piece& piece : pieces_) {
-      pieces.push_back(shard_gradients_.narrow(0, piece.shard_start, piece.count));
-      split.push_back(buffer_.parameters()[piece.parameter].layout.is_split() ? 1.0 : 0.0);
-    }
-    Tensor per_piece = Tensor::empty({static_cast<int64_t>(pieces.size())}, accumulation_dtype(device), device);
-    backend_for(device).squared_norms(pieces, per_piece);
+    Tensor per_piece = Tensor::empty({static_cast<int64_t>(piece_gradients_.size())}, accumulation_dtype(device), device);
+    backend_for(device).squared_norms(piece_gradients_, per_piece);
     Tensor summed = per_piece.clone();
     tp_->group->all_reduce(summed, Reduction::kSum, tp_->stream)->wait();
-    const Tensor mask = Tensor::from_vector(absl::Span<const double>(split), {static_cast<int64_t>(split.size())},
-                                            accumulation_dtype(device)).to(device);
+    const Tensor& mask = piece_split_;
     squares.copy_(sum(add(per_piece, mul(sub(summed, per_piece), mask))).reshape({1}));
   }
   group_->all_reduce(squares, Reduction::kSum, stream)->wait();

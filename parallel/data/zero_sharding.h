@@ -61,7 +61,7 @@ class ZeroSharding {
   Tensor clip_gradients(double max_norm, const CommStream& stream);
   // Tensor parallelism: the parameters are shards over `tp`; clip_gradients then sums split
   // parameters' squares over tp and counts replicated ones once.
-  void set_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) { tp_ = std::move(tp); }
+  void set_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp);
   // Copies the model parameters' values into the shard (after loading them from a checkpoint).
   void load_shard_from_parameters();
 
@@ -106,6 +106,8 @@ class ZeroSharding {
   std::vector<std::vector<size_t>> pieces_of_bucket_;
   std::vector<NamedParameter> shard_views_; // one f32 view of shard_parameters_ per piece
   std::shared_ptr<TensorParallelGroup> tp_;  // null: no tensor parallelism
+  std::vector<Tensor> piece_gradients_;      // tp: per piece, its view of shard_gradients_
+  Tensor piece_split_;                       // tp: [pieces] 1 where the piece's parameter is split
 };
 
 }  // namespace weft

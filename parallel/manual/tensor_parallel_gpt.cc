@@ -83,27 +83,8 @@ Tensor TensorParallelGpt::logits(const Tensor& ids) {
 }
 
 std::vector<ModelSegment> TensorParallelGpt::segments() {
-  const std::vector<NamedParameter> parameters = named_parameters();
-  auto names_under = [&parameters](const std::vector<std::string>& prefixes) {
-    std::vector<std::string> names;
-    for (const NamedParameter& parameter : parameters) {
-      for (const std::string& prefix : prefixes) {
-        if (parameter.name.rfind(prefix, 0) == 0) names.push_back(parameter.name);
-      }
-    }
-    return names;
-  };
-  auto forward_of = [this](size_t index) {
-    return [this, index](const Tensor& x) { return run_segment(index, x); };
-  };
-  std::vector<ModelSegment> out;
-  out.push_back({"embedding", forward_of(0), names_under({"token_embedding.", "position_embedding."})});
-  for (size_t layer = 0; layer < blocks_->size(); ++layer) {
-    out.push_back({str("block ", layer), forward_of(layer + 1), names_under({str("blocks.", layer, ".")})});
-  }
-  out.push_back({"head", forward_of(blocks_->size() + 1),
-                 names_under({"final_norm.", head_ != nullptr ? "head." : "token_embedding."})});
-  return out;
+  return decoder_segments(named_parameters(), blocks_->size(), head_ == nullptr,
+                          [this](size_t index, const Tensor& x) { return run_segment(index, x); });
 }
 
 namespace {

@@ -1,8 +1,6 @@
 // apply_tensor_parallel_plan and tensor_parallel_segments (tensor_parallel_plan.h).
 #include "parallel/tensor/tensor_parallel_plan.h"
 
-#include <set>
-
 #include "absl/strings/str_split.h"
 #include "layers/embedding.h"
 #include "layers/linear.h"

@@ -147,10 +147,18 @@ TEST(TensorParallelPlanErrors, AnOverrideReplacesADeclaredStyle) {
   const TensorParallelGroup tp{make_world_process_group(Device::cpu()), CommStream()};
   std::shared_ptr<LanguageModel> model = build_model(model_config("gpt", tp.size()));
   apply_tensor_parallel_plan(*model, tp, false, {{"blocks.0.mlp.proj", "sequence"}, {"blocks.0.mlp.fc", "sequence"}});
+  int checked = 0;
   for (const NamedParameter& parameter : model->named_parameters()) {
-    if (parameter.name == "blocks.0.mlp.fc.weight") EXPECT_EQ(parameter.tensor.size(0), 64);
-    if (parameter.name == "blocks.1.mlp.fc.weight") EXPECT_EQ(parameter.tensor.size(0), 64 / tp.size());
+    if (parameter.name == "blocks.0.mlp.fc.weight") {
+      EXPECT_EQ(parameter.tensor.size(0), 64);  // the override kept it whole
+      ++checked;
+    }
+    if (parameter.name == "blocks.1.mlp.fc.weight") {
+      EXPECT_EQ(parameter.tensor.size(0), 64 / tp.size());  // the declared column split
+      ++checked;
+    }
   }
+  EXPECT_EQ(checked, 2);
 }
 
 TEST(TensorParallelPlanAtOneRank, ChangesNothing) {
