@@ -133,6 +133,7 @@ std::string expected_value(OptionType type) {
     case OptionType::string: return "a string";
     case OptionType::boolean: return "true or false";
     case OptionType::string_map: return "a map of NAME: VALUE";
+    case OptionType::integer_list: return "a list of integers such as [4, 4, 3, 3]";
   }
   return "a value";
 }
@@ -159,6 +160,7 @@ class ConfigBuilder {
   void check_unique_keys(const std::string& path, const YAML::Node& map, const std::string& prefix) const;
   void apply_scalar(const ConfigOption& option, const YAML::Node& value, const std::string& origin);
   void apply_map(const ConfigOption& option, const YAML::Node& value, const std::string& path);
+  void apply_list(const ConfigOption& option, const YAML::Node& value, const std::string& origin);
 
   RunConfig config_;
   std::map<std::string, std::string> origin_;  // key -> "run.yaml:5" or "--set key=value"
@@ -230,6 +232,8 @@ void ConfigBuilder::apply_file(const std::string& path) {
       }
       if (option->type == OptionType::string_map) {
         apply_map(*option, key_entry.second, path);
+      } else if (option->type == OptionType::integer_list) {
+        apply_list(*option, key_entry.second, where(path, key_entry.first));
       } else {
         apply_scalar(*option, key_entry.second, where(path, key_entry.first));
       }
@@ -269,6 +273,30 @@ void ConfigBuilder::apply_map(const ConfigOption& option, const YAML::Node& valu
     entries[name] = entry.second.IsScalar() ? entry.second.Scalar() : "";
     origin_[str(option.key, ".", name)] = where(path, entry.first);
   }
+}
+
+// A YAML sequence of scalars becomes the list text assign parses; a scalar ("4,4,3,3") goes as it
+// is, and "key:" alone is the empty list, as it is the empty string for strings.
+void ConfigBuilder::apply_list(const ConfigOption& option, const YAML::Node& value, const std::string& origin) {
+  std::string text;
+  if (value.IsSequence()) {
+    std::vector<std::string> items;
+    for (const YAML::Node& item : value) {
+      if (!item.IsScalar()) {
+        WEFT_FAIL(option.key, ": expected ", expected_value(option.type), ", got ", node_kind(item),
+                  " as entry ", items.size() + 1, " (", origin, ")");
+      }
+      items.push_back(item.Scalar());
+    }
+    text = str("[", join(items, ", "), "]");
+  } else if (value.IsScalar()) {
+    text = value.Scalar();
+  } else if (!value.IsNull()) {
+    WEFT_FAIL(option.key, ": expected ", expected_value(option.type), ", got ", node_kind(value), " (", origin, ")");
+  }
+  const std::string problem = option.assign(config_, text);
+  if (!problem.empty()) WEFT_FAIL(option.key, ": ", problem, " (", origin, ")");
+  origin_[option.key] = origin;
 }
 
 std::string trim(std::string_view text) {
@@ -311,6 +339,52 @@ void ConfigBuilder::apply_override(const std::string& assignment) {
   origin_[option->key] = origin;
 }
 
+// The pipeline's checks (parallel.pp, pp_schedule, pp_virtual, pp_layers against the model and the
+// micro-batches); `show` writes "key = value (origin)".
+void check_pipeline_fields(const RunConfig& config, const std::function<std::string(const std::string& key)>& show) {
+  const ParallelConfig& parallel = config.parallel;
+  const int64_t micro_batches = config.train.micro_batches;
+  WEFT_CHECK(micro_batches >= parallel.pp, show("train.micro_batches"), " is fewer than ", show("parallel.pp"),
+             ": a pipeline needs at least one micro-batch per stage to keep every stage busy; raise "
+             "train.micro_batches to parallel.pp or more (several per stage keep the pipeline bubble small), "
+             "or lower parallel.pp");
+  if (parallel.pp_schedule == "interleaved") {
+    WEFT_CHECK(parallel.pp_virtual >= 2, show("parallel.pp_virtual"), ": ", show("parallel.pp_schedule"),
+               " runs several model chunks on each rank; set parallel.pp_virtual to 2 or more, or choose "
+               "parallel.pp_schedule 1f1b");
+    WEFT_CHECK(micro_batches % parallel.pp == 0, show("train.micro_batches"), " is not a multiple of ",
+               show("parallel.pp"), ": ", show("parallel.pp_schedule"),
+               " runs micro-batches in groups of parallel.pp; make train.micro_batches a multiple of parallel.pp");
+  } else {
+    WEFT_CHECK(parallel.pp_virtual == 1, show("parallel.pp_virtual"), ": only parallel.pp_schedule interleaved "
+               "runs several model chunks per rank, and ", show("parallel.pp_schedule"),
+               " does not; set parallel.pp_virtual to 1, or parallel.pp_schedule to interleaved");
+  }
+  // A virtual stage holds at least one segment: the embedding, a block or the head.
+  const int64_t stages = parallel.pp * parallel.pp_virtual;
+  const int64_t segments = config.model.layers + 2;
+  WEFT_CHECK(stages <= segments, show("parallel.pp"), " * ", show("parallel.pp_virtual"), " = ", stages,
+             " virtual stages, but ", show("model.layers"), " gives only ", segments,
+             " pieces to place (the embedding, ", config.model.layers,
+             " blocks, the head) and every stage needs one; lower parallel.pp or parallel.pp_virtual, or raise "
+             "model.layers");
+  if (parallel.pp_layers.empty()) return;  // balanced by cost when the model is built
+  const std::vector<int64_t>& layers = parallel.pp_layers;
+  WEFT_CHECK(static_cast<int64_t>(layers.size()) == stages, show("parallel.pp_layers"), " has ", layers.size(),
+             " entries, but ", show("parallel.pp"), " * ", show("parallel.pp_virtual"), " = ", stages,
+             " virtual stages; give one block count per virtual stage, or leave parallel.pp_layers empty to "
+             "balance the stages by cost");
+  for (size_t stage = 1; stage + 1 < layers.size(); ++stage) {
+    WEFT_CHECK(layers[stage] > 0, show("parallel.pp_layers"), ": entry ", stage + 1, " (virtual stage ", stage,
+               ") is 0, and that stage would hold nothing: only the first stage (which also holds the "
+               "embedding) and the last (the head) may have 0 blocks; move a block to it");
+  }
+  int64_t sum = 0;
+  for (const int64_t count : layers) sum += count;
+  WEFT_CHECK(sum == config.model.layers, show("parallel.pp_layers"), " places ", sum, " blocks, but ",
+             show("model.layers"), "; make the entries add up to model.layers");
+}
+
 // The cross-field checks, given a way to say where a key's value came from ("" when unknown).
 void check_related_fields(const RunConfig& config,
                         const std::function<std::string(const std::string& key)>& origin_of) {
@@ -346,9 +420,7 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(train.warmup_steps <= train.steps, show("train.warmup_steps"), " is more than ",
              show("train.steps"), ": warmup must end within the run");
   const ParallelConfig& parallel = config.parallel;
-  // Data and tensor parallelism are here; pipeline parallelism comes with a later issue.
-  WEFT_CHECK(parallel.pp == 1, show("parallel.pp"), ": pipeline parallelism is not built yet; set it to 1 "
-             "(data and tensor parallelism, parallel.dp and parallel.tp, are available)");
+  check_pipeline_fields(config, show);
   WEFT_CHECK(!parallel.sp || parallel.tp > 1, show("parallel.sp"), " splits the sequence over the tensor-parallel "
              "group, and ", show("parallel.tp"), " has none; raise parallel.tp or set parallel.sp: false");
   WEFT_CHECK(parallel.tp_plan.empty() || config.comm.mode == "auto", "parallel.tp_plan (",
@@ -432,7 +504,11 @@ std::string dump_config(const RunConfig& config) {
       out << YAML::Key << std::string(open_section) << YAML::Value << YAML::BeginMap;
     }
     out << YAML::Key << std::string(option.name()) << YAML::Value;
-    if (option.type == OptionType::string_map) {
+    if (option.type == OptionType::integer_list) {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (const std::string& item : option.format_items(config)) out << item;
+      out << YAML::EndSeq;
+    } else if (option.type == OptionType::string_map) {
       const std::map<std::string, std::string>& entries = option.entries(copy);
       if (entries.empty()) out << YAML::Flow;
       out << YAML::BeginMap;

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <system_error>
 #include <type_traits>
+#include <vector>
 
 #include "runtime/error.h"
 
@@ -23,6 +24,7 @@ std::string_view option_type_name(OptionType type) {
     case OptionType::string: return "string";
     case OptionType::boolean: return "bool";
     case OptionType::string_map: return "map";
+    case OptionType::integer_list: return "list";
   }
   return "?";
 }
@@ -74,17 +76,36 @@ std::string join_allowed(const std::vector<std::string>& allowed) {
   return joined;
 }
 
+// The limits in words, without the "each " a list's description starts with.
+std::string limits_in_words(const OptionLimits& limits) {
+  if (!limits.allowed.empty()) return str("one of ", join_allowed(limits.allowed));
+  if (limits.minimum && limits.maximum) {
+    return str("in ", limits.minimum_exclusive ? "(" : "[", format_bound(*limits.minimum), ", ",
+               format_bound(*limits.maximum), limits.maximum_exclusive ? ")" : "]");
+  }
+  if (limits.minimum) return str(limits.minimum_exclusive ? "> " : ">= ", format_bound(*limits.minimum));
+  if (limits.maximum) return str(limits.maximum_exclusive ? "< " : "<= ", format_bound(*limits.maximum));
+  if (limits.non_empty) return "not empty";
+  return "";
+}
+
 // The problem with a parsed value under `limits`, or "". `number` is the value for range checks
-// (unused for strings), `text` its canonical text.
+// (unused for strings), `text` its canonical text; for a list, one entry of it.
 std::string check_limits(const OptionLimits& limits, const ConfigOption& option, double number,
                          const std::string& text) {
-  const bool numeric = option.type == OptionType::integer || option.type == OptionType::floating;
+  const bool numeric = option.type == OptionType::integer || option.type == OptionType::floating ||
+                       option.type == OptionType::integer_list;
   if (numeric) {
     const bool below = limits.minimum && (limits.minimum_exclusive ? !(number > *limits.minimum)
                                                                    : !(number >= *limits.minimum));
     const bool above = limits.maximum && (limits.maximum_exclusive ? !(number < *limits.maximum)
                                                                    : !(number <= *limits.maximum));
-    if (below || above) return str("must be ", option.describe_limits(), ", got ", text);
+    if (below || above) {
+      if (option.type == OptionType::integer_list) {
+        return str("each entry must be ", limits_in_words(limits), ", got ", text);
+      }
+      return str("must be ", option.describe_limits(), ", got ", text);
+    }
   }
   if (!limits.allowed.empty() &&
       std::none_of(limits.allowed.begin(), limits.allowed.end(),
@@ -117,6 +138,38 @@ std::optional<double> parse_float(std::string_view text) {
   return value;
 }
 
+std::string_view trim_blanks(std::string_view text) {
+  const size_t begin = text.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return {};
+  return text.substr(begin, text.find_last_not_of(" \t") - begin + 1);
+}
+
+// The entries of a list's text: "[4, 4, 3, 3]" or "4,4,3,3" (what a shell passes to --set without
+// quoting), "" or "[]" for none. nullopt when the brackets do not pair or an entry is empty ("4,,3").
+std::optional<std::vector<std::string>> split_list(std::string_view text) {
+  text = trim_blanks(text);
+  const bool open = !text.empty() && text.front() == '[';
+  const bool close = !text.empty() && text.back() == ']';
+  if (open != close || (open && text.size() < 2)) return std::nullopt;
+  if (open) text = trim_blanks(text.substr(1, text.size() - 2));
+  std::vector<std::string> items;
+  if (text.empty()) return items;
+  while (true) {
+    const size_t comma = text.find(',');
+    const std::string_view item = trim_blanks(text.substr(0, comma));
+    if (item.empty()) return std::nullopt;
+    items.emplace_back(item);
+    if (comma == std::string_view::npos) return items;
+    text.remove_prefix(comma + 1);
+  }
+}
+
+std::string join_list(const std::vector<std::string>& items) {
+  std::string joined = "[";
+  for (const std::string& item : items) joined += (joined.size() > 1 ? ", " : "") + item;
+  return joined + "]";
+}
+
 std::optional<bool> parse_bool(const std::string& text) {
   for (const char* yes : {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"}) {
     if (text == yes) return true;
@@ -144,6 +197,8 @@ ConfigOption make_option(std::string key, Section RunConfig::*section, Field Sec
     option.type = OptionType::floating;
   } else if constexpr (std::is_same_v<Field, std::string>) {
     option.type = OptionType::string;
+  } else if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {
+    option.type = OptionType::integer_list;
   } else {
     static_assert(std::is_same_v<Field, std::map<std::string, std::string>>, "unsupported field type");
     option.type = OptionType::string_map;
@@ -152,6 +207,34 @@ ConfigOption make_option(std::string key, Section RunConfig::*section, Field Sec
   if constexpr (std::is_same_v<Field, std::map<std::string, std::string>>) {
     option.entries = [section, field](RunConfig& config) -> std::map<std::string, std::string>& {
       return config.*section.*field;
+    };
+    return option;
+  } else if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {
+    option.format_items = [section, field](const RunConfig& config) {
+      std::vector<std::string> items;
+      for (const int64_t value : config.*section.*field) items.push_back(std::to_string(value));
+      return items;
+    };
+    option.format = [items = option.format_items](const RunConfig& config) { return join_list(items(config)); };
+    ConfigOption identity;
+    identity.key = option.key;
+    identity.type = option.type;
+    identity.limits = option.limits;
+    option.assign = [section, field, identity](RunConfig& config, const std::string& text) -> std::string {
+      const std::optional<std::vector<std::string>> items = split_list(text);
+      const std::string expected = str("expected a list of integers such as [4, 4, 3, 3] or 4,4,3,3, got '", text, "'");
+      if (!items) return expected;
+      Field values;
+      for (const std::string& item : *items) {
+        const std::optional<int64_t> parsed = parse_integer<int64_t>(item);
+        if (!parsed) return expected;
+        const std::string problem = check_limits(identity.limits, identity, static_cast<double>(*parsed),
+                                                 std::to_string(*parsed));
+        if (!problem.empty()) return str(problem, " in '", text, "'");
+        values.push_back(*parsed);
+      }
+      config.*section.*field = std::move(values);
+      return "";
     };
     return option;
   } else {
@@ -294,7 +377,10 @@ std::vector<ConfigOption> build_options() {
   // parallel
   add(make_option("parallel.dp", &R::parallel, &ParallelConfig::dp, "data-parallel ranks", at_least(1)));
   add(make_option("parallel.tp", &R::parallel, &ParallelConfig::tp, "tensor-parallel ranks", at_least(1)));
-  add(make_option("parallel.pp", &R::parallel, &ParallelConfig::pp, "pipeline-parallel stages", at_least(1)));
+  add(make_option("parallel.pp", &R::parallel, &ParallelConfig::pp, "pipeline-parallel stages (ranks along the pipeline)", at_least(1)));
+  add(make_option("parallel.pp_schedule", &R::parallel, &ParallelConfig::pp_schedule, "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (one forward, one backward: fewer activations in flight), interleaved (1f1b over parallel.pp_virtual chunks per rank: a smaller bubble, more sends), zero_bubble (backward split into input and weight gradients to fill the bubble)", one_of({"gpipe", "1f1b", "interleaved", "zero_bubble"})));
+  add(make_option("parallel.pp_virtual", &R::parallel, &ParallelConfig::pp_virtual, "model chunks per pipeline rank: 2 or more for the interleaved schedule, 1 for the others", at_least(1)));
+  add(make_option("parallel.pp_layers", &R::parallel, &ParallelConfig::pp_layers, "transformer blocks per virtual pipeline stage, parallel.pp * parallel.pp_virtual entries summing to model.layers, e.g. [4, 4, 3, 3] (the first stage also holds the embedding, the last the head; only they may have 0); empty: balanced by forward FLOPs and parameters", at_least(0)));
   add(make_option("parallel.zero", &R::parallel, &ParallelConfig::zero, "ZeRO stage of data parallelism", one_of({"0", "1", "2"})));
   add(make_option("parallel.sp", &R::parallel, &ParallelConfig::sp, "sequence parallelism: norms and dropout on sequence chunks of the tp group (needs parallel.tp > 1)"));
   add(make_option("parallel.tp_plan", &R::parallel, &ParallelConfig::tp_plan, "auto mode: module name (a * per part) -> column | row | vocabulary | sequence, e.g. --set parallel.tp_plan.blocks.*.mlp.up=column; adds to or replaces what the layers declare"));
@@ -336,15 +422,9 @@ std::vector<ConfigOption> build_options() {
 }  // namespace
 
 std::string ConfigOption::describe_limits() const {
-  if (!limits.allowed.empty()) return str("one of ", join_allowed(limits.allowed));
-  if (limits.minimum && limits.maximum) {
-    return str("in ", limits.minimum_exclusive ? "(" : "[", format_bound(*limits.minimum), ", ",
-               format_bound(*limits.maximum), limits.maximum_exclusive ? ")" : "]");
-  }
-  if (limits.minimum) return str(limits.minimum_exclusive ? "> " : ">= ", format_bound(*limits.minimum));
-  if (limits.maximum) return str(limits.maximum_exclusive ? "< " : "<= ", format_bound(*limits.maximum));
-  if (limits.non_empty) return "not empty";
-  return "";
+  const std::string words = limits_in_words(limits);
+  if (type == OptionType::integer_list && !words.empty()) return str("each ", words);
+  return words;
 }
 
 const std::vector<std::string>& config_sections() {

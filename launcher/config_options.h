@@ -36,13 +36,15 @@ enum class OptionType {
   string,
   boolean,     // true|false (also yes|no, on|off)
   string_map,  // free name -> text map (model.options: keys of custom layers)
+  integer_list,  // list of whole numbers (std::vector<int64_t>): YAML [4, 4, 3, 3], --set 4,4,3,3
 };
 
-// "int", "float", "string", "bool", "map": the names --help shows.
+// "int", "float", "string", "bool", "map", "list": the names --help shows.
 std::string_view option_type_name(OptionType type);
 
 // What values an option accepts beyond its type. Empty members accept anything.
 struct OptionLimits {
+  // Numbers: the value's range; lists: each entry's range.
   std::optional<double> minimum;
   bool minimum_exclusive = false;     // true: value > minimum; false: value >= minimum
   std::optional<double> maximum;
@@ -59,18 +61,22 @@ struct ConfigOption {
   std::string help;     // one line, no trailing period
   OptionLimits limits;
 
-  // Scalar options (every type but string_map): parse `text`, check the limits, store. Returns ""
-  // on success, else the problem, and then the config is unchanged.
+  // Every type but string_map: parse `text`, check the limits, store. Returns "" on success, else
+  // the problem, and then the config is unchanged. A list's text is "[4, 4, 3, 3]", "4,4,3,3" or
+  // "" / "[]" (empty); a list is replaced whole, never merged.
   std::function<std::string(RunConfig& config, const std::string& text)> assign;
-  // Scalar options: the canonical text of the current value.
+  // Every type but string_map: the canonical text of the current value ("[4, 4, 3, 3]", "[]").
   std::function<std::string(const RunConfig& config)> format;
   // string_map options: the map itself (entries layer one by one; assign/format are empty).
   std::function<std::map<std::string, std::string>&(RunConfig& config)> entries;
+  // integer_list options: each entry's canonical text, in order, so that --dump-config can write a
+  // YAML sequence rather than a quoted string.
+  std::function<std::vector<std::string>(const RunConfig& config)> format_items;
 
   std::string_view section() const;  // "train" for "train.lr"
   std::string_view name() const;     // "lr" for "train.lr"
-  // The limits in words, for help and errors: "> 0", "in [0, 1)", "one of cosine|linear|constant";
-  // "" when the option has none.
+  // The limits in words, for help and errors: "> 0", "in [0, 1)", "one of cosine|linear|constant",
+  // "each >= 0" (a list); "" when the option has none.
   std::string describe_limits() const;
 };
 

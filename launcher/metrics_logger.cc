@@ -71,6 +71,10 @@ void MetricsLogger::log_step(const StepMetrics& m) {
                            {"exposed_comm_ms", m.exposed_comm_ms},
                            {"optimizer_state_mb", m.optimizer_state_mb},
                            {"skipped", m.skipped}};
+    if (m.pipeline_bubble) {
+      line["pipeline_bubble"] = *m.pipeline_bubble;
+      line["pipeline_bubble_theory"] = m.pipeline_bubble_theory;
+    }
     metrics_ << line.dump() << "\n";
     metrics_.flush();
   }
@@ -81,9 +85,12 @@ void MetricsLogger::log_step(const StepMetrics& m) {
   if (m.step % print_every_ != 0 && m.step != total_steps_) return;
   const std::string mfu = m.mfu ? absl::StrFormat("  mfu %.1f%%", 100 * *m.mfu) : "";
   const std::string numbers =
-      absl::StrFormat("loss %.4f  lr %.3g  grad %.3f  %.0f tok/s  %.0f ms%s%s  mem %.0f MB%s", m.loss, m.lr, m.grad_norm,
+      absl::StrFormat("loss %.4f  lr %.3g  grad %.3f  %.0f tok/s  %.0f ms%s%s%s  mem %.0f MB%s", m.loss, m.lr, m.grad_norm,
                       m.tokens_per_s, m.step_ms, mfu,
                       m.comm_ms > 0 ? absl::StrFormat("  comm %.1f ms (exposed %.1f)", m.comm_ms, m.exposed_comm_ms) : "",
+                      m.pipeline_bubble ? absl::StrFormat("  bubble %.1f%% (theory %.1f%%)", 100 * *m.pipeline_bubble,
+                                                          100 * m.pipeline_bubble_theory)
+                                        : "",
                       m.memory_mb, m.skipped ? "  (update skipped: non-finite loss)" : "");
   if (!bar_) {
     std::printf("step %6lld/%lld  %s\n", static_cast<long long>(m.step), static_cast<long long>(total_steps_),

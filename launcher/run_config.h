@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "layers/model_config.h"
 
@@ -47,6 +48,11 @@ struct ParallelConfig {
   int64_t dp = 1;
   int64_t tp = 1;
   int64_t pp = 1;
+  std::string pp_schedule = "1f1b";   // gpipe | 1f1b | interleaved | zero_bubble
+  int64_t pp_virtual = 1;             // model chunks per rank (interleaved: >= 2; others: 1)
+  // Transformer blocks per virtual stage (pp * pp_virtual entries; stage 0 also holds the
+  // embedding, the last the head); empty: balanced by cost (parallel/pipeline/stage_partition.h).
+  std::vector<int64_t> pp_layers;
   int64_t zero = 0;                   // 0 | 1 | 2 (data parallel)
   bool sp = false;                    // sequence parallelism over the tp group
   std::map<std::string, std::string> tp_plan;  // module name ("*" per part) -> style, auto mode

@@ -182,6 +182,10 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   options.trace = !config_.log.trace_file.empty();
   options.tensor_parallel = parallel_model.tensor_parallel;
   options.sequence_parallel = config_.parallel.sp;
+  options.pipeline.schedule = config_.parallel.pp_schedule;
+  options.pipeline.chunks = config_.parallel.pp_virtual;
+  options.pipeline.layers = config_.parallel.pp_layers;
+  options.pipeline.seq_len = model_config.seq_len;
   options.make_optimizer = [&train](std::vector<ParameterGroup> groups) {
     return train.optimizer == "adamw" ? make_adamw(std::move(groups), {train.beta1, train.beta2, train.eps})
                                       : make_sgd(std::move(groups), {train.momentum, false});
@@ -245,11 +249,13 @@ TrainResult Trainer::run() {
                                    static_cast<long long>(train.steps), static_cast<long long>(train.batch_size),
                                    static_cast<long long>(steps_per_sequence)));
   const double optimizer_mb = static_cast<double>(s.strategy->optimizer_state_bytes()) / (1024.0 * 1024.0);
-  logger.log_event(absl::StrFormat("parallel: %d rank(s), dp %lld, tp %lld%s, zero %lld, comm %s; optimizer state "
-                                   "%.1f MB on this rank",
+  logger.log_event(absl::StrFormat("parallel: %d rank(s), dp %lld, tp %lld%s, pp %lld, zero %lld, comm %s; optimizer "
+                                   "state %.1f MB on this rank",
                                    s.world_size, static_cast<long long>(config_.parallel.dp),
                                    static_cast<long long>(config_.parallel.tp), config_.parallel.sp ? " with sp" : "",
+                                   static_cast<long long>(config_.parallel.pp),
                                    static_cast<long long>(config_.parallel.zero), config_.comm.mode, optimizer_mb));
+  for (const std::string& line : s.strategy->description()) logger.log_event(line);
   if (!s.tensor_plan.empty()) {
     logger.log_event(absl::StrFormat("tensor-parallel plan (%d layers): %s", static_cast<int>(s.tensor_plan.size()),
                                      absl::StrJoin(s.tensor_plan, ", ")));
@@ -299,6 +305,7 @@ TrainResult Trainer::run() {
     s.strategy->complete_parameter_updates();
     const std::map<std::string, Tensor> model_state = s.strategy->model_state();  // full tensors
     const std::map<std::string, Tensor> optimizer_state = s.strategy->optimizer_state();
+    const std::map<std::string, uint64_t> random_state = s.strategy->random_state(model_->random_state());
     if (leader) {
       std::map<std::string, Tensor> tensors = with_prefix(model_state, kModelPrefix);
       for (auto& [name, tensor] : with_prefix(optimizer_state, kOptimizerPrefix)) tensors[name] = tensor;
@@ -307,10 +314,11 @@ TrainResult Trainer::run() {
         for (auto& [name, tensor] : tensors) tensor = tensor.device().is_cpu() ? tensor.clone() : tensor.to(Device::cpu());
       }
       nlohmann::json state = {{"train_data", s.train_data->position()},
-                              {"random_state", model_->random_state()},
+                              {"random_state", random_state},
                               {"parallel_dp", config_.parallel.dp},
                               {"parallel_zero", config_.parallel.zero},
                               {"parallel_tp", config_.parallel.tp},
+                              {"parallel_pp", config_.parallel.pp},
                               {"config", dump_config(config_)}};
       log_saved(writer.submit([tensors = std::move(tensors), state = std::move(state), step,
                                checkpoint = config_.checkpoint, fault = s.fault, rank = s.world_rank]() -> std::string {
@@ -381,6 +389,10 @@ TrainResult Trainer::run() {
     metrics.skipped = report.skipped;
     metrics.comm_ms = report.comm_ms;
     metrics.exposed_comm_ms = report.exposed_comm_ms;
+    if (config_.parallel.pp > 1) {
+      metrics.pipeline_bubble = report.pipeline_bubble;
+      metrics.pipeline_bubble_theory = report.pipeline_bubble_theory;
+    }
     metrics.optimizer_state_mb = optimizer_mb;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     metrics.step_ms = 1000.0 * seconds;
@@ -404,7 +416,7 @@ TrainResult Trainer::run() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count() / 60.0;
     const bool save_due = config_.checkpoint.every_minutes > 0 && minutes_since_save >= config_.checkpoint.every_minutes;
     const StepAgreement agreement = agree_at_step_boundary(*s.strategy, stop_requested(), save_due, leader,
-                                                           static_cast<int>(config_.parallel.dp));
+                                                           static_cast<int>(config_.parallel.dp * config_.parallel.pp));
     if ((agreement.save || agreement.stop) && !config_.checkpoint.dir.empty()) save_once(step);
     if (agreement.stop) {
       result.stopped_by_signal = true;

@@ -52,16 +52,19 @@ int64_t default_bucket_bytes(Device device) { return device.is_cpu() ? (int64_t{
 std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, LanguageModel& model,
                                         const StrategyOptions& given) {
   StrategyOptions options = given;
-  WEFT_CHECK(mesh.pp() == 1, "parallel.pp = ", mesh.pp(), ": pipeline parallelism is not available yet; set it to 1 "
-             "(data and tensor parallelism, parallel.dp and parallel.tp, are)");
   WEFT_CHECK(mesh.tp() == 1 || (options.tensor_parallel != nullptr && options.tensor_parallel->size() == mesh.tp()),
              "strategy: parallel.tp = ", mesh.tp(), " needs the model built by build_parallel_model");
   const std::vector<NamedParameter> parameters = model.named_parameters();
   WEFT_CHECK(!parameters.empty(), "strategy: the model has no parameters");
   const Device device = parameters[0].tensor.device();
   if (options.bucket_bytes == 0) options.bucket_bytes = default_bucket_bytes(device);
+  std::shared_ptr<PipelineStage> pipeline;
+  if (mesh.pp() > 1) {
+    pipeline = std::make_shared<PipelineStage>(mesh, world_rank, model.segments(), parameters, options.pipeline, device,
+                                               options.micro_batches);
+  }
   return std::make_unique<DataParallelStrategy>(make_process_group(mesh, Axis::kData, device), world_rank, model,
-                                                options);
+                                                options, std::move(pipeline));
 }
 
 ParallelModel build_parallel_model(const ModelConfig& config, const Mesh& mesh, Device device,

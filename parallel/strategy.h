@@ -20,6 +20,7 @@
 #include "layers/language_model.h"
 #include "optim/optimizer.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/step/micro_batch.h"
 #include "parallel/tensor/tensor_parallel_group.h"
 
@@ -42,6 +43,8 @@ struct StrategyOptions {
   std::shared_ptr<TensorParallelGroup> tensor_parallel;
   // Sequence parallelism (with tensor_parallel, auto mode): the layout changes between segments.
   bool sequence_parallel = false;
+  // Pipeline parallelism (mesh.pp() > 1): the schedule, chunks per rank and the cut.
+  PipelineOptions pipeline;
   // Builds the optimizer over the given groups (make_adamw / make_sgd with the run's options).
   std::function<std::unique_ptr<Optimizer>(std::vector<ParameterGroup>)> make_optimizer;
 };
@@ -55,6 +58,9 @@ struct StepReport {
   double comm_ms = 0.0;
   double exposed_comm_ms = 0.0;
   double overlap_ratio = 0.0;
+  // Pipelines: the measured bubble (mean over stages) and the schedule's in theory; 0 without.
+  double pipeline_bubble = 0.0;
+  double pipeline_bubble_theory = 0.0;
 };
 
 class Strategy {
@@ -86,11 +92,17 @@ class Strategy {
   // "step"), and its restore, after the model's parameters were loaded.
   virtual std::map<std::string, Tensor> optimizer_state() = 0;
   virtual void load_optimizer_state(const std::map<std::string, Tensor>& state) = 0;
+  // The dropout streams' positions of the whole model (Module::random_state) from this rank's
+  // `local` ones: on a pipeline each stage advances only its own modules' streams, so each stream's
+  // position is taken from the stage that runs it. Collective.
+  virtual std::map<std::string, uint64_t> random_state(const std::map<std::string, uint64_t>& local) { return local; }
   // Bytes of optimizer state this rank keeps.
   virtual int64_t optimizer_state_bytes() const = 0;
 
   // The step graph as log.graph_file writes it (.json or .dot).
   virtual void write_graph(const std::string& path) const = 0;
+  // Lines for the start-up log (a pipeline's cut and schedule); empty when there is nothing to say.
+  virtual std::vector<std::string> description() const { return {}; }
   // Every rank's timelines of the steps so far (options.trace) as one Chrome trace: a process row
   // per rank, a thread row per stream. Collective; rank 0 writes `path`.
   virtual void write_trace(const std::string& path) = 0;
@@ -104,8 +116,8 @@ class Strategy {
 int64_t default_bucket_bytes(Device device);
 
 // The strategy for `mesh`: data parallelism (ZeRO, the two comm modes) over a model that may be
-// split over its tp group (options.tensor_parallel); pipeline sizes above 1 are refused with a
-// message saying so. Collective.
+// split over its tp group (options.tensor_parallel) and cut into pipeline stages (mesh.pp() > 1,
+// options.pipeline). Collective.
 std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, LanguageModel& model,
                                         const StrategyOptions& options);
 

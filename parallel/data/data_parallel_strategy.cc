@@ -72,6 +72,17 @@ std::vector<std::vector<size_t>> segment_buckets(const GradientBuffer& buffer, c
   return out;
 }
 
+// The parameters this rank trains: all of the model's, or its pipeline stage's.
+std::vector<NamedParameter> trained_parameters(LanguageModel& model, const PipelineStage* pipeline) {
+  return pipeline != nullptr ? pipeline->local_parameters(model.named_parameters()) : model.named_parameters();
+}
+
+std::vector<Tensor> tensors_of(const std::vector<NamedParameter>& parameters) {
+  std::vector<Tensor> tensors;
+  for (const NamedParameter& parameter : parameters) tensors.push_back(parameter.tensor);
+  return tensors;
+}
+
 int64_t state_bytes(const std::map<std::string, Tensor>& state) {
   int64_t bytes = 0;
   for (const auto& [name, tensor] : state) bytes += tensor.numel() * tensor.element_size();
@@ -81,10 +92,12 @@ int64_t state_bytes(const std::map<std::string, Tensor>& state) {
 }  // namespace
 
 DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, int world_rank, LanguageModel& model,
-                                           const StrategyOptions& options)
-    : group_(std::move(group)), model_(model), tp_(options.tensor_parallel), world_rank_(world_rank), options_(options),
-      mode_(graph::parse_comm_mode(options.comm_mode)), device_(group_->device()), parameters_(model.parameters()),
-      buffer_(model.named_parameters(), options.bucket_bytes, group_->size()), executor_(group_->device()) {
+                                           const StrategyOptions& options, std::shared_ptr<PipelineStage> pipeline)
+    : group_(std::move(group)), model_(model), tp_(options.tensor_parallel), pipeline_(std::move(pipeline)),
+      world_rank_(world_rank), options_(options), mode_(graph::parse_comm_mode(options.comm_mode)),
+      device_(group_->device()), parameters_(tensors_of(trained_parameters(model, pipeline_.get()))),
+      buffer_(trained_parameters(model, pipeline_.get()), options.bucket_bytes, group_->size()),
+      executor_(group_->device()) {
   WEFT_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, "parallel.zero = ", options.zero_stage,
              " is not one of 0, 1, 2");
   WEFT_CHECK(options.make_optimizer != nullptr, "strategy: no optimizer factory given");
@@ -123,8 +136,24 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
     }
   }
 
-  // ZeRO needs its reductions (into the shard) and gathers (back into the model) even on one rank.
-  const bool communicate = group_->size() > 1 || zero_ != nullptr || options.collectives_for_one_rank;
+  if (pipeline_ != nullptr) {
+    // Other stages' segments keep their places (the graph indexes segments globally) but run nothing
+    // here and name no parameter of this rank.
+    segments_ = pipeline_->local_segments(segments_);
+    std::vector<double> counted;
+    for (const NamedParameter& parameter : buffer_.parameters()) {
+      counted.push_back(pipeline_->is_second_copy(parameter.name) ? 0.0 : 1.0);
+    }
+    counted_mask_ = Tensor::from_vector(absl::Span<const double>(counted), {static_cast<int64_t>(counted.size())},
+                                        accumulation_dtype(device_)).to(device_);
+    if (zero_ != nullptr) zero_->set_pipeline(pipeline_, counted);
+  }
+
+  // ZeRO needs its reductions (into the shard) and gathers (back into the model) even on one rank; a
+  // pipeline its shared gradients' sums and the loss's sum over the stages.
+  const bool communicate = group_->size() > 1 || zero_ != nullptr || options.collectives_for_one_rank ||
+                           pipeline_ != nullptr;
+  const bool reduce_over_dp = group_->size() > 1 || zero_ != nullptr || options.collectives_for_one_rank;
   if (communicate && device_.is_cpu()) {
     // The executor's dp_comm thread runs collectives on a stream of its own. A stream's first use in
     // a group creates its communicator, collectively: make it here, on one thread, in one order on
@@ -151,7 +180,18 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
       reductions.bytes.push_back(bucket.padded_elements * dtype_size(buffer_.dtype()));
     }
     reductions.operation = options.zero_stage == 2 ? "reduce_scatter" : "all_reduce";
-    reductions.reduce = [this](size_t bucket, const graph::NodeContext& context) -> CompletionPtr {
+    // A pipeline's shared parameters (a tied embedding) are summed with the other stage's copy first,
+    // so that both copies' buckets reduce the same gradient.
+    std::vector<std::vector<size_t>> shared(buffer_.buckets().size());
+    for (size_t i = 0; i < buffer_.parameters().size(); ++i) {
+      if (pipeline_ != nullptr && pipeline_->is_shared(buffer_.parameters()[i].name)) shared[buffer_.bucket_of(i)].push_back(i);
+    }
+    reductions.reduce = [this, shared, reduce_over_dp](size_t bucket, const graph::NodeContext& context) -> CompletionPtr {
+      for (size_t i : shared[bucket]) {
+        const NamedParameter& parameter = buffer_.parameters()[i];
+        pipeline_->sum_shared_gradient(parameter.name, parameter.tensor.grad());
+      }
+      if (!reduce_over_dp) return nullptr;
       const CommStream stream = stream_for(context);
       if (zero_ != nullptr) return zero_->reduce_bucket(bucket, stream);
       return group_->all_reduce(buffer_.buckets()[bucket].data, Reduction::kAverage, stream);
@@ -169,8 +209,12 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
         if (std::shared_ptr<Reducer> alive = reducer.lock()) alive->gradient_ready(i);
       });
     }
-    recipe.average_loss = [this](const graph::NodeContext& context) {
-      return group_->all_reduce(state_.loss_sum, Reduction::kAverage, stream_for(context));
+    recipe.average_loss = [this, reduce_over_dp](const graph::NodeContext& context) -> CompletionPtr {
+      if (pipeline_ == nullptr) return group_->all_reduce(state_.loss_sum, Reduction::kAverage, stream_for(context));
+      // Only the last stage has a loss: the dp mean, then the sum over the stages.
+      if (reduce_over_dp) group_->all_reduce(state_.loss_sum, Reduction::kAverage, stream_for(context))->wait();
+      pipeline_->sum_over_stages(state_.loss_sum);
+      return nullptr;
     };
     if (zero_ != nullptr) {
       auto gathers = std::make_unique<ParameterGathers>();
@@ -187,8 +231,20 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
       recipe.gathers = std::move(gathers);
     }
   }
-  graph_ = build_step_graph(recipe, state_);
-  plan_ = graph::Scheduler::plan(graph_, mode_);
+  if (pipeline_ != nullptr) {
+    PipelineRecipe pipeline_recipe;
+    pipeline_recipe.step = std::move(recipe);
+    pipeline_recipe.placement = pipeline_->placement();
+    pipeline_recipe.schedule = pipeline_->schedule();
+    pipeline_recipe.transport = &pipeline_->transport();
+    pipeline_recipe.post_receives_early = mode_ == graph::CommMode::kAuto;
+    PipelineStepGraph built = build_pipeline_step_graph(pipeline_recipe, state_);
+    graph_ = std::move(built.graph);
+    plan_ = graph::Scheduler::plan(graph_, mode_, built.ordering);
+  } else {
+    graph_ = build_step_graph(recipe, state_);
+    plan_ = graph::Scheduler::plan(graph_, mode_);
+  }
   if (communicate && device_.is_cpu()) group_->barrier(CommStream())->synchronize();
   origin_ms_ = clock_ms();
 }
@@ -211,6 +267,11 @@ void DataParallelStrategy::update(StepState& state) {
     state.grad_squares = Tensor::empty({static_cast<int64_t>(grads.size())}, accumulation_dtype(device_), device_);
     backend.squared_norms(grads, state.grad_squares);
     if (split_mask_.defined()) state.grad_squares = tensor_parallel_squares(state.grad_squares, split_mask_);
+    if (pipeline_ != nullptr) {
+      // The whole model's norm: every stage's parameters, a shared one counted once.
+      state.grad_squares = sum(mul(state.grad_squares, counted_mask_)).reshape({1});
+      pipeline_->sum_over_stages(state.grad_squares);
+    }
     backend.clip_to_norm(grads, state.grad_squares, options_.grad_clip);
   }
   // The guard is finite exactly when the loss and the gradient norm both are (their sum, on the
@@ -226,8 +287,10 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   state_.lr = lr;
   state_.step = step;
   const double started_ms = clock_ms() - origin_ms_;
+  if (pipeline_ != nullptr) state_.loss_sum.zero_();  // the one-stage graph zeroes it in its first forward
   const graph::StepTimeline timeline = executor_.execute(graph_, plan_);
   state_.next_micro_batch = nullptr;
+  if (pipeline_ != nullptr) pipeline_->transport().finish_sends();
   if (options_.trace) {
     const std::string events =
         timeline.chrome_trace_events(world_rank_, str("rank ", world_rank_), started_ms);
@@ -256,6 +319,10 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   report.comm_ms = timeline.comm_ms;
   report.exposed_comm_ms = timeline.exposed_comm_ms;
   report.overlap_ratio = timeline.overlap_ratio;
+  if (pipeline_ != nullptr) {
+    report.pipeline_bubble = pipeline_->measured_bubble(timeline);
+    report.pipeline_bubble_theory = pipeline_->theoretical_bubble();
+  }
   return report;
 }
 
@@ -268,10 +335,13 @@ void DataParallelStrategy::complete_parameter_updates() {
 }
 
 double DataParallelStrategy::average(double value) {
-  if (group_->size() == 1) return value;
+  if (group_->size() == 1 && pipeline_ == nullptr) return value;
   Tensor scalar = Tensor::full({1}, value, accumulation_dtype(device_), device_);
-  group_->all_reduce(scalar, Reduction::kAverage, CommStream())->synchronize();
-  return scalar.item();
+  if (group_->size() > 1) group_->all_reduce(scalar, Reduction::kAverage, CommStream())->synchronize();
+  if (pipeline_ == nullptr) return scalar.item();
+  // Over the stages too, so that every rank of the world agrees.
+  pipeline_->sum_over_stages(scalar);
+  return scalar.item() / static_cast<double>(pipeline_->stages());
 }
 
 void DataParallelStrategy::wait_for_all_ranks() { wait_for_every_rank(); }
@@ -286,6 +356,19 @@ Tensor DataParallelStrategy::tensor_parallel_squares(const Tensor& squares, cons
 
 double DataParallelStrategy::evaluation_loss(const Tensor& inputs, const Tensor& targets) {
   autograd::NoGradGuard no_grad;
+  if (pipeline_ != nullptr) {
+    // The last stage computes the loss; the others learn it through the sum over the stages.
+    const Tensor logits = pipeline_->forward_through_stages(segments_, inputs.to(device_));
+    Tensor loss = Tensor::zeros({1}, accumulation_dtype(device_), device_);
+    if (logits.defined()) {
+      const Tensor flat_logits = logits.reshape({-1, logits.size(-1)});
+      const Tensor flat_targets = targets.to(device_).reshape({-1});
+      loss = (loss_ ? loss_(flat_logits, flat_targets, -1) : cross_entropy(flat_logits, flat_targets))
+                 .reshape({1}).to(loss.dtype());
+    }
+    pipeline_->sum_over_stages(loss);
+    return loss.item();
+  }
   const Tensor logits = run_segments(segments_, inputs.to(device_));  // [B, T, V] or [B, T, V / tp]
   const Tensor flat_logits = logits.reshape({-1, logits.size(-1)});
   const Tensor flat_targets = targets.to(device_).reshape({-1});
@@ -296,10 +379,12 @@ double DataParallelStrategy::evaluation_loss(const Tensor& inputs, const Tensor&
 
 std::map<std::string, Tensor> DataParallelStrategy::model_state() {
   std::map<std::string, Tensor> state;
-  for (const NamedParameter& parameter : model_.named_parameters()) {
+  for (const NamedParameter& parameter : buffer_.parameters()) {
+    // A shared parameter is saved by the lower stage holding it.
+    if (pipeline_ != nullptr && pipeline_->is_second_copy(parameter.name)) continue;
     state[parameter.name] = tp_ != nullptr ? gather_full(parameter.tensor, parameter.layout, *tp_) : parameter.tensor;
   }
-  return state;
+  return pipeline_ != nullptr ? pipeline_->gather_to_first_stage(state) : state;
 }
 
 void DataParallelStrategy::load_model_state(const std::map<std::string, Tensor>& state) {
@@ -336,14 +421,23 @@ const NamedParameter* DataParallelStrategy::owner_of(const std::string& key) con
 std::map<std::string, Tensor> DataParallelStrategy::optimizer_state() {
   std::map<std::string, Tensor> state =
       zero_ != nullptr ? zero_->gather_parameter_state(*optimizer_, CommStream()) : optimizer_->state_dict();
-  if (tp_ == nullptr) return state;
-  for (auto& [key, tensor] : state) {
-    const NamedParameter* parameter = owner_of(key);
-    if (parameter != nullptr && tensor.shape() == parameter->tensor.shape()) {
-      tensor = gather_full(tensor.to(parameter->tensor.device()), parameter->layout, *tp_);
+  if (tp_ != nullptr) {
+    for (auto& [key, tensor] : state) {
+      const NamedParameter* parameter = owner_of(key);
+      if (parameter != nullptr && tensor.shape() == parameter->tensor.shape()) {
+        tensor = gather_full(tensor.to(parameter->tensor.device()), parameter->layout, *tp_);
+      }
     }
   }
-  return state;
+  if (pipeline_ == nullptr) return state;
+  // Stage 0 keeps the step-wide entries ("step"); each parameter's state comes from the stage that
+  // saves the parameter.
+  for (auto entry = state.begin(); entry != state.end();) {
+    const NamedParameter* parameter = owner_of(entry->first);
+    const bool drop = parameter == nullptr ? pipeline_->stage() != 0 : pipeline_->is_second_copy(parameter->name);
+    entry = drop ? state.erase(entry) : std::next(entry);
+  }
+  return pipeline_->gather_to_first_stage(state);
 }
 
 void DataParallelStrategy::load_optimizer_state(const std::map<std::string, Tensor>& saved) {
@@ -392,9 +486,29 @@ void DataParallelStrategy::load_optimizer_state(const std::map<std::string, Tens
   optimizer_->load_state_dict(local);
 }
 
+std::map<std::string, uint64_t> DataParallelStrategy::random_state(const std::map<std::string, uint64_t>& local) {
+  if (pipeline_ == nullptr) return local;
+  // A stream's position only grows, and only the stage running its module draws from it: the
+  // largest position over the stages is that stage's.
+  std::vector<double> offsets;
+  for (const auto& [name, offset] : local) offsets.push_back(static_cast<double>(offset));
+  Tensor positions = Tensor::from_vector(absl::Span<const double>(offsets), {static_cast<int64_t>(offsets.size())},
+                                         kFloat64);
+  pipeline_->max_over_stages(positions);
+  const std::vector<double> largest = positions.to_vector();
+  std::map<std::string, uint64_t> merged;
+  size_t i = 0;
+  for (const auto& [name, offset] : local) merged[name] = static_cast<uint64_t>(largest[i++]);
+  return merged;
+}
+
 int64_t DataParallelStrategy::optimizer_state_bytes() const { return state_bytes(optimizer_->state_dict()); }
 
 void DataParallelStrategy::write_graph(const std::string& path) const { graph::write_graph(graph_, path); }
+
+std::vector<std::string> DataParallelStrategy::description() const {
+  return pipeline_ != nullptr ? pipeline_->description() : std::vector<std::string>();
+}
 
 void DataParallelStrategy::write_trace(const std::string& path) {
   const std::vector<std::string> ranks = gather_text_to_rank_zero(trace_events_);

@@ -24,6 +24,13 @@
 // With one dp rank the group is the local group of one and no collective is added, unless ZeRO is
 // on (its collectives are then copies into and out of the shard) or
 // options.collectives_for_one_rank asks for them (stream-ordering tests).
+//
+// On a pipeline (a PipelineStage, parallel/pipeline/pipeline_stage.h) the same holds per stage:
+// the rank trains the parameters of its segments only; its graph is the stage's
+// (pipeline_step_builder.h) ordered by the schedule; a shared parameter's gradient (a tied embedding)
+// is summed with the other stage's before its bucket is reduced; the loss and the gradient norm are
+// summed over the stages; evaluation hands activations down the stages; checkpoints are gathered on
+// stage 0.
 #pragma once
 
 #include <memory>
@@ -34,6 +41,7 @@
 #include "parallel/data/gradient_buffer.h"
 #include "parallel/data/reducer.h"
 #include "parallel/data/zero_sharding.h"
+#include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/step/step_builder.h"
 #include "parallel/strategy.h"
 #include "runtime/graph/executor.h"
@@ -43,8 +51,9 @@ namespace weft {
 
 class DataParallelStrategy final : public Strategy {
  public:
+  // `pipeline`: this rank's stage of a pipeline, or null.
   DataParallelStrategy(std::shared_ptr<ProcessGroup> group, int world_rank, LanguageModel& model,
-                       const StrategyOptions& options);
+                       const StrategyOptions& options, std::shared_ptr<PipelineStage> pipeline = nullptr);
 
   StepReport step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) override;
   void complete_parameter_updates() override;
@@ -55,9 +64,11 @@ class DataParallelStrategy final : public Strategy {
   void wait_for_all_ranks() override;
   std::map<std::string, Tensor> optimizer_state() override;
   void load_optimizer_state(const std::map<std::string, Tensor>& state) override;
+  std::map<std::string, uint64_t> random_state(const std::map<std::string, uint64_t>& local) override;
   int64_t optimizer_state_bytes() const override;
   void write_graph(const std::string& path) const override;
   void write_trace(const std::string& path) override;
+  std::vector<std::string> description() const override;
 
   // For tests: the graph and plan every step runs.
   const graph::StepGraph& step_graph() const { return graph_; }
@@ -75,9 +86,11 @@ class DataParallelStrategy final : public Strategy {
   std::shared_ptr<ProcessGroup> group_;
   LanguageModel& model_;
   std::shared_ptr<TensorParallelGroup> tp_;  // null: no tensor parallelism
+  std::shared_ptr<PipelineStage> pipeline_;  // null: no pipeline
   std::vector<ModelSegment> segments_;      // what the step and evaluation run
   LossFunction loss_;                       // null: cross_entropy
   Tensor split_mask_;                       // [parameters] 1 where split over tp (zero 0 clipping)
+  Tensor counted_mask_;                     // [parameters] 0 for a pipeline's second copy (zero 0 clipping)
   std::shared_ptr<char> alive_;             // the partial-gradient hooks hold it weakly
   int world_rank_;
   StrategyOptions options_;

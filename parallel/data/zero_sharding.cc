@@ -1,6 +1,8 @@
 // ZeroSharding (zero_sharding.h).
 #include "parallel/data/zero_sharding.h"
 
+#include "parallel/pipeline/pipeline_stage.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -114,18 +116,30 @@ CollectiveHandlePtr ZeroSharding::gather_bucket(size_t bucket, const CommStream&
   return handle;
 }
 
+void ZeroSharding::make_piece_views() {
+  piece_gradients_.clear();
+  for (const Piece& piece : pieces_) piece_gradients_.push_back(shard_gradients_.narrow(0, piece.shard_start, piece.count));
+}
+
+Tensor ZeroSharding::piece_mask(const std::function<double(size_t parameter)>& value) const {
+  std::vector<double> mask;
+  for (const Piece& piece : pieces_) mask.push_back(value(piece.parameter));
+  return Tensor::from_vector(absl::Span<const double>(mask), {static_cast<int64_t>(mask.size())},
+                             accumulation_dtype(buffer_.device()))
+      .to(buffer_.device());
+}
+
 void ZeroSharding::set_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
   tp_ = std::move(tp);
   // The piece views and their mask, made once: clip_gradients runs every step.
-  std::vector<double> split;
-  piece_gradients_.clear();
-  for (const Piece& piece : pieces_) {
-    piece_gradients_.push_back(shard_gradients_.narrow(0, piece.shard_start, piece.count));
-    split.push_back(buffer_.parameters()[piece.parameter].layout.is_split() ? 1.0 : 0.0);
-  }
-  piece_split_ = Tensor::from_vector(absl::Span<const double>(split), {static_cast<int64_t>(split.size())},
-                                     accumulation_dtype(buffer_.device()))
-                     .to(buffer_.device());
+  make_piece_views();
+  piece_split_ = piece_mask([this](size_t parameter) { return buffer_.parameters()[parameter].layout.is_split() ? 1.0 : 0.0; });
+}
+
+void ZeroSharding::set_pipeline(std::shared_ptr<PipelineStage> pipeline, const std::vector<double>& counted) {
+  pipeline_ = std::move(pipeline);
+  make_piece_views();
+  piece_counted_ = piece_mask([&counted](size_t parameter) { return counted[parameter]; });
 }
 
 Tensor ZeroSharding::clip_gradients(double max_norm, const CommStream& stream) {
@@ -133,19 +147,24 @@ Tensor ZeroSharding::clip_gradients(double max_norm, const CommStream& stream) {
   const Device device = buffer_.device();
   // Each rank's shard holds distinct elements (padding is zero): the squares add up across ranks.
   Tensor squares = Tensor::empty({1}, accumulation_dtype(device), device);
-  if (tp_ == nullptr || tp_->size() == 1) {
+  const bool tensor_parallel = tp_ != nullptr && tp_->size() > 1;
+  if (!tensor_parallel && pipeline_ == nullptr) {
     backend_for(device).squared_norms({shard_gradients_}, squares);
   } else {
-    // Per piece: a split parameter's squares are its tp shard's (summed over tp), a replicated
-    // one's are the same on every tp rank (counted once).
     Tensor per_piece = Tensor::empty({static_cast<int64_t>(piece_gradients_.size())}, accumulation_dtype(device), device);
     backend_for(device).squared_norms(piece_gradients_, per_piece);
-    Tensor summed = per_piece.clone();
-    tp_->group->all_reduce(summed, Reduction::kSum, tp_->stream)->wait();
-    const Tensor& mask = piece_split_;
-    squares.copy_(sum(add(per_piece, mul(sub(summed, per_piece), mask))).reshape({1}));
+    if (tensor_parallel) {
+      // Per piece: a split parameter's squares are its tp shard's (summed over tp), a replicated
+      // one's are the same on every tp rank (counted once).
+      Tensor summed = per_piece.clone();
+      tp_->group->all_reduce(summed, Reduction::kSum, tp_->stream)->wait();
+      per_piece = add(per_piece, mul(sub(summed, per_piece), piece_split_));
+    }
+    if (pipeline_ != nullptr) per_piece = mul(per_piece, piece_counted_);
+    squares.copy_(sum(per_piece).reshape({1}));
   }
   group_->all_reduce(squares, Reduction::kSum, stream)->wait();
+  if (pipeline_ != nullptr) pipeline_->sum_over_stages(squares);
   // In place on the shard buffer, which every shard view's .grad aliases.
   backend_for(device).clip_to_norm({shard_gradients_}, squares, max_norm);
   return squares;

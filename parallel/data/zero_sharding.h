@@ -34,6 +34,8 @@
 
 namespace weft {
 
+class PipelineStage;
+
 class ZeroSharding {
  public:
   // `stage` 1 or 2; `buffer` outlives this object; `group` is the dp group.
@@ -62,6 +64,9 @@ class ZeroSharding {
   // Tensor parallelism: the parameters are shards over `tp`; clip_gradients then sums split
   // parameters' squares over tp and counts replicated ones once.
   void set_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp);
+  // A pipeline stage: the gradient norm is summed over the stages, and a parameter whose `counted`
+  // entry (per buffer parameter) is 0 — a shared parameter's second copy — does not count.
+  void set_pipeline(std::shared_ptr<PipelineStage> pipeline, const std::vector<double>& counted);
   // Copies the model parameters' values into the shard (after loading them from a checkpoint).
   void load_shard_from_parameters();
 
@@ -105,9 +110,15 @@ class ZeroSharding {
   std::vector<Piece> pieces_;
   std::vector<std::vector<size_t>> pieces_of_bucket_;
   std::vector<NamedParameter> shard_views_; // one f32 view of shard_parameters_ per piece
+  void make_piece_views();
+  // [pieces]: value(the piece's parameter) per piece, on the device.
+  Tensor piece_mask(const std::function<double(size_t parameter)>& value) const;
+
   std::shared_ptr<TensorParallelGroup> tp_;  // null: no tensor parallelism
   std::vector<Tensor> piece_gradients_;      // tp: per piece, its view of shard_gradients_
   Tensor piece_split_;                       // tp: [pieces] 1 where the piece's parameter is split
+  std::shared_ptr<PipelineStage> pipeline_;  // null: no pipeline
+  Tensor piece_counted_;                     // pipeline: [pieces] 0 where the norm leaves the piece out
 };
 
 }  // namespace weft

@@ -18,12 +18,66 @@ using graph::StreamClass;
 // cross_entropy's default ignore_index: training batches hold token ids only, so every target counts.
 constexpr int64_t kIgnoredTarget = -100;
 
-namespace {
 
-// The gather nodes of every bucket, in forward order (the last bucket holds the first segment's
-// parameters), each after `after` (none at the step's start).
-std::vector<NodeId> add_gathers(graph::StepGraph& graph, const ParameterGathers& gathers,
-                                const std::vector<NodeId>& after) {
+Tensor load_micro_batch(StepState& state, int64_t micro, Device device) {
+  MicroBatch batch = state.next_micro_batch();
+  WEFT_CHECK(batch.inputs.device().is_cpu() && batch.targets.device().is_cpu() &&
+                 batch.targets.shape() == batch.inputs.shape() && !is_floating(batch.targets.dtype()),
+             "step: a micro-batch is ids and targets of one shape, i32 or i64, on the host; got ",
+             batch.inputs.describe(), " and ", batch.targets.describe());
+  // Counted here, on the host, so that cross-entropy needs no read back.
+  int64_t counted = 0;
+  const Tensor targets = batch.targets.contiguous();
+  for (int64_t i = 0; i < targets.numel(); ++i) {
+    const int64_t target = targets.dtype() == kInt64 ? targets.data<int64_t>()[i]
+                                                     : static_cast<int64_t>(targets.data<int32_t>()[i]);
+    counted += target != kIgnoredTarget;
+  }
+  state.counted_targets[micro] = counted;
+  state.targets[micro] = targets.to(device);
+  return batch.inputs.to(device);
+}
+
+Tensor add_micro_batch_loss(StepState& state, const Tensor& output, int64_t micro, int64_t micro_batches,
+                            const LossFunction& loss_of) {
+  const int64_t vocabulary = output.size(-1);
+  const Tensor logits = output.reshape({-1, vocabulary});
+  const Tensor targets = state.targets[micro].reshape({-1});
+  Tensor loss = loss_of ? loss_of(logits, targets, state.counted_targets[micro])
+                        : cross_entropy(logits, targets, kIgnoredTarget, state.counted_targets[micro]);
+  // Each micro-batch's mean loss is divided by their count, so the accumulated gradient is the
+  // gradient of the mean over the whole step's batch.
+  if (micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(micro_batches));
+  autograd::NoGradGuard no_grad;
+  const Tensor value = loss.detach();
+  backend_for(value.device()).binary(BinaryOp::kAdd, state.loss_sum, value.reshape({1}).to(state.loss_sum.dtype()),
+                                     state.loss_sum);
+  state.targets[micro] = Tensor();
+  return loss;
+}
+
+void backward_segment(StepState& state, int s, int64_t micro, int segments) {
+  std::vector<Tensor>& inputs = state.inputs[micro];
+  std::vector<Tensor>& outputs = state.outputs[micro];
+  std::vector<Tensor>& input_gradients = state.input_gradients[micro];
+  // The loss starts from 1; a segment below from the gradient of the input of the segment above
+  // it, which that segment's backward (or a pipeline receive) handed over.
+  const Tensor gradient = s + 1 == segments ? Tensor() : input_gradients[s + 1];
+  std::vector<Tensor> stops;
+  if (s > 0) stops.push_back(inputs[s]);
+  std::vector<Tensor> reached = autograd::backward_to_inputs({outputs[s]}, {gradient}, stops);
+  outputs[s] = Tensor();
+  if (s + 1 < segments) input_gradients[s + 1] = Tensor();
+  if (s > 0) {
+    inputs[s] = Tensor();
+    WEFT_CHECK(reached[0].defined(), "backward of segment ", s, ": no gradient reached its input; "
+               "every segment's output must depend on its input");
+    input_gradients[s] = reached[0];
+  }
+}
+
+std::vector<NodeId> add_parameter_gathers(graph::StepGraph& graph, const ParameterGathers& gathers,
+                                          const std::vector<NodeId>& after) {
   const size_t count = gathers.bytes.size();
   std::vector<NodeId> nodes(count, -1);
   for (size_t k = count; k-- > 0;) {
@@ -36,8 +90,6 @@ std::vector<NodeId> add_gathers(graph::StepGraph& graph, const ParameterGathers&
   }
   return nodes;
 }
-
-}  // namespace
 
 graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
   const int segments = static_cast<int>(recipe.segments.size());
@@ -54,7 +106,7 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
 
   graph::StepGraph graph;
   std::vector<NodeId> gather_nodes;
-  if (recipe.gathers != nullptr && recipe.gathers->before_forward) gather_nodes = add_gathers(graph, *recipe.gathers, {});
+  if (recipe.gathers != nullptr && recipe.gathers->before_forward) gather_nodes = add_parameter_gathers(graph, *recipe.gathers, {});
 
   std::vector<NodeId> previous_forward(segments, -1), previous_backward(segments, -1);
   NodeId last_backward = -1;
@@ -80,22 +132,7 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
              Tensor input;
              if (s == 0) {
                if (micro == 0) state.loss_sum.zero_();
-               MicroBatch batch = state.next_micro_batch();
-               WEFT_CHECK(batch.inputs.device().is_cpu() && batch.targets.device().is_cpu() &&
-                              batch.targets.shape() == batch.inputs.shape() && !is_floating(batch.targets.dtype()),
-                          "step: a micro-batch is ids and targets of one shape, i32 or i64, on the host; got ",
-                          batch.inputs.describe(), " and ", batch.targets.describe());
-               // Counted here, on the host, so that cross-entropy needs no read back.
-               int64_t counted = 0;
-               const Tensor targets = batch.targets.contiguous();
-               for (int64_t i = 0; i < targets.numel(); ++i) {
-                 const int64_t target = targets.dtype() == kInt64 ? targets.data<int64_t>()[i]
-                                                                  : static_cast<int64_t>(targets.data<int32_t>()[i]);
-                 counted += target != kIgnoredTarget;
-               }
-               state.counted_targets[micro] = counted;
-               state.targets[micro] = targets.to(device);
-               input = batch.inputs.to(device);
+               input = load_micro_batch(state, micro, device);
              } else {
                // A leaf: this segment's backward stops here and hands its gradient down.
                input = outputs[s - 1].detach();
@@ -103,22 +140,7 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
                inputs[s] = input;
              }
              Tensor output = forward(input);
-             if (last_segment) {
-               const int64_t vocabulary = output.size(-1);
-               const Tensor logits = output.reshape({-1, vocabulary});
-               const Tensor targets = state.targets[micro].reshape({-1});
-               Tensor loss = loss_of ? loss_of(logits, targets, state.counted_targets[micro])
-                                     : cross_entropy(logits, targets, kIgnoredTarget, state.counted_targets[micro]);
-               // Each micro-batch's mean loss is divided by their count, so the accumulated gradient
-               // is the gradient of the mean over the whole step's batch.
-               if (micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(micro_batches));
-               autograd::NoGradGuard no_grad;
-               const Tensor value = loss.detach();
-               backend_for(value.device()).binary(BinaryOp::kAdd, state.loss_sum,
-                                                  value.reshape({1}).to(state.loss_sum.dtype()), state.loss_sum);
-               output = loss;
-               state.targets[micro] = Tensor();
-             }
+             if (last_segment) output = add_micro_batch_loss(state, output, micro, micro_batches, loss_of);
              outputs[s] = output;
            })},
           dependencies);
@@ -133,31 +155,9 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
             rank = recipe.world_rank](const graph::NodeContext& context) -> CompletionPtr {
              if (fault && s == 0 && last_micro_batch) fault->at(rank, state.step, FaultInjection::Phase::kBackward);
              // The reducer hears of every gradient this backward finishes (grad-ready hooks).
-             struct Bracket {
-               Reducer* reducer;
-               ~Bracket() {
-                 if (reducer != nullptr) reducer->backward_ends();
-               }
-             } bracket{reducer};
+             ReducerBracket bracket(reducer, s, last_micro_batch, context);
              state.last_micro_batch = last_micro_batch;
-             if (reducer != nullptr) reducer->backward_begins(s, last_micro_batch, context);
-             std::vector<Tensor>& inputs = state.inputs[micro];
-             std::vector<Tensor>& outputs = state.outputs[micro];
-             std::vector<Tensor>& input_gradients = state.input_gradients[micro];
-             // The loss starts from 1; a segment below from the gradient of the input of the
-             // segment above it, which that segment's backward handed back.
-             const Tensor gradient = s + 1 == segments ? Tensor() : input_gradients[s + 1];
-             std::vector<Tensor> stops;
-             if (s > 0) stops.push_back(inputs[s]);
-             std::vector<Tensor> reached = autograd::backward_to_inputs({outputs[s]}, {gradient}, stops);
-             outputs[s] = Tensor();
-             if (s + 1 < segments) input_gradients[s + 1] = Tensor();
-             if (s > 0) {
-               inputs[s] = Tensor();
-               WEFT_CHECK(reached[0].defined(), "backward of segment ", s, ": no gradient reached its input; "
-                          "every segment's output must depend on its input");
-               input_gradients[s] = reached[0];
-             }
+             backward_segment(state, s, micro, segments);
              return nullptr;
            }},
           dependencies);
@@ -183,7 +183,7 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
                                           update(state);
                                         })},
                                        before_update);
-  if (recipe.gathers != nullptr && !recipe.gathers->before_forward) add_gathers(graph, *recipe.gathers, {update});
+  if (recipe.gathers != nullptr && !recipe.gathers->before_forward) add_parameter_gathers(graph, *recipe.gathers, {update});
   return graph;
 }
 

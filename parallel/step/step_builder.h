@@ -44,6 +44,7 @@
 #include "parallel/data/reducer.h"
 #include "parallel/step/micro_batch.h"
 #include "parallel/step/fault_injection.h"
+#include "runtime/autograd/deferred_weight_gradients.h"
 #include "runtime/graph/step_graph.h"
 #include "runtime/tensor.h"
 
@@ -66,6 +67,11 @@ struct StepState {
   // While a backward runs: whether it is of the step's last micro-batch (its gradients are final
   // when it ends: tensor parallelism sums partial ones then).
   bool last_micro_batch = false;
+  // Pipelines: per micro-batch, the ids a first stage's embedding reads (read before the forward
+  // that needs them), and per micro-batch and segment the weight-gradient work a zero-bubble
+  // schedule's input-gradient backward left for its weight-gradient node.
+  std::vector<Tensor> token_inputs;
+  std::vector<std::vector<autograd::DeferredWeightGradients>> deferred;
 };
 
 // The loss of one micro-batch: logits [N, V] (or this rank's vocabulary part [N, V / tp]) against
@@ -95,6 +101,40 @@ struct StepRecipe {
   // and the optimizer node of this rank.
   std::optional<FaultInjection> fault;
   int world_rank = 0;
+};
+
+// The pieces of a segment's work that the pipeline builder (parallel/pipeline/) shares:
+//
+// Reads micro-batch `micro` from state.next_micro_batch, counts its targets on the host, keeps them
+// on `device` in state.targets and returns the ids on `device`.
+Tensor load_micro_batch(StepState& state, int64_t micro, Device device);
+// The loss of micro-batch `micro` from the last segment's `output` (logits), divided by the number
+// of micro-batches and added to state.loss_sum: the tensor the last segment's backward starts from.
+Tensor add_micro_batch_loss(StepState& state, const Tensor& output, int64_t micro, int64_t micro_batches,
+                            const LossFunction& loss_of);
+// The backward of segment `s` (of `segments`) for `micro`: from the gradient of its output (the
+// loss, or state.input_gradients[micro][s + 1]) to its input leaf, whose gradient it leaves in
+// state.input_gradients[micro][s]; frees what it used.
+void backward_segment(StepState& state, int s, int64_t micro, int segments);
+// The gather nodes of every bucket, in forward order (the last bucket holds the first segment's
+// parameters), each after `after` (none at the step's start).
+std::vector<graph::NodeId> add_parameter_gathers(graph::StepGraph& graph, const ParameterGathers& gathers,
+                                                 const std::vector<graph::NodeId>& after);
+// Tells `reducer` (may be null) that the backward of `segment` runs for as long as it lives.
+class ReducerBracket {
+ public:
+  ReducerBracket(Reducer* reducer, int segment, bool last_micro_batch, const graph::NodeContext& context)
+      : reducer_(reducer) {
+    if (reducer_ != nullptr) reducer_->backward_begins(segment, last_micro_batch, context);
+  }
+  ~ReducerBracket() {
+    if (reducer_ != nullptr) reducer_->backward_ends();
+  }
+  ReducerBracket(const ReducerBracket&) = delete;
+  ReducerBracket& operator=(const ReducerBracket&) = delete;
+
+ private:
+  Reducer* reducer_;
 };
 
 // Builds the step's graph over `state` (which the nodes keep a reference to; they copy what they

@@ -193,6 +193,7 @@ std::string StepGraph::to_json() const {
     for (size_t i = 0; i < node.dependencies.size(); ++i) out << (i ? ", " : "") << node.dependencies[i];
     out << "]";
     if (node.is_signal()) out << ", \"signal_of\": " << node.signal_of;
+    if (node.peer >= 0) out << ", \"peer\": " << node.peer << ", \"tag\": " << node.tag;
     out << "}";
   }
   out << "\n  ],\n  \"edges\": [";

@@ -118,6 +118,10 @@ struct NodeSpec {
   StreamClass stream = StreamClass::kCompute;
   int64_t bytes = 0;                        // bytes this rank contributes (collectives, send/recv)
   NodeWork work;                            // may be empty: a node that only orders others
+  // Sends and recvs: the peer (a pipeline stage, the group rank of the peer) and the message's tag,
+  // so that a plan's point-to-point pairs can be matched across ranks without running it; -1 otherwise.
+  int peer = -1;
+  int64_t tag = -1;
 };
 
 struct Node : NodeSpec {

@@ -1,6 +1,7 @@
 // Differentiable matmul and linear (see matmul.h).
 #include "runtime/ops/matmul.h"
 
+#include "runtime/autograd/deferred_weight_gradients.h"
 #include "runtime/autograd/function.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
@@ -67,14 +68,21 @@ class MatmulFunction final : public autograd::Function {
   }
 };
 
-// The gradients of linear from dY ([R, N]): dX = dY W (viewed as x_shape), dW = dY^T X (contiguous,
-// the weight's layout), db = dY summed over rows.
-std::vector<Tensor> linear_backward(const Tensor& g, const Tensor& rows, const Tensor& weight, const Shape& x_shape) {
-  const int64_t n = weight.size(0);
-  Tensor grad_x = product(g, weight).view(x_shape);
-  Tensor grad_weight = product(g.transpose(0, 1), rows);
-  Tensor grad_bias = sum_to_shape(g, {n});
-  return {grad_x, grad_weight, grad_bias};
+// The parameter gradients of linear from dY ([R, N]) and its input rows X ([R, K]): dW = dY^T X
+// ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]). One function for the
+// backward and for deferred weight-gradient work, so that both give bitwise the same gradients.
+struct LinearParameterGradients {
+  Tensor weight;
+  Tensor bias;
+};
+
+LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tensor& rows) {
+  return {product(g.transpose(0, 1), rows), sum_to_shape(g, {g.size(1)})};
+}
+
+// The edge's node as an AccumulateGrad (the edge leads straight to a leaf), or null.
+std::shared_ptr<autograd::AccumulateGrad> leaf_accumulator(const autograd::Edge& edge) {
+  return std::dynamic_pointer_cast<autograd::AccumulateGrad>(edge.node);
 }
 
 // A linear layer's input x [..., K] as rows [R, K] (a view where x allows), and its output's shape
@@ -92,7 +100,10 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
 
 // linear with a bias as one product with the bias fused (Backend::matmul_bias), or with `gelu`
 // gelu(linear(...)) from one Backend::matmul_bias_gelu call, which also writes the pre-activation.
-// Backward: with gelu, dPre = gelu'(pre) * dY (Backend::unary_backward) first; then linear_backward.
+// Backward: with gelu, dPre = gelu'(pre) * dY (Backend::unary_backward) first; then dX = dY W now,
+// and dW, db now or, under a DeferWeightGradients with a leaf weight (and a leaf bias or one without
+// a gradient), later: the work goes to the deferral target and dW, db are returned undefined, so the
+// engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run().
 class LinearFunction final : public autograd::Function {
  public:
   explicit LinearFunction(bool gelu) : gelu_(gelu) {}
@@ -127,7 +138,25 @@ class LinearFunction final : public autograd::Function {
       backend_for(g.device()).unary_backward(UnaryOp::kGelu, pre_activation, g, grad_pre);
       g = grad_pre;
     }
-    return linear_backward(g, rows, weight, x_shape_);
+    Tensor grad_x = product(g, weight).view(x_shape_);
+    if (autograd::DeferredWeightGradients* deferred = autograd::current_weight_gradient_deferral()) {
+      std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = leaf_accumulator(next_edges[1]);
+      std::shared_ptr<autograd::AccumulateGrad> bias_accumulator = leaf_accumulator(next_edges[2]);
+      // A weight that is not a leaf (a converted or gathered copy) must pass its gradient on through
+      // the graph now, and so must a bias that is not a leaf; the layer's parameter gradients are
+      // then all computed now, as without a deferral, rather than split between B and W.
+      if (weight_accumulator != nullptr && (bias_accumulator != nullptr || !next_edges[2].valid())) {
+        // g and rows are captured by value: the engine frees this node's saved tensors after backward.
+        deferred->add([g, rows, weight_accumulator, bias_accumulator] {
+          LinearParameterGradients gradients = linear_parameter_gradients(g, rows);
+          weight_accumulator->run_backward({gradients.weight});
+          if (bias_accumulator != nullptr) bias_accumulator->run_backward({gradients.bias});
+        });
+        return {grad_x, Tensor(), Tensor()};
+      }
+    }
+    LinearParameterGradients gradients = linear_parameter_gradients(g, rows);
+    return {grad_x, gradients.weight, gradients.bias};
   }
 
  private:

@@ -77,10 +77,11 @@ TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
     RunConfig config;
     EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
   }
-  EXPECT_EQ(keys.size(), 63u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(keys.size(), 66u);  // every field of RunConfig; update with run_config.h
   EXPECT_EQ(find_config_option("train.lrr"), nullptr);
   EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
   EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);
+  EXPECT_EQ(find_config_option("parallel.pp_layers")->type, OptionType::integer_list);
 }
 
 TEST_F(ConfigTest, LaterFilesOverrideEarlierOnesKeyByKey) {
@@ -258,7 +259,8 @@ TEST_F(ConfigTest, CrossFieldErrorsNameBothKeysValuesAndOrigins) {
   expect_contains(error_message([] { load_config({}, {"train.micro_batches=3"}); }),
                   {"train.batch_size = 8 (default)", "train.micro_batches = 3"});
   expect_contains(error_message([] { load_config({}, {"parallel.dp=2", "parallel.pp=2"}); }),
-                  {"parallel.pp = 2 (--set parallel.pp=2)", "not built yet", "set it to 1"});
+                  {"train.micro_batches = 1 (default) is fewer than parallel.pp = 2 (--set parallel.pp=2)",
+                   "at least one micro-batch per stage"});
   expect_contains(error_message([] { load_config({}, {"parallel.sp=true"}); }),
                   {"parallel.sp = true (--set parallel.sp=true)", "parallel.tp = 1", "parallel.sp: false"});
   expect_contains(error_message([] { load_config({}, {"parallel.tp=2", "parallel.tp_plan.blocks.*.mlp.fc=column"}); }),
@@ -331,6 +333,10 @@ TEST_F(ConfigTest, DumpConfigRoundTrips) {
   config.data.format = "tokens";
   config.data.val_fraction = 0.0;
   config.parallel.zero = 2;
+  config.parallel.pp = 3;
+  config.parallel.pp_schedule = "interleaved";
+  config.parallel.pp_virtual = 2;
+  config.parallel.pp_layers = {0, 2, 3, 3, 3, 1};
   config.comm.mode = "auto";
   config.checkpoint.dir = " runs/with spaces ";
   config.checkpoint.resume = "latest";
@@ -348,6 +354,8 @@ TEST_F(ConfigTest, DumpConfigRoundTrips) {
   EXPECT_EQ(loaded.data.val, "null");
   EXPECT_EQ(loaded.checkpoint.dir, " runs/with spaces ");
   EXPECT_EQ(loaded.model.options.at("tilde"), "~");
+  EXPECT_NE(dumped.find("  pp_layers: [0, 2, 3, 3, 3, 1]\n"), std::string::npos) << dumped;
+  EXPECT_EQ(loaded.parallel.pp_layers, (std::vector<int64_t>{0, 2, 3, 3, 3, 1}));
   // The defaults round-trip too, empty strings and the empty map included.
   expect_same_config(load_config({write("defaults.yaml", dump_config(RunConfig{}))}, {}), RunConfig{});
 }
@@ -361,7 +369,8 @@ TEST_F(ConfigTest, DumpConfigPrintsSectionsInFixedOrder) {
     EXPECT_GT(at, previous) << section;
     previous = at;
   }
-  expect_contains(dumped, {"  lr: 0.003\n", "  device: cpu\n", "  val: \"\"\n", "  options: {}\n"});
+  expect_contains(dumped, {"  lr: 0.003\n", "  device: cpu\n", "  val: \"\"\n", "  options: {}\n", "  pp_layers: []\n",
+                           "  pp_schedule: 1f1b\n", "  pp_virtual: 1\n"});
 }
 
 TEST_F(ConfigTest, HelpListsEveryKeyWithTypeDefaultLimitsAndHelp) {
@@ -376,7 +385,131 @@ TEST_F(ConfigTest, HelpListsEveryKeyWithTypeDefaultLimitsAndHelp) {
   expect_contains(help, {"(float, default 0.003; > 0)  peak learning rate",
                          "(string, default cosine; one of cosine|linear|constant)",
                          "(int, default 0; one of 0|1|2)", "(string, default \"\")", "(map, default {})",
-                         "(bool, default true)", "(float, default 0.05; in [0, 0.5])"});
+                         "(bool, default true)", "(float, default 0.05; in [0, 0.5])",
+                         "parallel.pp_schedule", "(string, default 1f1b; one of gpipe|1f1b|interleaved|zero_bubble)",
+                         "parallel.pp_virtual", "(int, default 1; >= 1)", "parallel.pp_layers",
+                         "(list, default []; each >= 0)"});
+}
+
+// The pipeline keys: what a file, --set and the defaults give.
+TEST_F(ConfigTest, PipelineKeysLoadFromFilesAndSet) {
+  const RunConfig defaults = load_config({}, {});
+  EXPECT_EQ(defaults.parallel.pp_schedule, "1f1b");
+  EXPECT_EQ(defaults.parallel.pp_virtual, 1);
+  EXPECT_TRUE(defaults.parallel.pp_layers.empty());
+
+  const std::string flow = write("flow.yaml",
+                                 "model:\n  layers: 2\ntrain:\n  micro_batches: 4\nparallel:\n  pp: 2\n"
+                                 "  pp_schedule: interleaved\n  pp_virtual: 2\n  pp_layers: [0, 1, 1, 0]\n");
+  RunConfig config = load_config({flow}, {});
+  EXPECT_EQ(config.parallel.pp, 2);
+  EXPECT_EQ(config.parallel.pp_schedule, "interleaved");
+  EXPECT_EQ(config.parallel.pp_virtual, 2);
+  EXPECT_EQ(config.parallel.pp_layers, (std::vector<int64_t>{0, 1, 1, 0}));
+  // A block sequence and a comma-separated scalar are the same list.
+  const std::string block = write("block.yaml", "model:\n  layers: 3\ntrain:\n  micro_batches: 2\nparallel:\n"
+                                                "  pp: 2\n  pp_layers:\n    - 2\n    - 1\n");
+  EXPECT_EQ(load_config({block}, {}).parallel.pp_layers, (std::vector<int64_t>{2, 1}));
+  const std::string scalar = write("scalar.yaml", "model:\n  layers: 3\ntrain:\n  micro_batches: 2\nparallel:\n"
+                                                  "  pp: 2\n  pp_layers: 2,1\n");
+  EXPECT_EQ(load_config({scalar}, {}).parallel.pp_layers, (std::vector<int64_t>{2, 1}));
+  // A later source replaces the list whole; an empty value clears it (balanced by cost).
+  const std::vector<std::string> fourteen = {"model.layers=14", "train.micro_batches=4", "parallel.pp=4"};
+  for (const char* text : {"[4,4,3,3]", "4,4,3,3", " [ 4, 4, 3, 3 ] "}) {
+    std::vector<std::string> overrides = fourteen;
+    overrides.push_back(str("parallel.pp_layers=", text));
+    EXPECT_EQ(load_config({}, overrides).parallel.pp_layers, (std::vector<int64_t>{4, 4, 3, 3})) << text;
+  }
+  EXPECT_EQ(load_config({block}, {"model.layers=4", "parallel.pp_layers=[1,3]"}).parallel.pp_layers,
+            (std::vector<int64_t>{1, 3}));
+  EXPECT_TRUE(load_config({block}, {"parallel.pp_layers="}).parallel.pp_layers.empty());
+  EXPECT_TRUE(load_config({block}, {"parallel.pp_layers=[]"}).parallel.pp_layers.empty());
+  const std::string cleared = write("cleared.yaml", "parallel:\n  pp_layers:\n");
+  EXPECT_TRUE(load_config({block, cleared}, {}).parallel.pp_layers.empty());
+  // Every schedule is accepted with a pipeline of two; interleaved with two chunks.
+  for (const char* schedule : {"gpipe", "1f1b", "zero_bubble"}) {
+    EXPECT_NO_THROW(load_config({}, {"train.micro_batches=2", "parallel.pp=2", str("parallel.pp_schedule=", schedule)}))
+        << schedule;
+  }
+  EXPECT_NO_THROW(load_config({}, {"train.micro_batches=2", "parallel.pp=2", "parallel.pp_schedule=interleaved",
+                                   "parallel.pp_virtual=2"}));
+  // The embedding, the blocks and the head each may be a stage: layers + 2 stages at most.
+  EXPECT_NO_THROW(load_config({}, {"train.micro_batches=4", "parallel.pp=4", "parallel.pp_layers=0,1,1,0"}));
+  // The dump writes the list as a YAML sequence that reads back.
+  config = load_config({}, fourteen);
+  config.parallel.pp_layers = {4, 4, 3, 3};
+  const std::string dumped = dump_config(config);
+  EXPECT_NE(dumped.find("  pp_layers: [4, 4, 3, 3]\n"), std::string::npos) << dumped;
+  expect_same_config(load_config({write("dumped.yaml", dumped)}, {}), config);
+}
+
+TEST_F(ConfigTest, PipelineKeyValuesOutOfRangeSayWhatIsAllowed) {
+  expect_contains(error_message([] { load_config({}, {"parallel.pp_schedule=pipedream"}); }),
+                  {"parallel.pp_schedule: must be one of gpipe|1f1b|interleaved|zero_bubble, got 'pipedream'"});
+  expect_contains(error_message([] { load_config({}, {"parallel.pp_virtual=0"}); }),
+                  {"parallel.pp_virtual: must be >= 1, got 0 (--set parallel.pp_virtual=0)"});
+  for (const char* text : {"4,x", "[4,4", "4,4]", "4,,4", "[,]", "4.5"}) {
+    expect_contains(error_message([&] { load_config({}, {str("parallel.pp_layers=", text)}); }),
+                    {str("parallel.pp_layers: expected a list of integers such as [4, 4, 3, 3] or 4,4,3,3, got '", text, "'")});
+  }
+  expect_contains(error_message([] { load_config({}, {"parallel.pp_layers=2,-1"}); }),
+                  {"parallel.pp_layers: each entry must be >= 0, got -1 in '2,-1' (--set parallel.pp_layers=2,-1)"});
+  const std::string map = write("map.yaml", "parallel:\n  pp: 1\n  pp_layers: {a: 1}\n");
+  expect_contains(error_message([&] { load_config({map}, {}); }),
+                  {"parallel.pp_layers: expected a list of integers such as [4, 4, 3, 3], got a map", "map.yaml:3"});
+  const std::string nested = write("nested.yaml", "parallel:\n  pp_layers: [1, [2]]\n");
+  expect_contains(error_message([&] { load_config({nested}, {}); }),
+                  {"parallel.pp_layers: expected a list of integers", "got a list as entry 2", "nested.yaml:2"});
+  const std::string word = write("word.yaml", "parallel:\n  pp_layers: [1, two]\n");
+  expect_contains(error_message([&] { load_config({word}, {}); }),
+                  {"parallel.pp_layers: expected a list of integers", "got '[1, two]'", "word.yaml:2"});
+  RunConfig config;
+  config.parallel.pp_layers = {1, -1};
+  expect_contains(error_message([&] { validate_config(config); }), {"parallel.pp_layers: each entry must be >= 0, got -1"});
+}
+
+TEST_F(ConfigTest, PipelineCrossFieldErrorsNameTheKeysAndHowToFix) {
+  // One micro-batch per stage at least.
+  const std::string pipeline = write("pipeline.yaml", "parallel:\n  pp: 4\n");
+  expect_contains(error_message([&] { load_config({pipeline}, {"train.micro_batches=2"}); }),
+                  {"train.micro_batches = 2 (--set train.micro_batches=2) is fewer than parallel.pp = 4 (" + pipeline + ":2)",
+                   "a pipeline needs at least one micro-batch per stage", "raise train.micro_batches"});
+  // interleaved: two chunks or more, micro-batches in groups of pp.
+  expect_contains(error_message([] { load_config({}, {"train.micro_batches=2", "parallel.pp=2", "parallel.pp_schedule=interleaved"}); }),
+                  {"parallel.pp_virtual = 1 (default)", "parallel.pp_schedule = interleaved (--set parallel.pp_schedule=interleaved)",
+                   "set parallel.pp_virtual to 2 or more"});
+  expect_contains(error_message([] {
+                    load_config({}, {"model.layers=4", "train.batch_size=12", "train.micro_batches=4", "parallel.pp=3",
+                                     "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2"});
+                  }),
+                  {"train.micro_batches = 4 (--set train.micro_batches=4) is not a multiple of parallel.pp = 3",
+                   "groups of parallel.pp", "make train.micro_batches a multiple of parallel.pp"});
+  // Other schedules: one chunk per rank.
+  expect_contains(error_message([] { load_config({}, {"train.micro_batches=2", "parallel.pp=2", "parallel.pp_virtual=2"}); }),
+                  {"parallel.pp_virtual = 2 (--set parallel.pp_virtual=2)", "parallel.pp_schedule = 1f1b (default)",
+                   "set parallel.pp_virtual to 1, or parallel.pp_schedule to interleaved"});
+  // No more virtual stages than the embedding, the blocks and the head.
+  expect_contains(error_message([] { load_config({}, {"model.layers=1", "train.micro_batches=4", "parallel.pp=4"}); }),
+                  {"parallel.pp = 4 (--set parallel.pp=4) * parallel.pp_virtual = 1 (default) = 4 virtual stages",
+                   "model.layers = 1 (--set model.layers=1) gives only 3 pieces", "lower parallel.pp or parallel.pp_virtual"});
+  // pp_layers: one entry per virtual stage, none empty, summing to model.layers.
+  expect_contains(error_message([] { load_config({}, {"train.micro_batches=2", "parallel.pp=2", "parallel.pp_layers=1,1,0"}); }),
+                  {"parallel.pp_layers = [1, 1, 0] (--set parallel.pp_layers=1,1,0) has 3 entries",
+                   "parallel.pp = 2 (--set parallel.pp=2) * parallel.pp_virtual = 1 (default) = 2 virtual stages",
+                   "one block count per virtual stage", "leave parallel.pp_layers empty"});
+  expect_contains(error_message([] { load_config({}, {"train.micro_batches=4", "parallel.pp=3", "parallel.pp_layers=[1,0,1]"}); }),
+                  {"parallel.pp_layers = [1, 0, 1]", "entry 2 (virtual stage 1) is 0", "would hold nothing",
+                   "only the first stage", "move a block to it"});
+  const std::string layers = write("layers.yaml", "parallel:\n  pp: 2\n  pp_layers: [1, 2]\ntrain:\n  micro_batches: 2\n");
+  expect_contains(error_message([&] { load_config({layers}, {}); }),
+                  {"parallel.pp_layers = [1, 2] (" + layers + ":3) places 3 blocks, but model.layers = 2 (default)",
+                   "add up to model.layers"});
+  // pp_layers is checked without a pipeline too: one stage takes every block.
+  expect_contains(error_message([] { load_config({}, {"parallel.pp_layers=3"}); }), {"places 3 blocks"});
+  EXPECT_NO_THROW(load_config({}, {"parallel.pp_layers=2"}));
+  // The data-parallel split of each micro-batch still applies.
+  expect_contains(error_message([] { load_config({}, {"train.micro_batches=2", "parallel.pp=2", "parallel.dp=3"}); }),
+                  {"parallel.dp = 3", "split evenly"});
 }
 
 TEST(CommandLineTest, SortsFilesOverridesAndFlags) {

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Pipeline parallelism through weft-train: RANKS processes as dp x tp x pp train the same batches,
+# from the same weights and dropout masks, as one process, in both comm modes, under one schedule.
+# Every step's loss, the validation losses and the final weights (checkpoints are gathered in the
+# global layout) agree with the one-process run to f32 tolerance: the pipeline computes each segment
+# as one process does, but a tied embedding's gradient is the sum of the first stage's lookup part
+# and the last stage's head part, where one process accumulates the two parts micro-batch by
+# micro-batch (and tp and dp sum in their own orders). Manual against auto: the same work in the
+# same order on every rank, so the losses are bitwise equal. The start-up log names the cut and the
+# schedule, and every step reports the bubble next to the schedule's theory.
+#   usage: pipeline_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR DP TP PP SCHEDULE CHUNKS MODEL LAYERS [MPIRUN...]
+set -euo pipefail
+weft_train=$1 compare=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 chunks=$8 model=$9 layers=${10}
+shift 10
+mpirun=("$@")
+ranks=$((dp * tp * pp))
+source "$(dirname "$0")/../support/training_work_dir.sh"
+prepare_training_work_dir "$work"
+common=("$work/run.yaml" --set model.type="$model" --set model.layers="$layers" --set model.dim=32
+        --set model.heads=4 --set model.seq_len=16 --set model.dropout=0.1 --set train.batch_size=8
+        --set train.micro_batches=4 --set train.steps=6 --set train.warmup_steps=2 --set train.optimizer=sgd
+        --set train.lr=0.5 --set train.grad_clip=1.0 --set data.train="$work/text.txt" --set data.val_every=3
+        --set log.progress=plain)
+[ "$model" = llama ] && common+=(--set model.kv_heads=2)
+
+"$weft_train" "${common[@]}" --set checkpoint.dir="$work/single" --set log.metrics_file="$work/single.jsonl" >/dev/null
+for mode in manual auto; do
+  "${mpirun[@]}" -np "$ranks" "$weft_train" "${common[@]}" --set parallel.dp="$dp" --set parallel.tp="$tp" \
+    --set parallel.pp="$pp" --set parallel.pp_schedule="$schedule" --set parallel.pp_virtual="$chunks" \
+    --set comm.mode="$mode" --set checkpoint.dir="$work/$mode" --set log.metrics_file="$work/$mode.jsonl" \
+    > "$work/$mode.log"
+done
+grep -q "pp $pp" "$work/manual.log" || { echo "FAIL: the start-up log does not report pp $pp"; exit 1; }
+grep -q "pipeline schedule $schedule" "$work/auto.log" || { echo "FAIL: the start-up log does not name the schedule"; exit 1; }
+grep -q "^stage 0" "$work/auto.log" || grep -q "stage 0" "$work/auto.log" || { echo "FAIL: the cut is not logged"; exit 1; }
+grep -q "bubble" "$work/auto.log" || { echo "FAIL: the steps do not report the bubble"; exit 1; }
+
+/usr/bin/python3 - "$work" <<'PYTHON'
+import json, sys
+work = sys.argv[1]
+def read(name):
+    rows = [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
+    return [r for r in rows if "loss" in r and "val_loss" not in r], [r["val_loss"] for r in rows if "val_loss" in r]
+single, single_val = read("single")
+for mode in ("manual", "auto"):
+    steps, val = read(mode)
+    assert len(steps) == len(single) == 6, (mode, len(steps), len(single))
+    worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(single, steps))
+    worst_val = max(abs(a - b) / abs(a) for a, b in zip(single_val, val))
+    bubbles = [r["pipeline_bubble"] for r in steps]
+    theory = steps[0]["pipeline_bubble_theory"]
+    print(f"{mode:6s} losses:", " ".join(f"{r['loss']:.6f}" for r in steps), "(one process:",
+          " ".join(f"{r['loss']:.6f}" for r in single) + f"), worst {worst:.3g}, validation {worst_val:.3g};",
+          f"bubble {sum(bubbles) / len(bubbles):.3f} (theory {theory:.3f})")
+    if worst > 1e-4 or worst_val > 1e-4 or len(val) != len(single_val):
+        sys.exit(f"the {mode} mode's pipeline losses differ from the one-process ones")
+    if not all(0.0 <= b < 1.0 for b in bubbles) or not 0.0 < theory < 1.0:
+        sys.exit(f"the {mode} mode's bubble figures are out of range: {bubbles}, theory {theory}")
+manual, _ = read("manual")
+auto, _ = read("auto")
+if [r["loss"] for r in manual] != [r["loss"] for r in auto]:
+    sys.exit("the manual and auto pipeline losses must be bitwise equal")
+PYTHON
+for mode in manual auto; do "$compare" "$work/$mode" "$work/single" 1e-4; done

@@ -1,0 +1,269 @@
+// The pipeline step graph and its schedules, without MPI: every stage's graph is built and planned
+// in both comm modes, and the plans of all stages are run together by a small simulator of the
+// executor (stream lists, waits, sends that never wait, receives that wait for their send,
+// step-wide collectives over the stages) to show that no schedule deadlocks and that every send
+// meets exactly one receive, for pp up to 8 and many micro-batch counts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "parallel/pipeline/pipeline_step_builder.h"
+#include "runtime/error.h"
+#include "runtime/graph/scheduler.h"
+
+namespace weft {
+namespace {
+
+using graph::CommMode;
+using graph::ExecutionPlan;
+using graph::Instruction;
+using graph::NodeId;
+using graph::NodeKind;
+using graph::StepGraph;
+
+struct StagePlan {
+  StepState state;
+  StepGraph graph;
+  ExecutionPlan plan;
+  std::vector<PipelineAction> actions;
+};
+
+// Segments that compute nothing (the graph is only inspected): `count` of them.
+std::vector<ModelSegment> fake_segments(int count) {
+  std::vector<ModelSegment> segments;
+  for (int s = 0; s < count; ++s) {
+    segments.push_back({str("segment ", s), [](const Tensor& x) { return x; }, {}});
+  }
+  return segments;
+}
+
+// Virtual stage j takes segments [j * per, (j + 1) * per), the last one the rest.
+std::vector<int> even_cut(int segments, int virtual_stages) {
+  std::vector<int> first;
+  for (int j = 0; j < virtual_stages; ++j) first.push_back(j * (segments / virtual_stages));
+  first.push_back(segments);
+  return first;
+}
+
+std::vector<std::unique_ptr<StagePlan>> plan_stages(PipelineSchedule schedule, int stages, int micro_batches,
+                                                    int chunks, CommMode mode) {
+  const int segments = stages * chunks + 2;
+  std::vector<std::unique_ptr<StagePlan>> plans;
+  for (int stage = 0; stage < stages; ++stage) {
+    auto plan = std::make_unique<StagePlan>();
+    PipelineRecipe recipe;
+    recipe.step.segments = fake_segments(segments);
+    recipe.step.micro_batches = micro_batches;
+    recipe.step.device = Device::cpu();
+    recipe.step.update = [](StepState&) {};
+    recipe.step.average_loss = [](const graph::NodeContext&) -> CompletionPtr { return nullptr; };
+    recipe.placement = {stage, stages, chunks, even_cut(segments, stages * chunks)};
+    recipe.schedule = schedule;
+    recipe.post_receives_early = mode == CommMode::kAuto;
+    PipelineStepGraph built = build_pipeline_step_graph(recipe, plan->state);
+    plan->graph = std::move(built.graph);
+    plan->actions = built.actions;
+    plan->plan = graph::Scheduler::plan(plan->graph, mode, built.ordering);
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
+// A step-wide collective over the stages: the loss's sum and the optimizer's norm sum.
+bool is_stage_collective(const graph::Node& node) {
+  return node.kind == NodeKind::kOptimizer || (node.kind == NodeKind::kCollective && node.name == "all_reduce loss");
+}
+
+// Runs every stage's plan at once until all is done or nothing can move; returns "" or what is stuck.
+std::string simulate(const std::vector<std::unique_ptr<StagePlan>>& plans) {
+  const int stages = static_cast<int>(plans.size());
+  std::vector<std::vector<char>> done(stages);
+  std::vector<std::array<size_t, graph::kStreamClassCount>> position(stages);
+  std::set<std::tuple<int, int, int64_t>> sent;  // (from, to, tag)
+  std::map<std::string, int> collective_arrivals;
+  for (int r = 0; r < stages; ++r) {
+    done[r].assign(plans[r]->graph.size(), 0);
+    position[r].fill(0);
+  }
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < stages; ++r) {
+      for (int s = 0; s < graph::kStreamClassCount; ++s) {
+        const std::vector<Instruction>& list = plans[r]->plan.streams[s];
+        while (position[r][s] < list.size()) {
+          const Instruction& instruction = list[position[r][s]];
+          const graph::Node& node = plans[r]->graph.node(instruction.node);
+          if (instruction.op == Instruction::Op::kWait) {
+            if (!done[r][instruction.node]) break;
+          } else if (node.kind == NodeKind::kRecv) {
+            if (!sent.count({node.peer, r, node.tag})) break;
+            done[r][node.id] = 1;
+          } else if (node.kind == NodeKind::kSend) {
+            EXPECT_TRUE(sent.insert({r, node.peer, node.tag}).second) << "stage " << r << " sends tag " << node.tag
+                                                                       << " twice";
+            done[r][node.id] = 1;
+          } else if (is_stage_collective(node)) {
+            // Arrive once; complete when every stage has arrived.
+            int& arrivals = collective_arrivals[node.name];
+            if (done[r][node.id] == 0) {
+              done[r][node.id] = 2;  // arrived, not complete
+              ++arrivals;
+            }
+            if (arrivals < stages) break;
+            done[r][node.id] = 1;
+          } else {
+            done[r][node.id] = 1;
+          }
+          ++position[r][s];
+          moved = true;
+        }
+      }
+    }
+  }
+  std::string stuck;
+  for (int r = 0; r < stages; ++r) {
+    for (int s = 0; s < graph::kStreamClassCount; ++s) {
+      const std::vector<Instruction>& list = plans[r]->plan.streams[s];
+      if (position[r][s] < list.size()) {
+        const Instruction& instruction = list[position[r][s]];
+        stuck += str("stage ", r, " ", graph::stream_class_name(graph::kAllStreamClasses[s]), " at ",
+                     instruction.op == Instruction::Op::kWait ? "wait " : "run ",
+                     plans[r]->graph.node(instruction.node).name, "; ");
+      }
+    }
+  }
+  return stuck;
+}
+
+// Every send has one receive on its peer with its tag, and the other way round.
+void expect_matched(const std::vector<std::unique_ptr<StagePlan>>& plans) {
+  std::multiset<std::tuple<int, int, int64_t>> sends, receives;
+  for (int r = 0; r < static_cast<int>(plans.size()); ++r) {
+    for (const graph::Node& node : plans[r]->graph.nodes()) {
+      if (node.kind == NodeKind::kSend) sends.insert({r, node.peer, node.tag});
+      if (node.kind == NodeKind::kRecv) receives.insert({node.peer, r, node.tag});
+    }
+  }
+  EXPECT_EQ(sends, receives);
+}
+
+struct Case {
+  PipelineSchedule schedule;
+  int stages;
+  int micro_batches;
+  int chunks;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int stages = 2; stages <= 8; ++stages) {
+    for (int m = stages; m <= 3 * stages; m += (m < stages + 2 ? 1 : stages)) {
+      out.push_back({PipelineSchedule::kGpipe, stages, m, 1});
+      out.push_back({PipelineSchedule::kOneForwardOneBackward, stages, m, 1});
+      out.push_back({PipelineSchedule::kZeroBubble, stages, m, 1});
+      if (m % stages == 0) {
+        for (int chunks = 2; chunks <= 3; ++chunks) out.push_back({PipelineSchedule::kInterleaved, stages, m, chunks});
+      }
+    }
+  }
+  return out;
+}
+
+TEST(PipelineStepGraph, EverySchedulePlansWithoutDeadlockInBothModes) {
+  int checked = 0;
+  for (const Case& c : cases()) {
+    for (CommMode mode : {CommMode::kManual, CommMode::kAuto}) {
+      SCOPED_TRACE(str(pipeline_schedule_name(c.schedule), " pp ", c.stages, " m ", c.micro_batches, " chunks ",
+                       c.chunks, " ", graph::comm_mode_name(mode)));
+      const auto plans = plan_stages(c.schedule, c.stages, c.micro_batches, c.chunks, mode);
+      expect_matched(plans);
+      EXPECT_EQ(simulate(plans), "");
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 150);
+}
+
+TEST(PipelineStepGraph, TheComputeOrderIsTheSchedule) {
+  // 1F1B at pp 3, m 4: stage 0's forward and backward nodes follow its action list.
+  const auto plans = plan_stages(PipelineSchedule::kOneForwardOneBackward, 3, 4, 1, CommMode::kManual);
+  for (int stage = 0; stage < 3; ++stage) {
+    std::vector<std::string> order;
+    for (const Instruction& instruction : plans[stage]->plan.list(graph::StreamClass::kCompute)) {
+      const graph::Node& node = plans[stage]->graph.node(instruction.node);
+      if (instruction.op != Instruction::Op::kRun) continue;
+      if (node.kind != NodeKind::kForward && node.kind != NodeKind::kBackward) continue;
+      // One entry per action: the first node of each action.
+      const std::string action = str(node.kind == NodeKind::kForward ? "F" : "B", node.micro_batch);
+      if (order.empty() || order.back() != action) order.push_back(action);
+    }
+    std::vector<std::string> expected;
+    for (const PipelineAction& action : plans[stage]->actions) expected.push_back(action_name(action));
+    EXPECT_EQ(order, expected) << "stage " << stage;
+  }
+}
+
+TEST(PipelineStepGraph, ManualModeRunsEverythingOnComputeAutoModeUsesTheP2pStream) {
+  const auto manual = plan_stages(PipelineSchedule::kOneForwardOneBackward, 2, 4, 1, CommMode::kManual);
+  const auto automatic = plan_stages(PipelineSchedule::kOneForwardOneBackward, 2, 4, 1, CommMode::kAuto);
+  EXPECT_TRUE(manual[0]->plan.list(graph::StreamClass::kP2p).empty());
+  EXPECT_FALSE(automatic[0]->plan.list(graph::StreamClass::kP2p).empty());
+  // In the auto mode the p2p stream receives (sends are posted from compute, never waiting), and a
+  // receive comes before the action ahead of the one that needs it: stage 1 (1F1B: F0 B0 F1 B1 ...)
+  // posts its second activation's receive before it runs B0.
+  std::vector<std::string> p2p;
+  for (const Instruction& instruction : automatic[1]->plan.list(graph::StreamClass::kP2p)) {
+    const graph::Node& node = automatic[1]->graph.node(instruction.node);
+    if (instruction.op == Instruction::Op::kRun) p2p.push_back(node.name);
+    if (instruction.op == Instruction::Op::kRun) EXPECT_EQ(node.kind, NodeKind::kRecv) << node.name;
+  }
+  const std::vector<std::string> expected_start = {"recv activation 1 mb0", "recv activation 1 mb1"};
+  ASSERT_GE(p2p.size(), 2u);
+  EXPECT_EQ(std::vector<std::string>(p2p.begin(), p2p.begin() + 2), expected_start);
+  const std::vector<Instruction>& compute = automatic[1]->plan.list(graph::StreamClass::kCompute);
+  const auto position = [&](const std::string& name) {
+    for (size_t i = 0; i < compute.size(); ++i) {
+      if (compute[i].op == Instruction::Op::kRun && automatic[1]->graph.node(compute[i].node).name == name) return i;
+    }
+    return compute.size();
+  };
+  // The receive is waited for only where F1 needs it, after B0 ran.
+  EXPECT_LT(position("backward segment 3 mb0"), position("forward segment 2 mb1"));
+}
+
+TEST(PipelineStepGraph, ZeroBubbleSplitsEveryBackward) {
+  const auto plans = plan_stages(PipelineSchedule::kZeroBubble, 2, 4, 1, CommMode::kManual);
+  int inputs = 0, weights = 0;
+  for (const graph::Node& node : plans[0]->graph.nodes()) {
+    if (node.name.rfind("backward input ", 0) == 0) ++inputs;
+    if (node.name.rfind("backward weight ", 0) == 0) ++weights;
+  }
+  // Stage 0 of 2 holds 2 of the 4 segments: 4 micro-batches x 2 segments of each.
+  EXPECT_EQ(inputs, 8);
+  EXPECT_EQ(weights, 8);
+}
+
+TEST(PipelineStepGraph, TagsAreDistinctPerDirectionBoundaryAndMicroBatch) {
+  std::set<int64_t> tags;
+  for (int boundary = 0; boundary < 7; ++boundary) {
+    for (int64_t micro = 0; micro < 16; ++micro) {
+      for (bool gradient : {false, true}) EXPECT_TRUE(tags.insert(pipeline_message_tag(gradient, boundary, micro, 16)).second);
+    }
+  }
+}
+
+TEST(PipelineStepGraph, ABadCutIsRefused) {
+  StepState state;
+  PipelineRecipe recipe;
+  recipe.step.segments = fake_segments(4);
+  recipe.step.update = [](StepState&) {};
+  recipe.placement = {0, 2, 1, {0, 0, 4}};  // an empty stage
+  EXPECT_THROW(build_pipeline_step_graph(recipe, state), Error);
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Pipeline schedules on the CPU: the same model (8 blocks, dim 128 by default) in one process and at
+# pp = RANKS with M micro-batches under every schedule, in both comm modes, and a table of the mean
+# per step after two warm-up steps: step time, tokens/s against the one-process run of the same call
+# (the peer), and the measured pipeline bubble (mean over stages of each stage's idle share of the
+# pipeline's span, as the papers count it) next to the schedule's bubble in theory.
+#   usage: tools/pipeline_benchmark.sh [WEFT_TRAIN] [RANKS] [MICRO_BATCHES]
+set -euo pipefail
+weft_train=${1:-build/bin/weft-train}
+ranks=${2:-4}
+micro_batches=${3:-8}
+steps=${STEPS:-8}
+work=$(mktemp -d /tmp/weft-pipeline.XXXXXX)
+mpirun=(mpirun --oversubscribe)
+[[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)
+printf 'model:\n  type: gpt\n' > "$work/run.yaml"
+common=("$work/run.yaml" --set model.layers=${LAYERS:-8} --set model.dim=${DIM:-128} --set model.heads=4
+        --set model.seq_len=64 --set model.vocab=256 --set train.batch_size=$((2 * micro_batches))
+        --set train.micro_batches=$micro_batches --set train.steps=$steps --set train.warmup_steps=2
+        --set data.val_every=0 --set log.progress=plain --set log.every=1000)
+"$weft_train" "${common[@]}" --set log.metrics_file="$work/one.jsonl" >/dev/null
+runs=(one)
+for schedule in gpipe 1f1b interleaved zero_bubble; do
+  chunks=1
+  [[ $schedule == interleaved ]] && chunks=2
+  for mode in manual auto; do
+    name="${schedule}_${mode}"
+    "${mpirun[@]}" -np "$ranks" "$weft_train" "${common[@]}" --set parallel.pp=$ranks \
+      --set parallel.pp_schedule=$schedule --set parallel.pp_virtual=$chunks --set comm.mode=$mode \
+      --set log.metrics_file="$work/$name.jsonl" >/dev/null
+    runs+=("$name")
+  done
+done
+/usr/bin/python3 - "$work" "$ranks" "$micro_batches" "${runs[@]}" <<'PYTHON'
+import json, sys
+work, ranks, micro_batches, runs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+def mean_of(run, key):
+    rows = [json.loads(l) for l in open(f"{work}/{run}.jsonl") if '"loss"' in l][2:]
+    return sum(r[key] for r in rows) / len(rows)
+base = mean_of("one", "tokens_per_s")
+print(f"pp {ranks}, {micro_batches} micro-batches")
+print(f"{'run':<26}{'step ms':>9}{'tokens/s':>10}{'vs pp 1':>9}{'bubble':>9}{'theory':>9}")
+for run in runs:
+    if run == "one":
+        print(f"{'one process (pp 1)':<26}{mean_of(run, 'step_ms'):>9.1f}{mean_of(run, 'tokens_per_s'):>10.0f}{1.0:>9.2f}")
+        continue
+    schedule, mode = run.rsplit("_", 1)
+    print(f"{schedule + ', ' + mode:<26}{mean_of(run, 'step_ms'):>9.1f}{mean_of(run, 'tokens_per_s'):>10.0f}"
+          f"{mean_of(run, 'tokens_per_s') / base:>9.2f}{mean_of(run, 'pipeline_bubble'):>9.3f}"
+          f"{mean_of(run, 'pipeline_bubble_theory'):>9.3f}")
+PYTHON
