@@ -6,6 +6,7 @@
 //   weft::mean(y).backward();   // w.grad() now holds d mean(y) / dw
 #pragma once
 
+#include "runtime/autograd/deferred_weight_gradients.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/function.h"
 #include "runtime/autograd/grad_mode.h"

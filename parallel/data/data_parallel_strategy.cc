@@ -77,9 +77,13 @@ std::vector<NamedParameter> trained_parameters(LanguageModel& model, const Pipel
   return pipeline != nullptr ? pipeline->local_parameters(model.named_parameters()) : model.named_parameters();
 }
 
-std::vector<Tensor> tensors_of(const std::vector<NamedParameter>& parameters) {
+// Their tensors, for clipping: in Module::parameters() order without a pipeline (the order the
+// gradient norm's squares are summed in, which a model may give otherwise than
+// named_parameters()), the stage's named order with one.
+std::vector<Tensor> trained_tensors(LanguageModel& model, const PipelineStage* pipeline) {
+  if (pipeline == nullptr) return model.parameters();
   std::vector<Tensor> tensors;
-  for (const NamedParameter& parameter : parameters) tensors.push_back(parameter.tensor);
+  for (const NamedParameter& parameter : trained_parameters(model, pipeline)) tensors.push_back(parameter.tensor);
   return tensors;
 }
 
@@ -95,7 +99,7 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
                                            const StrategyOptions& options, std::shared_ptr<PipelineStage> pipeline)
     : group_(std::move(group)), model_(model), tp_(options.tensor_parallel), pipeline_(std::move(pipeline)),
       world_rank_(world_rank), options_(options), mode_(graph::parse_comm_mode(options.comm_mode)),
-      device_(group_->device()), parameters_(tensors_of(trained_parameters(model, pipeline_.get()))),
+      device_(group_->device()), parameters_(trained_tensors(model, pipeline_.get())),
       buffer_(trained_parameters(model, pipeline_.get()), options.bucket_bytes, group_->size()),
       executor_(group_->device()) {
   WEFT_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, "parallel.zero = ", options.zero_stage,

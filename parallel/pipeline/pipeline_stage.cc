@@ -51,9 +51,7 @@ PipelineStage::PipelineStage(const Mesh& mesh, int world_rank, const std::vector
   const std::vector<double> flops = segment_flops_per_token(segments, parameters, options.seq_len);
   const std::vector<int64_t> counts = segment_parameter_counts(segments, parameters);
   const StagePartition partition =
-      options.layers.empty()
-          ? balanced_partition(segment_balance_costs(flops, counts), virtual_stages)
-          : partition_from_layers(options.layers, static_cast<int>(segments.size()) - 2, virtual_stages);
+      partition_model(segments, parameters, options.seq_len, options.layers, virtual_stages);
   placement_.stage = mesh.coordinates(world_rank).pp;
   placement_.stages = pp;
   placement_.chunks = chunks;

@@ -10,6 +10,10 @@
 # with the same collectives, and the losses are compared bitwise. With sequence parallelism the auto
 # mode's pipelined ring reduce-scatter (collective_matmul.h) adds the ranks' partial products in
 # ring order while MPI's reduce-scatter picks its own, so the two agree to tolerance only.
+# The Llama's manual layers do not always round as the auto mode's do: on some CPUs (OpenBLAS picks
+# its kernels by processor) the manual Llama's losses differ in the last bits even without sequence
+# parallelism (4e-8 relative, seen on the 2026-12-02 development machine, before and after the
+# pipeline work), so a Llama is compared to tolerance; a GPT bitwise.
 #   usage: tensor_parallel_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR RANKS TP SP MODEL [MPIRUN...]
 #   MODEL: gpt (learned positions, layer norm, GELU, tied, biases) or llama (rope, RMSNorm, SwiGLU,
 #   grouped-query attention, untied)
@@ -35,9 +39,9 @@ done
 grep -q "tp $tp" "$work/manual.log" || { echo "FAIL: the start-up log does not report tp $tp"; exit 1; }
 grep -q "tensor-parallel plan" "$work/auto.log" || { echo "FAIL: the auto mode did not log its plan"; exit 1; }
 
-/usr/bin/python3 - "$work" "$sp" <<'PYTHON'
+/usr/bin/python3 - "$work" "$sp" "$model" <<'PYTHON'
 import json, sys
-work, sp = sys.argv[1], sys.argv[2] == "true"
+work, sp, model = sys.argv[1], sys.argv[2] == "true", sys.argv[3]
 def read(name):
     rows = [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
     return [r for r in rows if "loss" in r and "val_loss" not in r], [r["val_loss"] for r in rows if "val_loss" in r]
@@ -53,7 +57,10 @@ for mode in ("manual", "auto"):
         sys.exit(f"the {mode} mode's tensor-parallel losses differ from the one-process ones")
 manual, _ = read("manual")
 auto, _ = read("auto")
-if not sp and [r["loss"] for r in manual] != [r["loss"] for r in auto]:
-    sys.exit("without sequence parallelism the manual and auto losses must be bitwise equal")
+if not sp and model == "gpt" and [r["loss"] for r in manual] != [r["loss"] for r in auto]:
+    sys.exit("without sequence parallelism the manual and auto GPT losses must be bitwise equal")
+worst_modes = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(manual, auto))
+if worst_modes > 1e-6:
+    sys.exit(f"the manual and auto losses differ by {worst_modes:.3g} relative")
 PYTHON
 for mode in manual auto; do "$compare" "$work/$mode" "$work/single" 1e-4; done
