@@ -14,8 +14,8 @@
 //   weight_work.run();  // W: parameters' .grad accumulate and their grad-ready hooks fire now
 //
 // Invariants:
-// - Only ops that know how to defer (today: linear and linear_gelu with a bias, runtime/ops/matmul.cc),
-//   and only when the weight (and the bias, if it requires grad) is a leaf: its gradient edge leads
+// - Only ops that know how to defer (today: linear, with or without a bias, and linear_gelu;
+//   runtime/ops/matmul.cc), and only when the weight (and the bias, if it requires grad) is a leaf: its gradient edge leads
 //   straight to its AccumulateGrad. Everything else computes every gradient during the backward.
 // - A deferring backward returns no gradient for the weight and bias, so the engine skips their
 //   AccumulateGrad: .grad is untouched and grad-ready hooks do not fire until run().

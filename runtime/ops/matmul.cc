@@ -76,8 +76,8 @@ struct LinearParameterGradients {
   Tensor bias;
 };
 
-LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tensor& rows) {
-  return {product(g.transpose(0, 1), rows), sum_to_shape(g, {g.size(1)})};
+LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tensor& rows, bool with_bias) {
+  return {product(g.transpose(0, 1), rows), with_bias ? sum_to_shape(g, {g.size(1)}) : Tensor()};
 }
 
 // The edge's node as an AccumulateGrad (the edge leads straight to a leaf), or null.
@@ -111,10 +111,17 @@ class LinearFunction final : public autograd::Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const Tensor& x = inputs[0];
     const Tensor& weight = inputs[1];  // [N, K]
-    const Tensor& bias = inputs[2];    // [N]
+    const Tensor& bias = inputs[2];    // [N], or undefined (no bias; not with gelu)
     const int64_t n = weight.size(0);
     x_shape_ = x.shape();
+    with_bias_ = bias.defined();
     const auto [rows, out_shape] = linear_rows(x, weight);  // [R, K], [..., N]
+    if (!with_bias_) {
+      // The product matmul(x, weight^T) makes, the same GEMM; as a linear, its weight gradient can
+      // be deferred (zero-bubble pipelines).
+      save_for_backward({rows, weight});
+      return {product(rows, weight.transpose(0, 1)).view(out_shape)};
+    }
     Tensor out = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
     const Tensor a = rows.unsqueeze(0), b = weight.transpose(0, 1).unsqueeze(0);
     if (gelu_) {
@@ -148,19 +155,20 @@ class LinearFunction final : public autograd::Function {
       if (weight_accumulator != nullptr && (bias_accumulator != nullptr || !next_edges[2].valid())) {
         // g and rows are captured by value: the engine frees this node's saved tensors after backward.
         deferred->add([g, rows, weight_accumulator, bias_accumulator] {
-          LinearParameterGradients gradients = linear_parameter_gradients(g, rows);
+          LinearParameterGradients gradients = linear_parameter_gradients(g, rows, bias_accumulator != nullptr);
           weight_accumulator->run_backward({gradients.weight});
           if (bias_accumulator != nullptr) bias_accumulator->run_backward({gradients.bias});
         });
         return {grad_x, Tensor(), Tensor()};
       }
     }
-    LinearParameterGradients gradients = linear_parameter_gradients(g, rows);
+    LinearParameterGradients gradients = linear_parameter_gradients(g, rows, with_bias_);
     return {grad_x, gradients.weight, gradients.bias};
   }
 
  private:
   bool gelu_;
+  bool with_bias_ = true;
   Shape x_shape_;
 };
 
@@ -204,12 +212,7 @@ void check_linear_arguments(std::string_view op, const Tensor& x, const Tensor& 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_linear_arguments("linear", x, weight, bias);
   const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x;
-  Tensor out;
-  if (bias.defined()) {
-    out = autograd::apply<LinearFunction>({rows, weight, bias}, false)[0];
-  } else {
-    out = matmul(rows, weight.transpose(0, 1));
-  }
+  const Tensor out = autograd::apply<LinearFunction>({rows, weight, bias}, false)[0];
   return x.dim() == 1 ? out.squeeze(0) : out;
 }
 

@@ -5,9 +5,7 @@
 // accumulates and grad-ready hooks fire then, once per parameter, and not before).
 //
 // The model is a small MLP made of the ops layers/linear.cc calls: linear_gelu with a bias, linear
-// with a bias, and a linear without a bias. A linear without a bias is a matmul with the weight's
-// transpose, whose weight edge leads through the transpose rather than to a leaf, so that layer is
-// not deferred; the tests say so where it matters.
+// with a bias, and a linear without a bias (a head, a Llama's projections); all three are deferred.
 #include <cstring>
 #include <map>
 #include <string>
@@ -69,19 +67,15 @@ struct Mlp {
   Tensor loss(const Tensor& input) const {
     const Tensor hidden = linear_gelu(input, w1, b1);  // [2, 3, 5]
     const Tensor features = linear(hidden, w2, b2);     // [2, 3, 6]
-    return sum(linear(features, w3) * loss_weights);    // w3 has no bias: not deferred
+    return sum(linear(features, w3) * loss_weights);    // w3 has no bias
   }
   Tensor loss() const { return loss(x); }
 
   // The parameters of the layers that defer (those with a bias), and every parameter.
   std::vector<std::pair<std::string, Tensor>> deferred_parameters() const {
-    return {{"w1", w1}, {"b1", b1}, {"w2", w2}, {"b2", b2}};
+    return {{"w1", w1}, {"b1", b1}, {"w2", w2}, {"b2", b2}, {"w3", w3}};
   }
-  std::vector<std::pair<std::string, Tensor>> parameters() const {
-    std::vector<std::pair<std::string, Tensor>> all = deferred_parameters();
-    all.push_back({"w3", w3});
-    return all;
-  }
+  std::vector<std::pair<std::string, Tensor>> parameters() const { return deferred_parameters(); }
 
   Tensor x, w1, b1, w2, b2, w3;
   Tensor loss_weights;  // [2, 3, 3]
@@ -116,7 +110,7 @@ TEST(DeferredWeightGradients, MatchAnUndeferredBackwardBitForBit) {
       DeferWeightGradients defer(weight_work);
       deferred.loss().backward();
     }
-    EXPECT_EQ(weight_work.size(), 2u) << "one item per linear layer with a bias";
+    EXPECT_EQ(weight_work.size(), 3u) << "one item per linear layer";
     weight_work.run();
     EXPECT_TRUE(weight_work.empty());
     expect_same_gradients(deferred, reference);
@@ -139,9 +133,6 @@ TEST(DeferredWeightGradients, ParametersWaitForRunWhileTheInputGradientIsComplet
       EXPECT_FALSE(parameter.grad().defined()) << name;
       EXPECT_EQ(deferred.hook_calls[name], 0) << name;
     }
-    // The linear without a bias is not deferred: its weight is ready during the backward.
-    EXPECT_EQ(deferred.hook_calls["w3"], 1);
-    EXPECT_TRUE(bitwise_equal(deferred.w3.grad(), reference.w3.grad()));
 
     weight_work.run();
     for (const auto& [name, parameter] : deferred.parameters()) {
@@ -245,7 +236,7 @@ TEST(DeferredWeightGradients, BackwardToInputsReturnsTheInputGradientWhileWeight
     for (const auto& [name, parameter] : deferred.deferred_parameters()) {
       EXPECT_FALSE(parameter.grad().defined()) << name;
     }
-    EXPECT_EQ(weight_work.size(), 2u);
+    EXPECT_EQ(weight_work.size(), 3u);
     weight_work.run();
     for (const auto& [name, parameter] : deferred.parameters()) EXPECT_EQ(deferred.hook_calls[name], 1) << name;
     deferred.x.set_grad(reached[0]);  // so that expect_same_gradients compares it as well
@@ -275,17 +266,16 @@ TEST(DeferredWeightGradients, GuardsNestAndRestoreThePreviousTarget) {
     model.loss().backward();
   }
   EXPECT_EQ(current_weight_gradient_deferral(), nullptr);
-  EXPECT_EQ(inner_work.size(), 2u);
-  EXPECT_EQ(outer_work.size(), 2u);
+  EXPECT_EQ(inner_work.size(), 3u);
+  EXPECT_EQ(outer_work.size(), 3u);
   EXPECT_FALSE(model.w1.grad().defined());
+  EXPECT_FALSE(model.w3.grad().defined());
 
-  // No guard: nothing is deferred, the weights are ready when backward returns (w3, which is never
-  // deferred, has been ready after each of the three passes).
+  // No guard: nothing is deferred, the weights are ready when backward returns.
   model.loss().backward();
   for (const auto& [name, parameter] : model.deferred_parameters()) EXPECT_EQ(model.hook_calls[name], 1) << name;
-  EXPECT_EQ(model.hook_calls["w3"], 3);
-  EXPECT_EQ(inner_work.size(), 2u);
-  EXPECT_EQ(outer_work.size(), 2u);
+  EXPECT_EQ(inner_work.size(), 3u);
+  EXPECT_EQ(outer_work.size(), 3u);
 
   // Three passes' worth of gradient in the end, whichever way each arrived.
   inner_work.run();
@@ -348,7 +338,7 @@ TEST(DeferredWeightGradientsCuda, MatchAnUndeferredBackwardBitForBitOnTheGpu) {
   for (const auto& [name, parameter] : deferred.deferred_parameters()) {
     EXPECT_FALSE(parameter.grad().defined()) << name;
   }
-  EXPECT_EQ(weight_work.size(), 2u);
+  EXPECT_EQ(weight_work.size(), 3u);
   weight_work.run();
   for (const auto& [name, parameter] : deferred.parameters()) EXPECT_EQ(deferred.hook_calls[name], 1) << name;
   expect_same_gradients(deferred, reference);
