@@ -24,17 +24,4 @@ resume=(--set checkpoint.resume="$work/straight/step_00000003")
 "${mpirun[@]}" -np 4 "$weft_train" "${common[@]}" "${resume[@]}" --set parallel.dp=2 --set parallel.tp=2 \
   --set parallel.zero="$zero" --set checkpoint.dir="$work/same" --set log.metrics_file="$work/same.jsonl" >/dev/null
 
-/usr/bin/python3 - "$work" <<'PYTHON'
-import json, sys
-work = sys.argv[1]
-def losses(name):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl")) if "loss" in r and "val_loss" not in r}
-straight = losses("straight")
-for name, tolerance in (("tp1", 1e-4), ("tp4", 1e-4), ("same", 0.0)):
-    resumed = losses(name)
-    assert sorted(resumed) == [4, 5, 6], (name, sorted(resumed))
-    worst = max(abs(resumed[s] - straight[s]) / abs(straight[s]) for s in resumed)
-    print(f"resumed at {name}: worst relative loss difference over steps 4-6: {worst:.3g}")
-    if worst > tolerance:
-        sys.exit(f"the run resumed at {name} does not continue the saved one")
-PYTHON
+/usr/bin/python3 "$(dirname "$0")/../support/resumed_losses.py" "$work" tp1=1e-4 tp4=1e-4 same=0
