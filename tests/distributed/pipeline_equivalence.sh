@@ -11,10 +11,10 @@
 # in the gradient norm's last bits at tp 2 without any pipeline, too), so there they agree to
 # tolerance. The start-up log names the cut and the
 # schedule, and every step reports the bubble next to the schedule's theory.
-#   usage: pipeline_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR DP TP PP SCHEDULE CHUNKS MODEL LAYERS [MPIRUN...]
+#   usage: pipeline_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR DP TP PP SCHEDULE CHUNKS MODEL LAYERS ZERO [MPIRUN...]
 set -euo pipefail
-weft_train=$1 compare=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 chunks=$8 model=$9 layers=${10}
-shift 10
+weft_train=$1 compare=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 chunks=$8 model=$9 layers=${10} zero=${11}
+shift 11
 mpirun=("$@")
 ranks=$((dp * tp * pp))
 source "$(dirname "$0")/../support/training_work_dir.sh"
@@ -30,6 +30,7 @@ common=("$work/run.yaml" --set model.type="$model" --set model.layers="$layers" 
 for mode in manual auto; do
   "${mpirun[@]}" -np "$ranks" "$weft_train" "${common[@]}" --set parallel.dp="$dp" --set parallel.tp="$tp" \
     --set parallel.pp="$pp" --set parallel.pp_schedule="$schedule" --set parallel.pp_virtual="$chunks" \
+    --set parallel.zero="$zero" \
     --set comm.mode="$mode" --set checkpoint.dir="$work/$mode" --set log.metrics_file="$work/$mode.jsonl" \
     > "$work/$mode.log"
 done
