@@ -294,10 +294,16 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   if (pipeline_ != nullptr) state_.loss_sum.zero_();  // the one-stage graph zeroes it in its first forward
   const graph::StepTimeline timeline = executor_.execute(graph_, plan_);
   state_.next_micro_batch = nullptr;
+  const double bubble = pipeline_ != nullptr ? pipeline_->measured_bubble(timeline) : 0.0;
   if (pipeline_ != nullptr) pipeline_->transport().finish_sends();
   if (options_.trace) {
-    const std::string events =
-        timeline.chrome_trace_events(world_rank_, str("rank ", world_rank_), started_ms);
+    std::string events = timeline.chrome_trace_events(world_rank_, str("rank ", world_rank_), started_ms);
+    if (pipeline_ != nullptr) {
+      // A counter row per rank: the step's measured bubble next to the schedule's.
+      events += str(events.empty() ? "" : ",\n", "{\"ph\": \"C\", \"name\": \"pipeline bubble\", \"pid\": ", world_rank_,
+                    ", \"ts\": ", static_cast<int64_t>(started_ms * 1000.0), ", \"args\": {\"measured\": ", bubble,
+                    ", \"theory\": ", pipeline_->theoretical_bubble(), "}}");
+    }
     if (!events.empty()) trace_events_ += (trace_events_.empty() ? "" : ",") + events;
   }
   // The step is over (the executor waited for it), so these reads cost no synchronization.
@@ -324,7 +330,7 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   report.exposed_comm_ms = timeline.exposed_comm_ms;
   report.overlap_ratio = timeline.overlap_ratio;
   if (pipeline_ != nullptr) {
-    report.pipeline_bubble = pipeline_->measured_bubble(timeline);
+    report.pipeline_bubble = bubble;
     report.pipeline_bubble_theory = pipeline_->theoretical_bubble();
   }
   return report;

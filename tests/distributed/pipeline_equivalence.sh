@@ -32,12 +32,14 @@ for mode in manual auto; do
     --set parallel.pp="$pp" --set parallel.pp_schedule="$schedule" --set parallel.pp_virtual="$chunks" \
     --set parallel.zero="$zero" \
     --set comm.mode="$mode" --set checkpoint.dir="$work/$mode" --set log.metrics_file="$work/$mode.jsonl" \
-    > "$work/$mode.log"
+    --set log.trace_file="$work/$mode.trace.json" > "$work/$mode.log"
 done
 grep -q "pp $pp" "$work/manual.log" || { echo "FAIL: the start-up log does not report pp $pp"; exit 1; }
 grep -q "pipeline schedule $schedule" "$work/auto.log" || { echo "FAIL: the start-up log does not name the schedule"; exit 1; }
 grep -q "^stage 0" "$work/auto.log" || grep -q "stage 0" "$work/auto.log" || { echo "FAIL: the cut is not logged"; exit 1; }
 grep -q "bubble" "$work/auto.log" || { echo "FAIL: the steps do not report the bubble"; exit 1; }
+[ "$(grep -c '"pipeline bubble"' "$work/auto.trace.json")" -eq $((6 * ranks)) ] ||
+  { echo "FAIL: the trace does not hold a bubble counter per step and rank"; exit 1; }
 
 /usr/bin/python3 - "$work" "$tp" <<'PYTHON'
 import json, sys
