@@ -3,7 +3,8 @@
 # the checkpoint resumes in one process (pp 1), at pp 4 (zero bubble) and at pp 2 in the other
 # comm mode. Each resumed run's losses for steps 4-6 agree with the uninterrupted run's to f32
 # tolerance (another cut sums the tied embedding's gradient in another order), and at the same
-# mesh and schedule bit for bit.
+# mesh and schedule bit for bit. Dropout is on: each dropout stream resumes where the stage that
+# runs its module left it (Strategy::random_state).
 #   usage: pipeline_resume.sh WEFT_TRAIN WORK_DIR [MPIRUN...]
 set -euo pipefail
 weft_train=$1 work=$2
@@ -12,7 +13,7 @@ mpirun=("$@")
 source "$(dirname "$0")/../support/training_work_dir.sh"
 prepare_training_work_dir "$work"
 common=("$work/run.yaml" --set model.layers=4 --set model.dim=32 --set model.heads=4 --set model.seq_len=16
-        --set train.batch_size=8 --set train.micro_batches=4 --set train.steps=6 --set train.warmup_steps=2
+        --set model.dropout=0.1 --set train.batch_size=8 --set train.micro_batches=4 --set train.steps=6 --set train.warmup_steps=2
         --set train.optimizer=adamw --set train.lr=0.01 --set data.train="$work/text.txt" --set data.val_every=0
         --set log.progress=plain)
 
