@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "runtime/error.h"
 
@@ -74,6 +75,7 @@ void MetricsLogger::log_step(const StepMetrics& m) {
     if (m.pipeline_bubble) {
       line["pipeline_bubble"] = *m.pipeline_bubble;
       line["pipeline_bubble_theory"] = m.pipeline_bubble_theory;
+      line["stage_memory_mb"] = m.stage_memory_mb;
     }
     metrics_ << line.dump() << "\n";
     metrics_.flush();
@@ -88,8 +90,11 @@ void MetricsLogger::log_step(const StepMetrics& m) {
       absl::StrFormat("loss %.4f  lr %.3g  grad %.3f  %.0f tok/s  %.0f ms%s%s%s  mem %.0f MB%s", m.loss, m.lr, m.grad_norm,
                       m.tokens_per_s, m.step_ms, mfu,
                       m.comm_ms > 0 ? absl::StrFormat("  comm %.1f ms (exposed %.1f)", m.comm_ms, m.exposed_comm_ms) : "",
-                      m.pipeline_bubble ? absl::StrFormat("  bubble %.1f%% (theory %.1f%%)", 100 * *m.pipeline_bubble,
-                                                          100 * m.pipeline_bubble_theory)
+                      m.pipeline_bubble ? absl::StrFormat("  bubble %.1f%% (theory %.1f%%)  stage mem %s MB",
+                                                          100 * *m.pipeline_bubble, 100 * m.pipeline_bubble_theory,
+                                                          absl::StrJoin(m.stage_memory_mb, "/", [](std::string* out, double mb) {
+                                                            absl::StrAppend(out, absl::StrFormat("%.0f", mb));
+                                                          }))
                                         : "",
                       m.memory_mb, m.skipped ? "  (update skipped: non-finite loss)" : "");
   if (!bar_) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace weft {
 
@@ -32,6 +33,7 @@ struct StepMetrics {
   // span, parallel/pipeline/pipeline_stage.h) and the schedule's bubble in theory.
   std::optional<double> pipeline_bubble;
   double pipeline_bubble_theory = 0;
+  std::vector<double> stage_memory_mb;  // pipelines: memory_mb of every stage, stage 0 first
 };
 
 class MetricsLogger {

@@ -400,6 +400,7 @@ TrainResult Trainer::run() {
     // Against the peak of every GPU of the run (one per rank).
     if (s.device.is_cuda()) metrics.mfu = step_flops / seconds / (kGpuPeakFlops * s.world_size);
     metrics.memory_mb = memory_megabytes(s.device);
+    if (config_.parallel.pp > 1) metrics.stage_memory_mb = s.strategy->per_stage(metrics.memory_mb);
     logger.log_step(metrics);
     result.losses.push_back(metrics.loss);
     result.last_step = step;

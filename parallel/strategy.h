@@ -101,6 +101,9 @@ class Strategy {
 
   // The step graph as log.graph_file writes it (.json or .dot).
   virtual void write_graph(const std::string& path) const = 0;
+  // `value` of every pipeline stage, stage 0 first ({value} without a pipeline): the memory each
+  // stage holds, for the step log. Collective.
+  virtual std::vector<double> per_stage(double value) { return {value}; }
   // Lines for the start-up log (a pipeline's cut and schedule); empty when there is nothing to say.
   virtual std::vector<std::string> description() const { return {}; }
   // Every rank's timelines of the steps so far (options.trace) as one Chrome trace: a process row

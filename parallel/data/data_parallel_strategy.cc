@@ -516,6 +516,10 @@ int64_t DataParallelStrategy::optimizer_state_bytes() const { return state_bytes
 
 void DataParallelStrategy::write_graph(const std::string& path) const { graph::write_graph(graph_, path); }
 
+std::vector<double> DataParallelStrategy::per_stage(double value) {
+  return pipeline_ != nullptr ? pipeline_->gather_over_stages(value) : std::vector<double>{value};
+}
+
 std::vector<std::string> DataParallelStrategy::description() const {
   return pipeline_ != nullptr ? pipeline_->description() : std::vector<std::string>();
 }

@@ -69,6 +69,7 @@ class DataParallelStrategy final : public Strategy {
   void write_graph(const std::string& path) const override;
   void write_trace(const std::string& path) override;
   std::vector<std::string> description() const override;
+  std::vector<double> per_stage(double value) override;
 
   // For tests: the graph and plan every step runs.
   const graph::StepGraph& step_graph() const { return graph_; }

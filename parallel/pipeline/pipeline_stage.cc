@@ -142,6 +142,14 @@ void PipelineStage::sum_over_stages(const Tensor& tensor) {
   group_->all_reduce(tensor, Reduction::kSum, CommStream())->wait();
 }
 
+std::vector<double> PipelineStage::gather_over_stages(double value) {
+  const Device device = group_->device();
+  const Tensor mine = Tensor::full({1}, value, accumulation_dtype(device), device);
+  const Tensor all = Tensor::empty({placement_.stages}, accumulation_dtype(device), device);
+  group_->all_gather(mine, all, CommStream())->wait();
+  return all.to(Device::cpu()).to_vector();
+}
+
 void PipelineStage::max_over_stages(Tensor& tensor) {
   Tensor on_group = tensor.to(group_->device());
   group_->all_reduce(on_group, Reduction::kMax, CommStream())->wait();

@@ -71,6 +71,8 @@ class PipelineStage {
   void sum_shared_gradient(const std::string& name, const Tensor& gradient);
   // In place, the sum over the stages (on `tensor`'s device, the caller's stream). Collective.
   void sum_over_stages(const Tensor& tensor);
+  // Every stage's `value`, stage 0 first. Collective.
+  std::vector<double> gather_over_stages(double value);
   // In place, the largest value over the stages, element by element (any device: the result comes
   // back to `tensor`'s). Collective.
   void max_over_stages(Tensor& tensor);

@@ -10,7 +10,7 @@
 # two modes' tensor-parallel layers round differently in places (a Llama at these shapes differs
 # in the gradient norm's last bits at tp 2 without any pipeline, too), so there they agree to
 # tolerance. The start-up log names the cut and the
-# schedule, and every step reports the bubble next to the schedule's theory.
+# schedule, and every step reports the bubble next to the schedule's theory and each stage's memory.
 #   usage: pipeline_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR DP TP PP SCHEDULE CHUNKS MODEL LAYERS ZERO [MPIRUN...]
 set -euo pipefail
 weft_train=$1 compare=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 chunks=$8 model=$9 layers=${10} zero=${11}
@@ -41,9 +41,9 @@ grep -q "bubble" "$work/auto.log" || { echo "FAIL: the steps do not report the b
 [ "$(grep -c '"pipeline bubble"' "$work/auto.trace.json")" -eq $((6 * ranks)) ] ||
   { echo "FAIL: the trace does not hold a bubble counter per step and rank"; exit 1; }
 
-/usr/bin/python3 - "$work" "$tp" <<'PYTHON'
+/usr/bin/python3 - "$work" "$tp" "$pp" <<'PYTHON'
 import json, sys
-work, tp = sys.argv[1], int(sys.argv[2])
+work, tp, pp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def read(name):
     rows = [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
     return [r for r in rows if "loss" in r and "val_loss" not in r], [r["val_loss"] for r in rows if "val_loss" in r]
@@ -62,6 +62,8 @@ for mode in ("manual", "auto"):
         sys.exit(f"the {mode} mode's pipeline losses differ from the one-process ones")
     if not all(0.0 <= b < 1.0 for b in bubbles) or not 0.0 < theory < 1.0:
         sys.exit(f"the {mode} mode's bubble figures are out of range: {bubbles}, theory {theory}")
+    if not all(len(r["stage_memory_mb"]) == pp and min(r["stage_memory_mb"]) > 0 for r in steps):
+        sys.exit(f"the {mode} mode's steps do not give the memory of each of the {pp} stages")
 manual, _ = read("manual")
 auto, _ = read("auto")
 if tp == 1 and [r["loss"] for r in manual] != [r["loss"] for r in auto]:
