@@ -117,22 +117,29 @@ TEST(DeferredWeightGradients, MatchAnUndeferredBackwardBitForBit) {
   }
 }
 
+// One deferred backward of `deferred` next to an undeferred one of `reference`: the input gradient
+// is final at once, no parameter's .grad or hook has moved, and run() is left to the caller.
+void expect_input_gradient_before_weights(Mlp& reference, Mlp& deferred, DeferredWeightGradients& weight_work) {
+  reference.loss().backward();
+  {
+    DeferWeightGradients defer(weight_work);
+    deferred.loss().backward();
+  }
+  EXPECT_TRUE(bitwise_equal(deferred.x.grad(), reference.x.grad()));
+  for (const auto& [name, parameter] : deferred.deferred_parameters()) {
+    EXPECT_FALSE(parameter.grad().defined()) << name;
+    EXPECT_EQ(deferred.hook_calls[name], 0) << name;
+  }
+  EXPECT_EQ(weight_work.size(), 3u) << "one item per linear layer";
+}
+
 TEST(DeferredWeightGradients, ParametersWaitForRunWhileTheInputGradientIsComplete) {
   for (DType dtype : kDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     Mlp reference(dtype, Device::cpu()), deferred(dtype, Device::cpu());
-    reference.loss().backward();
     DeferredWeightGradients weight_work;
-    {
-      DeferWeightGradients defer(weight_work);
-      deferred.loss().backward();
-    }
     // B is done: the input gradient is final before any weight work runs.
-    EXPECT_TRUE(bitwise_equal(deferred.x.grad(), reference.x.grad()));
-    for (const auto& [name, parameter] : deferred.deferred_parameters()) {
-      EXPECT_FALSE(parameter.grad().defined()) << name;
-      EXPECT_EQ(deferred.hook_calls[name], 0) << name;
-    }
+    expect_input_gradient_before_weights(reference, deferred, weight_work);
 
     weight_work.run();
     for (const auto& [name, parameter] : deferred.parameters()) {
@@ -328,17 +335,8 @@ TEST(DeferredWeightGradientsCuda, MatchAnUndeferredBackwardBitForBitOnTheGpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device (or weft was built without CUDA)");
   const Device gpu = Device::cuda(0);
   Mlp reference(kFloat32, gpu), deferred(kFloat32, gpu);
-  reference.loss().backward();
   DeferredWeightGradients weight_work;
-  {
-    DeferWeightGradients defer(weight_work);
-    deferred.loss().backward();
-  }
-  EXPECT_TRUE(bitwise_equal(deferred.x.grad(), reference.x.grad()));
-  for (const auto& [name, parameter] : deferred.deferred_parameters()) {
-    EXPECT_FALSE(parameter.grad().defined()) << name;
-  }
-  EXPECT_EQ(weight_work.size(), 3u);
+  expect_input_gradient_before_weights(reference, deferred, weight_work);
   weight_work.run();
   for (const auto& [name, parameter] : deferred.parameters()) EXPECT_EQ(deferred.hook_calls[name], 1) << name;
   expect_same_gradients(deferred, reference);
