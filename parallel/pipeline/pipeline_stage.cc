@@ -204,7 +204,8 @@ std::map<std::string, Tensor> PipelineStage::gather_to_first_stage(const std::ma
 double PipelineStage::measured_bubble(const graph::StepTimeline& timeline) {
   // The papers' bubble: over the pipeline's span, from the step's start (the stages leave the
   // previous step's collectives together) to the end of the last compute on any stage, the share
-  // in which this stage ran no forward or backward; the mean over the stages.
+  // in which a stage ran no forward or backward; the mean over the stages. One all-gather of each
+  // stage's (last end, busy time) pair gives every rank both the span and every stage's share.
   std::vector<graph::Interval> compute;
   double last = 0.0;
   for (const graph::NodeTiming& node : timeline.nodes) {
@@ -213,13 +214,17 @@ double PipelineStage::measured_bubble(const graph::StepTimeline& timeline) {
     compute.push_back({node.start_ms, node.end_ms});
   }
   const Device device = group_->device();
-  Tensor span = Tensor::full({1}, last, accumulation_dtype(device), device);
-  group_->all_reduce(span, Reduction::kMax, CommStream())->wait();
-  const double makespan = span.item();
-  const double idle = makespan > 0.0 ? 1.0 - graph::union_length(compute) / makespan : 0.0;
-  Tensor total = Tensor::full({1}, idle, accumulation_dtype(device), device);
-  sum_over_stages(total);
-  return total.item() / static_cast<double>(placement_.stages);
+  const std::vector<double> mine = {last, graph::union_length(compute)};
+  const Tensor local = Tensor::from_vector(absl::Span<const double>(mine), {2}, accumulation_dtype(device)).to(device);
+  const Tensor all = Tensor::empty({2 * placement_.stages}, accumulation_dtype(device), device);
+  group_->all_gather(local, all, CommStream())->wait();
+  const std::vector<double> stages = all.to(Device::cpu()).to_vector();  // (last end, busy) per stage
+  double makespan = 0.0;
+  for (size_t s = 0; s < stages.size(); s += 2) makespan = std::max(makespan, stages[s]);
+  if (makespan <= 0.0) return 0.0;
+  double idle = 0.0;
+  for (size_t s = 1; s < stages.size(); s += 2) idle += 1.0 - stages[s] / makespan;
+  return idle / static_cast<double>(placement_.stages);
 }
 
 }  // namespace weft
