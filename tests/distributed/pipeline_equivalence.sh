@@ -41,31 +41,23 @@ grep -q "bubble" "$work/auto.log" || { echo "FAIL: the steps do not report the b
 [ "$(grep -c '"pipeline bubble"' "$work/auto.trace.json")" -eq $((6 * ranks)) ] ||
   { echo "FAIL: the trace does not hold a bubble counter per step and rank"; exit 1; }
 
-/usr/bin/python3 - "$work" "$tp" "$pp" <<'PYTHON'
-import json, sys
+/usr/bin/python3 - "$work" "$tp" "$pp" "$(dirname "$0")/../support" <<'PYTHON'
+import sys
 work, tp, pp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def read(name):
-    rows = [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
-    return [r for r in rows if "loss" in r and "val_loss" not in r], [r["val_loss"] for r in rows if "val_loss" in r]
-single, single_val = read("single")
+sys.path.insert(0, sys.argv[4])
+from training_metrics import read, expect_one_process_losses
 for mode in ("manual", "auto"):
-    steps, val = read(mode)
-    assert len(steps) == len(single) == 6, (mode, len(steps), len(single))
-    worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(single, steps))
-    worst_val = max(abs(a - b) / abs(a) for a, b in zip(single_val, val))
+    steps, _ = read(work, mode)
     bubbles = [r["pipeline_bubble"] for r in steps]
     theory = steps[0]["pipeline_bubble_theory"]
-    print(f"{mode:6s} losses:", " ".join(f"{r['loss']:.6f}" for r in steps), "(one process:",
-          " ".join(f"{r['loss']:.6f}" for r in single) + f"), worst {worst:.3g}, validation {worst_val:.3g};",
-          f"bubble {sum(bubbles) / len(bubbles):.3f} (theory {theory:.3f})")
-    if worst > 1e-4 or worst_val > 1e-4 or len(val) != len(single_val):
-        sys.exit(f"the {mode} mode's pipeline losses differ from the one-process ones")
+    expect_one_process_losses(work, mode, "pipeline",
+                              note=f"; bubble {sum(bubbles) / len(bubbles):.3f} (theory {theory:.3f})")
     if not all(0.0 <= b < 1.0 for b in bubbles) or not 0.0 < theory < 1.0:
         sys.exit(f"the {mode} mode's bubble figures are out of range: {bubbles}, theory {theory}")
     if not all(len(r["stage_memory_mb"]) == pp and min(r["stage_memory_mb"]) > 0 for r in steps):
         sys.exit(f"the {mode} mode's steps do not give the memory of each of the {pp} stages")
-manual, _ = read("manual")
-auto, _ = read("auto")
+manual, _ = read(work, "manual")
+auto, _ = read(work, "auto")
 if tp == 1 and [r["loss"] for r in manual] != [r["loss"] for r in auto]:
     sys.exit("without tensor parallelism the manual and auto pipeline losses must be bitwise equal")
 PYTHON

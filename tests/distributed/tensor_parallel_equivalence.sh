@@ -39,24 +39,15 @@ done
 grep -q "tp $tp" "$work/manual.log" || { echo "FAIL: the start-up log does not report tp $tp"; exit 1; }
 grep -q "tensor-parallel plan" "$work/auto.log" || { echo "FAIL: the auto mode did not log its plan"; exit 1; }
 
-/usr/bin/python3 - "$work" "$sp" "$model" <<'PYTHON'
-import json, sys
+/usr/bin/python3 - "$work" "$sp" "$model" "$(dirname "$0")/../support" <<'PYTHON'
+import sys
 work, sp, model = sys.argv[1], sys.argv[2] == "true", sys.argv[3]
-def read(name):
-    rows = [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
-    return [r for r in rows if "loss" in r and "val_loss" not in r], [r["val_loss"] for r in rows if "val_loss" in r]
-single, single_val = read("single")
+sys.path.insert(0, sys.argv[4])
+from training_metrics import expect_one_process_losses, read
 for mode in ("manual", "auto"):
-    steps, val = read(mode)
-    assert len(steps) == len(single) == 6, (mode, len(steps), len(single))
-    worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(single, steps))
-    worst_val = max(abs(a - b) / abs(a) for a, b in zip(single_val, val))
-    print(f"{mode:6s} losses:", " ".join(f"{r['loss']:.6f}" for r in steps), f"(one process:",
-          " ".join(f"{r['loss']:.6f}" for r in single) + f"), worst {worst:.3g}, validation {worst_val:.3g}")
-    if worst > 1e-4 or worst_val > 1e-4 or len(val) != len(single_val):
-        sys.exit(f"the {mode} mode's tensor-parallel losses differ from the one-process ones")
-manual, _ = read("manual")
-auto, _ = read("auto")
+    expect_one_process_losses(work, mode, "tensor-parallel")
+manual, _ = read(work, "manual")
+auto, _ = read(work, "auto")
 if not sp and model == "gpt" and [r["loss"] for r in manual] != [r["loss"] for r in auto]:
     sys.exit("without sequence parallelism the manual and auto GPT losses must be bitwise equal")
 worst_modes = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(manual, auto))
