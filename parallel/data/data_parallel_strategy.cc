@@ -291,7 +291,6 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   state_.lr = lr;
   state_.step = step;
   const double started_ms = clock_ms() - origin_ms_;
-  if (pipeline_ != nullptr) state_.loss_sum.zero_();  // the one-stage graph zeroes it in its first forward
   const graph::StepTimeline timeline = executor_.execute(graph_, plan_);
   state_.next_micro_batch = nullptr;
   const double bubble = pipeline_ != nullptr ? pipeline_->measured_bubble(timeline) : 0.0;

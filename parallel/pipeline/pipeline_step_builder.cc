@@ -159,13 +159,17 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
         if (!gathers.empty()) {
           for (size_t bucket : step.gathers->segment_buckets[s]) dependencies.push_back(gathers[bucket]);
         }
-        const bool fault_here = first_forward;
+        // The stage's first forward starts the step: it zeroes the loss (which only the forward of
+        // the last segment adds to, later on the same compute list) and is where WEFT_FAULT's
+        // forward phase strikes.
+        const bool step_start = first_forward;
         first_forward = false;
         forward[m][s] = add(
             {NodeKind::kForward, str("forward ", step.segments[s].name, " mb", m), m, StreamClass::kCompute, 0,
              graph::task([&state, run = step.segments[s].forward, loss_of = step.loss, s, first, j, micro, micro_batches,
-                          segments, fault = fault_here ? step.fault : std::nullopt, rank = step.world_rank] {
+                          segments, step_start, fault = step_start ? step.fault : std::nullopt, rank = step.world_rank] {
                if (fault) fault->at(rank, state.step, FaultInjection::Phase::kForward);
+               if (step_start) state.loss_sum.zero_();
                Tensor input;
                if (s > first) {
                  input = state.outputs[micro][s - 1].detach();
