@@ -387,7 +387,10 @@ std::vector<ConfigOption> build_options() {
 
   // comm
   add(make_option("comm.mode", &R::comm, &CommConfig::mode, "manual: collectives where the code calls them, each waited for at once (gradients after backward); auto: the runtime overlaps them (each gradient bucket reduced while backward goes on)", one_of({"manual", "auto"})));
-  add(make_option("comm.bucket_mb", &R::comm, &CommConfig::bucket_mb, "data-parallel gradient bucket size in MB; 0 picks it by device: 25 on GPUs, 1 on the CPU (docs/performance.md has the measurements)", between(0, 4096)));
+  add(make_option("comm.bucket_mb", &R::comm, &CommConfig::bucket_mb, "data-parallel gradient bucket size in MB; 0: in comm.mode auto chosen by the cost model when the run has one (comm.calibrate), otherwise by device: 25 on GPUs, 1 on the CPU (docs/performance.md has the measurements)", between(0, 4096)));
+  add(make_option("comm.calibrate", &R::comm, &CommConfig::calibrate, "measure the collectives and the compute at start-up and fit the cost model (well under a second at the default sizes): auto (in comm.mode auto, which chooses bucket sizes and paths from it), on (in every mode; each step then also logs its predicted time), off", one_of({"auto", "on", "off"})));
+  add(make_option("comm.calibration_file", &R::comm, &CommConfig::calibration_file, "cost-model figures (JSON): read from this file instead of measuring when it exists (unless comm.calibrate: on), written to it after a measurement (empty: none)"));
+  add(make_option("comm.dp_all_reduce", &R::comm, &CommConfig::dp_all_reduce, "data-parallel gradient all-reduce across hosts: auto (the cost model picks flat or hierarchical), flat (one all-reduce over the dp group), hierarchical (reduce-scatter within each host, all-reduce across hosts, all-gather within each host)", one_of({"auto", "flat", "hierarchical"})));
 
   // checkpoint
   add(make_option("checkpoint.dir", &R::checkpoint, &CheckpointConfig::dir, "folder for checkpoints (empty: none)"));

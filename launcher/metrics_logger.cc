@@ -24,6 +24,29 @@ nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::js
 
 }  // namespace
 
+nlohmann::json step_metrics_json(const StepMetrics& m) {
+  nlohmann::json line = {{"step", m.step},
+                         {"loss", number(m.loss)},
+                         {"lr", m.lr},
+                         {"grad_norm", number(m.grad_norm)},
+                         {"tokens_per_s", m.tokens_per_s},
+                         {"step_ms", m.step_ms},
+                         {"compute_ms", m.compute_ms},
+                         {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json()},
+                         {"memory_mb", m.memory_mb},
+                         {"comm_ms", m.comm_ms},
+                         {"exposed_comm_ms", m.exposed_comm_ms},
+                         {"optimizer_state_mb", m.optimizer_state_mb},
+                         {"skipped", m.skipped}};
+  if (m.predicted_step_ms) line["predicted_step_ms"] = *m.predicted_step_ms;
+  if (m.pipeline_bubble) {
+    line["pipeline_bubble"] = *m.pipeline_bubble;
+    line["pipeline_bubble_theory"] = m.pipeline_bubble_theory;
+    line["stage_memory_mb"] = m.stage_memory_mb;
+  }
+  return line;
+}
+
 MetricsLogger::MetricsLogger(int64_t total_steps, int64_t print_every, const std::string& metrics_file,
                              const std::string& progress, bool enabled, int64_t first_step)
     : total_steps_(total_steps), enabled_(enabled), print_every_(std::max<int64_t>(print_every, 1)),
@@ -60,24 +83,7 @@ void MetricsLogger::end_bar_line() {
 void MetricsLogger::log_step(const StepMetrics& m) {
   if (!enabled_) return;
   if (metrics_.is_open()) {
-    nlohmann::json line = {{"step", m.step},
-                           {"loss", number(m.loss)},
-                           {"lr", m.lr},
-                           {"grad_norm", number(m.grad_norm)},
-                           {"tokens_per_s", m.tokens_per_s},
-                           {"step_ms", m.step_ms},
-                           {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json()},
-                           {"memory_mb", m.memory_mb},
-                           {"comm_ms", m.comm_ms},
-                           {"exposed_comm_ms", m.exposed_comm_ms},
-                           {"optimizer_state_mb", m.optimizer_state_mb},
-                           {"skipped", m.skipped}};
-    if (m.pipeline_bubble) {
-      line["pipeline_bubble"] = *m.pipeline_bubble;
-      line["pipeline_bubble_theory"] = m.pipeline_bubble_theory;
-      line["stage_memory_mb"] = m.stage_memory_mb;
-    }
-    metrics_ << line.dump() << "\n";
+    metrics_ << step_metrics_json(m).dump() << "\n";
     metrics_.flush();
   }
   if (first_step_ < 0) {
@@ -87,8 +93,9 @@ void MetricsLogger::log_step(const StepMetrics& m) {
   if (m.step % print_every_ != 0 && m.step != total_steps_) return;
   const std::string mfu = m.mfu ? absl::StrFormat("  mfu %.1f%%", 100 * *m.mfu) : "";
   const std::string numbers =
-      absl::StrFormat("loss %.4f  lr %.3g  grad %.3f  %.0f tok/s  %.0f ms%s%s%s  mem %.0f MB%s", m.loss, m.lr, m.grad_norm,
-                      m.tokens_per_s, m.step_ms, mfu,
+      absl::StrFormat("loss %.4f  lr %.3g  grad %.3f  %.0f tok/s  %.0f ms%s%s%s%s  mem %.0f MB%s", m.loss, m.lr,
+                      m.grad_norm, m.tokens_per_s, m.step_ms,
+                      m.predicted_step_ms ? absl::StrFormat(" (predicted %.0f)", *m.predicted_step_ms) : "", mfu,
                       m.comm_ms > 0 ? absl::StrFormat("  comm %.1f ms (exposed %.1f)", m.comm_ms, m.exposed_comm_ms) : "",
                       m.pipeline_bubble ? absl::StrFormat("  bubble %.1f%% (theory %.1f%%)  stage mem %s MB",
                                                           100 * *m.pipeline_bubble, 100 * m.pipeline_bubble_theory,

@@ -1,10 +1,11 @@
 // MetricsLogger: what a training run reports each step, on the terminal and in a JSON-lines file.
 //
 // Every step appends one JSON object to log.metrics_file (when set) with at least step, loss, lr,
-// grad_norm, tokens_per_s, step_ms, mfu (null without a GPU peak to divide by), memory_mb,
-// comm_ms and exposed_comm_ms (0 in one process). Every log.every steps a line is printed: on a
-// terminal (or progress: bar) a progress bar with ETA redrawn in place, otherwise plain lines that
-// read well in CI logs and files. Validation losses and events print on their own lines.
+// grad_norm, tokens_per_s, step_ms, compute_ms, mfu (null without a GPU peak to divide by),
+// memory_mb, comm_ms and exposed_comm_ms (0 in one process): step_metrics_json. Every log.every
+// steps a line is printed: on a terminal (or progress: bar) a progress bar with ETA redrawn in
+// place, otherwise plain lines that read well in CI logs and files. Validation losses and events
+// print on their own lines.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "nlohmann/json.hpp"
 
 namespace weft {
 
@@ -23,6 +26,7 @@ struct StepMetrics {
   double grad_norm = 0;     // before clipping
   double tokens_per_s = 0;
   double step_ms = 0;
+  double compute_ms = 0;    // time the step computed (union of its compute nodes), this rank
   std::optional<double> mfu;  // model FLOPs utilization in [0, 1]; empty on the CPU
   double memory_mb = 0;     // resident host memory (CPU) or peak device memory (GPU)
   double comm_ms = 0;
@@ -34,7 +38,13 @@ struct StepMetrics {
   std::optional<double> pipeline_bubble;
   double pipeline_bubble_theory = 0;
   std::vector<double> stage_memory_mb;  // pipelines: memory_mb of every stage, stage 0 first
+  // The cost model's prediction of step_ms (parallel/cost/step_simulator.h), when the run has one.
+  std::optional<double> predicted_step_ms;
 };
+
+// One step's line of the metrics file, as JSON (non-finite numbers as null). weft-compare writes
+// the same objects into its comparison.json.
+nlohmann::json step_metrics_json(const StepMetrics& metrics);
 
 class MetricsLogger {
  public:

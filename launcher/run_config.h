@@ -61,6 +61,9 @@ struct ParallelConfig {
 struct CommConfig {
   std::string mode = "manual";        // manual | auto
   double bucket_mb = 0.0;             // data-parallel gradient bucket size in MB; 0: by device (strategy.h)
+  std::string calibrate = "auto";     // auto (in comm.mode auto) | on | off: measure links and compute at start-up
+  std::string calibration_file;       // figures to use instead of measuring, or where a measurement is written
+  std::string dp_all_reduce = "auto"; // auto (by the cost model) | flat | hierarchical (across hosts)
 };
 
 struct CheckpointConfig {

@@ -14,6 +14,8 @@
 #include "launcher/checkpoint_writer.h"
 #include "launcher/config_loader.h"
 #include "launcher/dataset.h"
+#include "launcher/cost_model_setup.h"
+#include "parallel/cost/host_topology.h"
 #include "launcher/metrics_logger.h"
 #include "launcher/step_agreement.h"
 #include "launcher/stop_signal.h"
@@ -114,6 +116,7 @@ struct Trainer::State {
   std::vector<std::string> tensor_plan;  // the auto mode's applied tensor-parallel plan, for the log
   std::optional<FaultInjection> fault;  // WEFT_FAULT, for the checkpoint phases (tests)
   int64_t start_step = 0;  // steps already done (from a checkpoint)
+  CostModelSetup cost;     // the cost model (comm.calibrate, comm.calibration_file), if any
 };
 
 std::string resolve_resume_path(const RunConfig& config) {
@@ -170,6 +173,10 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   if (s.compute_dtype != kFloat32) model_->to(s.compute_dtype);
   if (!s.device.is_cpu()) model_->to(s.device);
 
+  // Measured now (every rank at once) or read from comm.calibration_file; the auto mode chooses
+  // from it, and each step's predicted time comes from it.
+  s.cost = prepare_cost_model(config_, s.device, s.compute_dtype, s.world_rank);
+
   const TrainConfig& train = config_.train;
   StrategyOptions options;
   options.comm_mode = config_.comm.mode;
@@ -186,6 +193,9 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   options.pipeline.chunks = config_.parallel.pp_virtual;
   options.pipeline.layers = config_.parallel.pp_layers;
   options.pipeline.seq_len = model_config.seq_len;
+  options.cost_model = s.cost.model;
+  options.host_ids = s.cost.host_ids;
+  options.micro_batch_tokens = train.batch_size / mesh.dp() / train.micro_batches * model_config.seq_len;
   options.make_optimizer = [&train](std::vector<ParameterGroup> groups) {
     return train.optimizer == "adamw" ? make_adamw(std::move(groups), {train.beta1, train.beta2, train.eps})
                                       : make_sgd(std::move(groups), {train.momentum, false});
@@ -255,10 +265,26 @@ TrainResult Trainer::run() {
                                    static_cast<long long>(config_.parallel.tp), config_.parallel.sp ? " with sp" : "",
                                    static_cast<long long>(config_.parallel.pp),
                                    static_cast<long long>(config_.parallel.zero), config_.comm.mode, optimizer_mb));
-  for (const std::string& line : s.strategy->description()) logger.log_event(line);
+  TrainResult result;
+  result.first_step = s.start_step + 1;
+  result.description = s.strategy->description();
   if (!s.tensor_plan.empty()) {
-    logger.log_event(absl::StrFormat("tensor-parallel plan (%d layers): %s", static_cast<int>(s.tensor_plan.size()),
-                                     absl::StrJoin(s.tensor_plan, ", ")));
+    result.description.push_back(absl::StrFormat("tensor-parallel plan (%d layers): %s",
+                                                  static_cast<int>(s.tensor_plan.size()),
+                                                  absl::StrJoin(s.tensor_plan, ", ")));
+  }
+  for (const std::string& line : s.cost.lines) logger.log_event(line);
+  for (const std::string& line : result.description) logger.log_event(line);
+  std::optional<double> predicted_step_ms;
+  if (s.cost.model != nullptr) {
+    try {
+      const StepPrediction prediction = predict_step(workload_of(config_), layout_of(config_), *s.cost.model,
+                                                     ranks_per_host(s.cost.host_ids));
+      predicted_step_ms = prediction.step_ms;
+      logger.log_event("cost model: " + describe_prediction(prediction));
+    } catch (const Error& error) {
+      logger.log_event(std::string("cost model: no prediction for this run: ") + error.what());
+    }
   }
   if (s.start_step > 0) {
     logger.log_event(absl::StrFormat("resumed from %s at step %lld", resolve_resume_path(config_),
@@ -267,8 +293,6 @@ TrainResult Trainer::run() {
     logger.log_event(absl::StrFormat("no checkpoint in %s yet; starting at step 1", config_.checkpoint.dir));
   }
 
-  TrainResult result;
-  result.first_step = s.start_step + 1;
   auto evaluate = [&](int64_t step) {
     if (!s.validation_data) return;
     s.strategy->complete_parameter_updates();
@@ -387,6 +411,8 @@ TrainResult Trainer::run() {
     metrics.loss = report.loss;
     metrics.grad_norm = report.grad_norm;
     metrics.skipped = report.skipped;
+    metrics.compute_ms = report.compute_ms;
+    metrics.predicted_step_ms = predicted_step_ms;
     metrics.comm_ms = report.comm_ms;
     metrics.exposed_comm_ms = report.exposed_comm_ms;
     if (config_.parallel.pp > 1) {
@@ -403,6 +429,7 @@ TrainResult Trainer::run() {
     if (config_.parallel.pp > 1) metrics.stage_memory_mb = s.strategy->per_stage(metrics.memory_mb);
     logger.log_step(metrics);
     result.losses.push_back(metrics.loss);
+    result.steps.push_back(metrics);
     result.last_step = step;
 
     if (leader) log_saved(writer.poll());  // a background save that finished during the step

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/metrics_logger.h"
 #include "launcher/run_config.h"
 #include "layers/language_model.h"
 
@@ -24,6 +25,12 @@ struct TrainResult {
   int64_t first_step = 0;           // the first step this run executed (1 unless resumed)
   int64_t last_step = 0;
   std::vector<double> losses;       // training loss of each executed step
+  // Every executed step's metrics, on every rank: times and memory_mb are this rank's own (rank
+  // 0's are the ones logged), the loss is the global batch's.
+  std::vector<StepMetrics> steps;
+  // The start-up lines about the parallel layout, as logged: the strategy's description() lines
+  // and the auto mode's tensor-parallel plan (weft-compare reports them).
+  std::vector<std::string> description;
   std::optional<double> last_validation_loss;
   bool stopped_by_signal = false;   // the ranks agreed to stop early (SIGTERM/SIGINT; launcher/stop_signal.h)
 };

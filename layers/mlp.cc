@@ -13,6 +13,11 @@ int64_t swiglu_hidden_dim(int64_t dim, int64_t hidden_dim) {
   return (two_thirds_of_4c + kMultiple - 1) / kMultiple * kMultiple;
 }
 
+int64_t mlp_hidden_width(const ModelConfig& config) {
+  if (config.mlp == "swiglu_mlp" || config.type == "llama") return swiglu_hidden_dim(config.dim, config.hidden_dim);
+  return config.hidden_dim > 0 ? config.hidden_dim : 4 * config.dim;
+}
+
 GeluMlp::GeluMlp(const LayerContext& context)
     : dim_(context.config.dim),
       hidden_dim_(context.config.hidden_dim > 0 ? context.config.hidden_dim : 4 * context.config.dim),

@@ -25,6 +25,9 @@ namespace weft {
 
 // round_up(8C/3, 64) unless hidden_dim > 0.
 int64_t swiglu_hidden_dim(int64_t dim, int64_t hidden_dim);
+// The MLP width of a built-in model: swiglu_hidden_dim for SwiGLU (model.mlp swiglu_mlp, or a
+// Llama), otherwise model.hidden_dim or 4C.
+int64_t mlp_hidden_width(const ModelConfig& config);
 
 class GeluMlp : public Module {
  public:

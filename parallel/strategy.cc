@@ -5,6 +5,8 @@
 
 #include "layers/mlp.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/cost/bucket_choice.h"
+#include "parallel/cost/host_topology.h"
 #include "parallel/data/data_parallel_strategy.h"
 #include "parallel/manual/tensor_parallel_gpt.h"
 #include "parallel/tensor/tensor_parallel_plan.h"
@@ -29,9 +31,7 @@ std::string fitting_sizes(const std::vector<int64_t>& sizes, int limit) {
 // The sizes tensor parallelism splits, each checked against tp with a message naming its key.
 void check_tensor_parallel_config(const ModelConfig& config, int tp, bool sequence_parallel, int world_size) {
   const int64_t kv_heads = config.kv_heads > 0 ? config.kv_heads : config.heads;
-  const bool swiglu = config.mlp == "swiglu_mlp" || config.type == "llama";
-  const int64_t hidden = swiglu ? swiglu_hidden_dim(config.dim, config.hidden_dim)
-                                : (config.hidden_dim > 0 ? config.hidden_dim : 4 * config.dim);
+  const int64_t hidden = mlp_hidden_width(config);
   std::vector<std::pair<std::string, int64_t>> splits = {
       {"model.heads", config.heads}, {"model.kv_heads", kv_heads}, {"model.vocab", config.vocab},
       {"the MLP width (model.hidden_dim)", hidden}};
@@ -57,14 +57,29 @@ std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, Langua
   const std::vector<NamedParameter> parameters = model.named_parameters();
   WEFT_CHECK(!parameters.empty(), "strategy: the model has no parameters");
   const Device device = parameters[0].tensor.device();
-  if (options.bucket_bytes == 0) options.bucket_bytes = default_bucket_bytes(device);
   std::shared_ptr<PipelineStage> pipeline;
   if (mesh.pp() > 1) {
     pipeline = std::make_shared<PipelineStage>(mesh, world_rank, model.segments(), parameters, options.pipeline, device,
                                                options.micro_batches);
   }
-  return std::make_unique<DataParallelStrategy>(make_process_group(mesh, Axis::kData, device), world_rank, model,
-                                                options, std::move(pipeline));
+  std::shared_ptr<ProcessGroup> data_group = make_process_group(mesh, Axis::kData, device);
+  if (options.bucket_bytes == 0 && options.comm_mode == "auto" && options.cost_model != nullptr &&
+      data_group->size() > 1 && options.micro_batch_tokens > 0) {
+    // Every rank of the dp group holds the same segments and the same (agreed) cost model, so all
+    // choose the same size.
+    const std::vector<NamedParameter> trained = pipeline != nullptr ? pipeline->local_parameters(parameters) : parameters;
+    const LinkClass link = options.host_ids.empty() ? LinkClass::kSameHost
+                                                    : link_class_of(hosts_of(data_group->world_ranks(), options.host_ids));
+    const CollectiveKind kind = options.zero_stage > 0 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+    const BucketChoice choice = choose_bucket_bytes(
+        backward_segments(model.segments(), parameters, trained, options.pipeline.seq_len, options.micro_batch_tokens,
+                          *options.cost_model),
+        *options.cost_model, kind, data_group->size(), link);
+    options.bucket_bytes = choice.bucket_bytes;
+    options.notes.push_back("cost model: " + choice.explanation);
+  }
+  if (options.bucket_bytes == 0) options.bucket_bytes = default_bucket_bytes(device);
+  return std::make_unique<DataParallelStrategy>(std::move(data_group), world_rank, model, options, std::move(pipeline));
 }
 
 ParallelModel build_parallel_model(const ModelConfig& config, const Mesh& mesh, Device device,

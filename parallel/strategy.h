@@ -19,6 +19,7 @@
 
 #include "layers/language_model.h"
 #include "optim/optimizer.h"
+#include "parallel/cost/cost_model.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/step/micro_batch.h"
@@ -45,6 +46,14 @@ struct StrategyOptions {
   bool sequence_parallel = false;
   // Pipeline parallelism (mesh.pp() > 1): the schedule, chunks per rank and the cut.
   PipelineOptions pipeline;
+  // The cost model (parallel/cost/cost_model.h), when the run calibrated or read one, and the host
+  // of every world rank (parallel/cost/host_topology.h): the auto mode then chooses the gradient
+  // bucket size by the model when bucket_bytes is 0 (parallel/cost/bucket_choice.h).
+  std::shared_ptr<const CostModel> cost_model;
+  std::vector<int> host_ids;
+  int64_t micro_batch_tokens = 0;     // tokens of one micro-batch on this rank, for the cost model
+  // Start-up lines the strategy adds to description() (filled by make_strategy: what it chose and why).
+  std::vector<std::string> notes;
   // Builds the optimizer over the given groups (make_adamw / make_sgd with the run's options).
   std::function<std::unique_ptr<Optimizer>(std::vector<ParameterGroup>)> make_optimizer;
 };

@@ -76,4 +76,27 @@ std::shared_ptr<ProcessGroup> make_world_process_group(Device device) {
   return make_group_over(comm, "world", std::move(ranks), device);
 }
 
+std::shared_ptr<ProcessGroup> make_split_process_group(int color, const std::string& name, Device device) {
+  if (!mpi_is_active() || mpi_world_size() == 1) return make_local_process_group(device, name);
+  const int size = mpi_world_size();
+  std::vector<int> colors(static_cast<size_t>(size));
+  MPI_Comm comm = MPI_COMM_NULL;
+  {
+    MpiCallLock lock;
+    WEFT_MPI_CHECK(MPI_Allgather(&color, 1, MPI_INT, colors.data(), 1, MPI_INT, MPI_COMM_WORLD));
+    WEFT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, mpi_world_rank(), &comm));
+    WEFT_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  }
+  std::vector<int> ranks;
+  for (int r = 0; r < size; ++r) {
+    if (colors[static_cast<size_t>(r)] == color) ranks.push_back(r);
+  }
+  if (ranks.size() == 1) {
+    MpiCallLock lock;
+    MPI_Comm_free(&comm);
+    return make_local_process_group(device, name);
+  }
+  return make_group_over(comm, name, std::move(ranks), device);
+}
+
 }  // namespace weft

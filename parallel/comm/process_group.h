@@ -199,6 +199,11 @@ enum class Axis : uint8_t;
 std::shared_ptr<ProcessGroup> make_process_group(const Mesh& mesh, Axis axis, Device device);
 // The whole world (MPI_COMM_WORLD), named "world".
 std::shared_ptr<ProcessGroup> make_world_process_group(Device device);
+// The group of the world ranks that pass the same `color` (every world rank calls it, in the same
+// order; ranks ordered by world rank), named `name`: groups that are no axis of the mesh, such as
+// the ranks of one host (the hierarchical all-reduce, the cost model's calibration). A group of one
+// rank is the single-process group.
+std::shared_ptr<ProcessGroup> make_split_process_group(int color, const std::string& name, Device device);
 // A group of size 1 named `name` on `device`: collectives are copies or nothing.
 std::shared_ptr<ProcessGroup> make_local_process_group(Device device, const std::string& name = "local");
 

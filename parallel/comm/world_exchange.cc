@@ -1,4 +1,4 @@
-// wait_for_every_rank and gather_text_to_rank_zero (world_exchange.h).
+// wait_for_every_rank, gather_text_to_rank_zero and broadcast_text_from_rank_zero (world_exchange.h).
 #include "parallel/comm/world_exchange.h"
 
 #include <mpi.h>
@@ -40,6 +40,21 @@ std::vector<std::string> gather_text_to_rank_zero(const std::string& text) {
   std::vector<std::string> texts;
   for (size_t r = 0; r < lengths.size(); ++r) texts.push_back(joined.substr(offsets[r], lengths[r]));
   return texts;
+}
+
+std::string broadcast_text_from_rank_zero(const std::string& text) {
+  if (!mpi_is_active() || mpi_world_size() == 1) return text;
+  const bool root = mpi_world_rank() == 0;
+  // Only rank 0's length matters (one MPI message, int counts). If it fails here it raises, and
+  // the fault handler ends the job: no rank waits in the broadcast.
+  WEFT_CHECK(!root || text.size() < static_cast<size_t>(INT_MAX), "broadcast_text_from_rank_zero: ", text.size(),
+             " bytes do not fit one MPI message");
+  int length = root ? static_cast<int>(text.size()) : 0;
+  MpiCallLock lock;
+  WEFT_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string received = root ? text : std::string(static_cast<size_t>(length), '\0');
+  WEFT_MPI_CHECK(MPI_Bcast(received.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD));
+  return received;
 }
 
 }  // namespace weft

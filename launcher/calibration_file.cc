@@ -1,0 +1,100 @@
+// read_calibration_file and write_calibration_file (calibration_file.h).
+#include "launcher/calibration_file.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.h"
+
+namespace weft {
+namespace {
+
+constexpr const char* kFormat = "weft-calibration";
+
+double positive(const nlohmann::json& object, const char* key, const std::string& path, bool allow_zero = false) {
+  WEFT_CHECK(object.contains(key) && object.at(key).is_number(), "calibration file ", path, ": '", key,
+             "' is missing or not a number");
+  const double value = object.at(key).get<double>();
+  WEFT_CHECK(std::isfinite(value) && (allow_zero ? value >= 0 : value > 0), "calibration file ", path, ": '", key,
+             "' = ", value, " must be ", allow_zero ? "zero or more" : "positive");
+  return value;
+}
+
+}  // namespace
+
+CostModel read_calibration_file(const std::string& path, CostModel model) {
+  std::ifstream in(path);
+  WEFT_CHECK(in.good(), "calibration file ", path, " cannot be read; measure one with weft-train --set "
+             "comm.calibrate=on --set comm.calibration_file=", path);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    WEFT_FAIL("calibration file ", path, " is not JSON (", error.what(), "); measure a new one with weft-train --set "
+              "comm.calibrate=on --set comm.calibration_file=", path);
+  }
+  WEFT_CHECK(json.is_object() && json.value("format", "") == kFormat, "calibration file ", path,
+             " is not a weft calibration (its \"format\" is not \"", kFormat, "\")");
+  try {
+    model.device = json.value("device", model.device);
+    model.dtype = json.value("dtype", model.dtype);
+    model.source = json.value("source", std::string("file ") + path);
+    model.ranks_per_host = json.value("ranks_per_host", model.ranks_per_host);
+    model.compute_slots_per_host = json.value("compute_slots_per_host", 0.0);
+    for (const nlohmann::json& entry : json.value("collectives", nlohmann::json::array())) {
+      const CollectiveKind kind = parse_collective_kind(entry.at("kind").get<std::string>());
+      const LinkClass link = parse_link_class(entry.at("link").get<std::string>());
+      CollectiveFit& fit = model.fits[static_cast<size_t>(kind)][static_cast<size_t>(link)];
+      fit.latency_ms = positive(entry, "latency_ms", path, /*allow_zero=*/true);
+      fit.bytes_per_ms = positive(entry, "bytes_per_ms", path);
+      fit.measured_ranks = entry.value("measured_ranks", 0);
+      model.measured[static_cast<size_t>(kind)][static_cast<size_t>(link)] = entry.value("measured", true);
+    }
+    const nlohmann::json& compute = json.at("compute");
+    model.compute.matmul_flops_per_ms = positive(compute, "matmul_flops_per_ms", path);
+    model.compute.attention_flops_per_ms = positive(compute, "attention_flops_per_ms", path);
+    model.compute.memory_bytes_per_ms = positive(compute, "memory_bytes_per_ms", path);
+    model.compute.op_overhead_ms = compute.contains("op_overhead_ms")
+                                       ? positive(compute, "op_overhead_ms", path, /*allow_zero=*/true)
+                                       : 0.0;
+  } catch (const nlohmann::json::exception& error) {
+    WEFT_FAIL("calibration file ", path, ": ", error.what());
+  }
+  return model;
+}
+
+void write_calibration_file(const std::string& path, const CostModel& model) {
+  nlohmann::json json = {{"format", kFormat}, {"version", 1}, {"device", model.device}, {"dtype", model.dtype},
+                         {"source", model.source}, {"ranks_per_host", model.ranks_per_host},
+                         {"compute_slots_per_host", model.compute_slots_per_host}};
+  nlohmann::json collectives = nlohmann::json::array();
+  for (CollectiveKind kind : kAllCollectiveKinds) {
+    for (LinkClass link : {LinkClass::kSameHost, LinkClass::kAcrossHosts}) {
+      const CollectiveFit& fit = model.fit(kind, link);
+      collectives.push_back({{"kind", collective_kind_name(kind)}, {"link", link_class_name(link)},
+                             {"latency_ms", fit.latency_ms}, {"bytes_per_ms", fit.bytes_per_ms},
+                             {"measured_ranks", fit.measured_ranks},
+                             {"measured", model.measured[static_cast<size_t>(kind)][static_cast<size_t>(link)]}});
+    }
+  }
+  json["collectives"] = collectives;
+  json["compute"] = {{"matmul_flops_per_ms", model.compute.matmul_flops_per_ms},
+                     {"attention_flops_per_ms", model.compute.attention_flops_per_ms},
+                     {"memory_bytes_per_ms", model.compute.memory_bytes_per_ms},
+                     {"op_overhead_ms", model.compute.op_overhead_ms}};
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << json.dump(2) << "\n";
+    WEFT_CHECK(out.good(), "cannot write the calibration file ", temporary);
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  WEFT_CHECK(!error, "cannot write the calibration file ", path, ": ", error.message());
+}
+
+}  // namespace weft

@@ -1,0 +1,25 @@
+// Calibration files: a cost model (parallel/cost/cost_model.h) as JSON, so that figures measured
+// on one machine plan a run on another (weft-plan --calibration, comm.calibration_file).
+//
+//   {"format": "weft-calibration", "version": 1, "device": "cuda", "dtype": "bf16",
+//    "source": "...", "ranks_per_host": 8,
+//    "collectives": [{"kind": "all_reduce", "link": "same_host", "latency_ms": 0.02,
+//                     "bytes_per_ms": 3.39e8, "measured_ranks": 2, "measured": true}, ...],
+//    "compute": {"matmul_flops_per_ms": ..., "attention_flops_per_ms": ..., "memory_bytes_per_ms": ...}}
+//
+// A collective kind and link the file does not list keeps the default (unmeasured) figure. Writes
+// are atomic (a temporary file renamed over the target): a crash leaves the old file or the new.
+#pragma once
+
+#include <string>
+
+#include "parallel/cost/cost_model.h"
+
+namespace weft {
+
+// Throws weft::Error naming the file and the problem (missing, not JSON, wrong format, a figure
+// that is not a positive number) and how to make a new one.
+CostModel read_calibration_file(const std::string& path, CostModel defaults);
+void write_calibration_file(const std::string& path, const CostModel& model);
+
+}  // namespace weft

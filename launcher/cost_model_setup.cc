@@ -1,0 +1,86 @@
+// prepare_cost_model and the run's layout for the simulator (cost_model_setup.h).
+#include "launcher/cost_model_setup.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "launcher/calibration_file.h"
+#include "layers/mlp.h"
+#include "parallel/cost/calibration.h"
+#include "parallel/cost/host_topology.h"
+
+namespace weft {
+
+CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank) {
+  CostModelSetup setup;
+  setup.host_ids = world_host_ids();
+  const CommConfig& comm = config.comm;
+  const std::string& file = comm.calibration_file;
+  if (!file.empty() && comm.calibrate != "on" && std::filesystem::exists(file)) {
+    CostModel model = read_calibration_file(file, default_cost_model(device));
+    setup.lines.push_back(absl::StrFormat("cost model: figures from %s (%s)", file, model.source));
+    for (const std::string& line : model.describe()) setup.lines.push_back("  " + line);
+    setup.model = std::make_shared<const CostModel>(std::move(model));
+    return setup;
+  }
+  const bool measure = comm.calibrate == "on" || (comm.calibrate == "auto" && comm.mode == "auto");
+  if (!measure) return setup;
+  const int64_t tp = config.parallel.tp;
+  CalibrationShapes shapes;
+  shapes.batch = std::max<int64_t>(config.train.batch_size / config.parallel.dp / config.train.micro_batches, 1);
+  shapes.seq_len = config.model.seq_len;
+  shapes.dim = config.model.dim;
+  // The shapes this rank computes: tensor parallelism splits heads, the MLP width and the vocabulary.
+  shapes.hidden = std::max<int64_t>(mlp_hidden_width(config.model) / tp, 1);
+  shapes.heads = std::max<int64_t>(config.model.heads / tp, 1);
+  shapes.head_dim = config.model.dim / config.model.heads;
+  shapes.vocab = std::max<int64_t>(config.model.vocab / tp, 1);
+  const CalibrationResult result = calibrate(device, dtype, shapes, setup.host_ids);
+  setup.lines.push_back("cost model: " + result.model.source);
+  for (const std::string& line : result.model.describe()) setup.lines.push_back("  " + line);
+  if (!file.empty() && world_rank == 0) {
+    write_calibration_file(file, result.model);
+    setup.lines.push_back("cost model: written to " + file);
+  }
+  setup.model = std::make_shared<const CostModel>(result.model);
+  return setup;
+}
+
+ParallelLayout layout_of(const RunConfig& config) {
+  ParallelLayout layout;
+  layout.dp = static_cast<int>(config.parallel.dp);
+  layout.tp = static_cast<int>(config.parallel.tp);
+  layout.pp = static_cast<int>(config.parallel.pp);
+  layout.zero = static_cast<int>(config.parallel.zero);
+  layout.micro_batches = static_cast<int>(config.train.micro_batches);
+  layout.schedule = config.parallel.pp_schedule;
+  layout.virtual_stages = static_cast<int>(config.parallel.pp_virtual);
+  layout.sequence_parallel = config.parallel.sp;
+  layout.comm_mode = config.comm.mode;
+  layout.bucket_bytes = static_cast<int64_t>(config.comm.bucket_mb * 1024.0 * 1024.0);
+  return layout;
+}
+
+Workload workload_of(const RunConfig& config) {
+  Workload workload;
+  workload.model = config.model;
+  workload.batch_size = config.train.batch_size;
+  workload.dtype = config.train.dtype;
+  workload.optimizer = config.train.optimizer;
+  return workload;
+}
+
+std::string describe_prediction(const StepPrediction& p) {
+  std::string text = absl::StrFormat("predicted step %.2f ms: compute %.2f, communication %.2f (exposed %.2f), "
+                                     "optimizer %.2f",
+                                     p.step_ms, p.compute_ms, p.comm_ms, p.exposed_comm_ms, p.optimizer_ms);
+  if (p.bubble > 0) text += absl::StrFormat(", bubble %.0f%%", 100.0 * p.bubble);
+  text += absl::StrFormat("; %.0f tokens/s; %.0f MB per rank (weights and optimizer %.0f, activations %.0f)",
+                          p.tokens_per_s, p.memory_bytes / 1048576.0, p.weights_bytes / 1048576.0,
+                          p.activation_bytes / 1048576.0);
+  if (p.bucket_bytes > 0) text += absl::StrFormat("; buckets of %.2f MB", p.bucket_bytes / 1048576.0);
+  if (p.dp_hierarchical) text += "; hierarchical dp all-reduce";
+  return text;
+}
+
+}  // namespace weft

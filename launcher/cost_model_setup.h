@@ -1,0 +1,38 @@
+// Cost-model setup for a run: the cost model (parallel/cost/) a RunConfig asks for, measured at
+// start-up or read from comm.calibration_file, and the run's layout and workload as the step
+// simulator takes them — shared by weft-train (its predicted step time and the auto mode's choices)
+// and weft-plan.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/run_config.h"
+#include "parallel/cost/cost_model.h"
+#include "parallel/cost/step_simulator.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+
+namespace weft {
+
+struct CostModelSetup {
+  std::shared_ptr<const CostModel> model;  // null when the run has none (comm.calibrate off, no file)
+  std::vector<int> host_ids;               // host of every world rank (parallel/cost/host_topology.h)
+  std::vector<std::string> lines;          // what was measured or read, for the start-up log
+};
+
+// comm.calibrate and comm.calibration_file decide (config_options.cc's help says how): read the
+// file when it exists (unless calibrate is on), else measure when calibrate is on, or auto in
+// comm.mode auto; a measurement is written to the file by world rank 0. Collective over the world.
+CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank);
+
+// The run's parallel layout and workload for the step simulator.
+ParallelLayout layout_of(const RunConfig& config);
+Workload workload_of(const RunConfig& config);
+
+// "predicted step 41.2 ms: compute 30.1, communication 12.0 (exposed 5.1), optimizer 1.2, bubble 20%; 520 MB per rank".
+std::string describe_prediction(const StepPrediction& prediction);
+
+}  // namespace weft

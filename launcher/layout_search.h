@@ -1,0 +1,45 @@
+// Layout search: every way to spread a workload over N ranks that weft can run — dp x tp x pp,
+// ZeRO stage, micro-batch count, pipeline schedule, sequence parallelism — each predicted by the
+// step simulator (parallel/cost/step_simulator.h), those that do not fit in memory dropped, the
+// rest ranked by predicted step time. What weft-plan prints.
+//
+// Enumerated: dp * tp * pp == ranks with tp dividing the heads, kv heads, vocabulary and MLP width;
+// ZeRO 0, 1, 2 when dp > 1; micro-batches among the divisors of the per-dp-rank batch (at least pp
+// with a pipeline); for pp > 1 the schedules 1f1b, gpipe, zero_bubble and interleaved with 2
+// chunks; sp off and on when tp > 1. Layouts that layout_problem refuses are not listed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/cost/cost_model.h"
+#include "parallel/cost/step_simulator.h"
+
+namespace weft {
+
+struct LayoutSearchOptions {
+  int ranks = 1;
+  int ranks_per_host = 8;
+  double memory_limit_bytes = 0.0;  // 0: no limit
+  std::string comm_mode = "auto";
+  int max_micro_batches = 64;       // larger counts are not tried
+};
+
+struct LayoutCandidate {
+  ParallelLayout layout;
+  StepPrediction prediction;
+  bool fits = true;                 // within the memory limit
+};
+
+struct LayoutSearch {
+  std::vector<LayoutCandidate> candidates;  // fitting ones first, each group by predicted step time
+  int considered = 0;
+  int too_large = 0;                        // dropped for memory
+};
+
+LayoutSearch search_layouts(const Workload& workload, const CostModel& model, const LayoutSearchOptions& options);
+
+// The table weft-plan prints: the best `rows` fitting candidates, one line each.
+std::string layout_table(const LayoutSearch& search, int rows);
+
+}  // namespace weft

@@ -1,0 +1,215 @@
+// weft-plan: which dp x tp x pp, ZeRO stage, micro-batch count, schedule and sp to run a config
+// on N GPUs (or CPU ranks), from the calibrated cost model, before spending hours finding out.
+//
+//   weft-plan CONFIG.yaml [MORE.yaml...] [--set section.key=value]... --gpus N [--memory-gb M]
+//             [--calibration FILE] [--ranks-per-host K] [--top K] [--json FILE]
+//
+// The figures come from --calibration FILE (written by weft-train with comm.calibrate: on and
+// comm.calibration_file, possibly on another machine), or are measured now: under mpirun over the
+// world's links and compute, or in one process the compute only (the links are then the defaults of
+// parallel/cost/calibration.h, said so in the output). --gpus may exceed the machine: a 2-GPU
+// calibration plans a 1024-GPU run (the ring model scales each fit). Every layout that
+// launcher/layout_search.h enumerates is simulated (parallel/cost/step_simulator.h); those over
+// --memory-gb per rank are dropped; the best --top are printed, fastest first, and --json writes
+// them all. Bad input exits 2 with one line.
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "launcher/calibration_file.h"
+#include "launcher/command_line.h"
+#include "launcher/config_loader.h"
+#include "launcher/cost_model_setup.h"
+#include "launcher/layout_search.h"
+#include "layers/mlp.h"
+#include "parallel/comm/fault_handler.h"
+#include "parallel/comm/mpi_environment.h"
+#include "parallel/cost/calibration.h"
+#include "parallel/cost/host_topology.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace {
+
+const char* const kUsage =
+    "usage: weft-plan CONFIG.yaml [MORE.yaml...] [--set section.key=value]... --gpus N [--memory-gb M]\n"
+    "                 [--calibration FILE] [--ranks-per-host K] [--top K] [--json FILE]\n"
+    "  ranks the ways to run the config on N GPUs (or CPU ranks) by predicted step time\n"
+    "  --gpus N            ranks to plan for (may exceed this machine)\n"
+    "  --memory-gb M       memory per rank; layouts predicted to need more are dropped (default: no limit)\n"
+    "  --calibration FILE  cost-model figures (weft-train --set comm.calibrate=on --set comm.calibration_file=FILE);\n"
+    "                      default: measured now (under mpirun: links and compute; alone: compute only)\n"
+    "  --ranks-per-host K  ranks on one host (NVLink/shared memory); default: 8 on GPUs, N on the CPU\n"
+    "  --top K             rows to print (default 10)\n"
+    "  --json FILE         write every layout and its prediction\n";
+
+struct PlanArguments {
+  std::vector<std::string> train_arguments;
+  std::string gpus, memory_gb, calibration, ranks_per_host, top = "10", json;
+  bool help = false;
+};
+
+PlanArguments split_arguments(int argc, char** argv) {
+  PlanArguments arguments;
+  arguments.train_arguments.push_back(argv[0]);
+  const std::vector<std::pair<std::string, std::string*>> flags = {
+      {"--gpus", &arguments.gpus}, {"--memory-gb", &arguments.memory_gb}, {"--calibration", &arguments.calibration},
+      {"--ranks-per-host", &arguments.ranks_per_host}, {"--top", &arguments.top}, {"--json", &arguments.json}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    bool taken = false;
+    for (const auto& [flag, value] : flags) {
+      if (argument == flag) {
+        WEFT_CHECK(i + 1 < argc, flag, " needs a value after it");
+        *value = argv[++i];
+        taken = true;
+      } else if (argument.rfind(flag + "=", 0) == 0) {
+        *value = argument.substr(flag.size() + 1);
+        taken = true;
+      }
+    }
+    if (taken) continue;
+    if (argument == "--help" || argument == "-h") {
+      arguments.help = true;
+    } else {
+      arguments.train_arguments.push_back(argument);
+    }
+  }
+  return arguments;
+}
+
+int whole_number(const std::string& text, const char* flag, int least) {
+  int value = 0;
+  WEFT_CHECK(absl::SimpleAtoi(text, &value) && value >= least, flag, ": expected a whole number of at least ", least,
+             ", got '", text, "'");
+  return value;
+}
+
+nlohmann::json candidate_json(const weft::LayoutCandidate& candidate) {
+  const weft::ParallelLayout& l = candidate.layout;
+  const weft::StepPrediction& p = candidate.prediction;
+  return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"zero", l.zero}, {"micro_batches", l.micro_batches},
+          {"schedule", l.pp > 1 ? l.schedule : ""}, {"pp_virtual", l.virtual_stages}, {"sp", l.sequence_parallel},
+          {"comm_mode", l.comm_mode}, {"fits", candidate.fits}, {"step_ms", p.step_ms}, {"tokens_per_s", p.tokens_per_s},
+          {"compute_ms", p.compute_ms}, {"comm_ms", p.comm_ms}, {"exposed_comm_ms", p.exposed_comm_ms},
+          {"tp_comm_ms", p.tp_comm_ms}, {"dp_comm_ms", p.dp_comm_ms}, {"pp_comm_ms", p.pp_comm_ms},
+          {"optimizer_ms", p.optimizer_ms}, {"bubble", p.bubble}, {"memory_mb", p.memory_bytes / 1048576.0},
+          {"activation_mb", p.activation_bytes / 1048576.0}, {"bucket_bytes", p.bucket_bytes},
+          {"dp_hierarchical", p.dp_hierarchical}};
+}
+
+int plan(int argc, char** argv) {
+  const int world_rank = weft::mpi_world_rank();
+  const bool leader = world_rank == 0;
+  PlanArguments arguments;
+  weft::RunConfig config;
+  int gpus = 0, ranks_per_host = 0, top = 10;
+  double memory_gb = 0.0;
+  try {
+    arguments = split_arguments(argc, argv);
+    if (arguments.help) {
+      if (leader) std::printf("%s", kUsage);
+      return 0;
+    }
+    std::vector<const char*> train_argv;
+    for (const std::string& argument : arguments.train_arguments) train_argv.push_back(argument.c_str());
+    const weft::CommandLine command_line = weft::parse_command_line(static_cast<int>(train_argv.size()), train_argv.data());
+    std::optional<weft::RunConfig> loaded = weft::config_from_command_line(command_line);
+    if (!loaded) return 0;
+    config = std::move(*loaded);
+    WEFT_CHECK(!arguments.gpus.empty(), "--gpus N is required: the number of GPUs (or CPU ranks) to plan for");
+    gpus = whole_number(arguments.gpus, "--gpus", 1);
+    top = whole_number(arguments.top, "--top", 1);
+    ranks_per_host = arguments.ranks_per_host.empty() ? 0 : whole_number(arguments.ranks_per_host, "--ranks-per-host", 1);
+    if (!arguments.memory_gb.empty()) {
+      WEFT_CHECK(absl::SimpleAtod(arguments.memory_gb, &memory_gb) && memory_gb > 0, "--memory-gb: expected a "
+                 "positive number of GB, got '", arguments.memory_gb, "'");
+    }
+  } catch (const weft::Error& error) {
+    if (leader) std::fprintf(stderr, "weft-plan: error: %s\n%s", error.what(), kUsage);
+    return 2;
+  }
+
+  const weft::Device device = weft::Device::parse(config.train.device.rfind("cuda", 0) == 0 ? "cuda:0" : "cpu");
+  weft::CostModel model;
+  std::vector<int> host_ids;
+  if (!arguments.calibration.empty()) {
+    model = weft::read_calibration_file(arguments.calibration, weft::default_cost_model(device));
+    host_ids = weft::world_host_ids();
+  } else {
+    // Measured now at the config's micro-batch, unsplit (tp 1) shapes.
+    weft::CalibrationShapes shapes;
+    shapes.batch = std::max<int64_t>(config.train.batch_size / config.train.micro_batches, 1);
+    shapes.seq_len = config.model.seq_len;
+    shapes.dim = config.model.dim;
+    shapes.hidden = weft::mlp_hidden_width(config.model);
+    shapes.heads = config.model.heads;
+    shapes.head_dim = config.model.dim / config.model.heads;
+    shapes.vocab = config.model.vocab;
+    host_ids = weft::world_host_ids();
+    model = weft::calibrate(device, weft::parse_dtype(config.train.dtype), shapes, host_ids).model;
+  }
+  if (!leader) return 0;
+  if (ranks_per_host == 0) ranks_per_host = device.is_cpu() ? gpus : 8;
+
+  weft::LayoutSearchOptions options;
+  options.ranks = gpus;
+  options.ranks_per_host = ranks_per_host;
+  options.memory_limit_bytes = memory_gb * 1024.0 * 1024.0 * 1024.0;
+  options.comm_mode = config.comm.mode;
+  const weft::Workload workload = weft::workload_of(config);
+  const weft::LayoutSearch search = weft::search_layouts(workload, model, options);
+
+  std::printf("weft-plan: %s model, %lld layers x %lld wide, batch %lld x %lld tokens, %s, on %d rank(s) of %s, %d per "
+              "host, comm %s\n",
+              config.model.type.c_str(), static_cast<long long>(config.model.layers),
+              static_cast<long long>(config.model.dim), static_cast<long long>(config.train.batch_size),
+              static_cast<long long>(config.model.seq_len), config.train.dtype.c_str(), gpus, model.device.c_str(),
+              ranks_per_host, config.comm.mode.c_str());
+  std::printf("cost model: %s\n", model.source.c_str());
+  for (const std::string& line : model.describe()) std::printf("  %s\n", line.c_str());
+  bool any_assumed = false;
+  for (const auto& by_link : model.measured) {
+    for (bool measured : by_link) any_assumed = any_assumed || !measured;
+  }
+  if (any_assumed) {
+    std::printf("  (assumed figures were not measured: give --calibration FILE measured where the run will be, or run "
+                "weft-plan under mpirun there)\n");
+  }
+  std::printf("%d layouts considered", search.considered);
+  if (memory_gb > 0) std::printf(", %d need more than %.1f GB per rank", search.too_large, memory_gb);
+  std::printf("; predicted, fastest first:\n%s", weft::layout_table(search, top).c_str());
+  if (search.considered == search.too_large) {
+    std::printf("no layout fits: raise --memory-gb, use more GPUs, or lower train.batch_size\n");
+  }
+  if (!arguments.json.empty()) {
+    nlohmann::json out = {{"ranks", gpus}, {"ranks_per_host", ranks_per_host}, {"source", model.source},
+                          {"layouts", nlohmann::json::array()}};
+    for (const weft::LayoutCandidate& candidate : search.candidates) out["layouts"].push_back(candidate_json(candidate));
+    std::ofstream file(arguments.json);
+    file << out.dump(1) << "\n";
+    WEFT_CHECK(file.good(), "--json: cannot write '", arguments.json, "'");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  weft::MpiEnvironment mpi(&argc, &argv);
+  try {
+    return plan(argc, argv);
+  } catch (const weft::Error& error) {
+    weft::abort_all_if_distributed(std::string("weft-plan: error: ") + error.what());
+    std::fprintf(stderr, "weft-plan: error: %s\n", error.what());
+    return 1;
+  }
+}

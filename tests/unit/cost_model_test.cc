@@ -1,0 +1,236 @@
+// The cost model (parallel/cost/): the ring-model fit, bucket choice, the step simulator and
+// calibration files.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "launcher/calibration_file.h"
+#include "parallel/cost/bucket_choice.h"
+#include "parallel/cost/calibration.h"
+#include "parallel/cost/cost_model.h"
+#include "parallel/cost/step_simulator.h"
+#include "parallel/pipeline/pipeline_schedule.h"
+#include "runtime/error.h"
+
+namespace weft {
+namespace {
+
+CostModel model_with(double latency_ms, double bytes_per_ms, double matmul_flops_per_ms = 1e6) {
+  CostModel model;
+  model.device = "cpu";
+  for (auto& by_link : model.fits) by_link.fill({latency_ms, bytes_per_ms, 2});
+  model.compute = {matmul_flops_per_ms, matmul_flops_per_ms, 1e6};
+  return model;
+}
+
+TEST(CostModel, RingStepsAndTraffic) {
+  EXPECT_DOUBLE_EQ(collective_steps(CollectiveKind::kAllReduce, 4), 6.0);
+  EXPECT_DOUBLE_EQ(collective_traffic(CollectiveKind::kAllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(collective_traffic(CollectiveKind::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(collective_steps(CollectiveKind::kSendRecv, 8), 1.0);
+  const CollectiveFit fit{0.01, 1000.0, 2};
+  // 6 steps of 0.01 ms, 1.5 * 4000 bytes at 1000 bytes/ms.
+  EXPECT_DOUBLE_EQ(fit.time_ms(CollectiveKind::kAllReduce, 4000.0, 4), 0.06 + 6.0);
+  EXPECT_EQ(model_with(1, 1).collective_ms(CollectiveKind::kAllReduce, 1e6, 1, LinkClass::kSameHost), 0.0);
+}
+
+TEST(CostModel, FitRecoversLatencyAndBandwidth) {
+  const CollectiveFit truth{0.02, 5e5, 4};
+  std::vector<CollectiveSample> samples;
+  for (double bytes : {1e4, 1e5, 1e6, 4e6}) samples.push_back({bytes, truth.time_ms(CollectiveKind::kAllGather, bytes, 4)});
+  const CollectiveFit fit = fit_collective(CollectiveKind::kAllGather, 4, samples);
+  EXPECT_NEAR(fit.latency_ms, 0.02, 1e-9);
+  EXPECT_NEAR(fit.bytes_per_ms, 5e5, 1e-3);
+  EXPECT_EQ(fit.measured_ranks, 4);
+  // A fit at 4 ranks predicts 64 by the ring model.
+  EXPECT_NEAR(fit.time_ms(CollectiveKind::kAllGather, 1e6, 64), 63 * 0.02 + (63.0 / 64.0) * 1e6 / 5e5, 1e-6);
+}
+
+TEST(CostModel, FitClampsNoise) {
+  // Times that fall with size: no negative bandwidth, the largest sample's rate instead.
+  const CollectiveFit fit = fit_collective(CollectiveKind::kSendRecv, 2, {{1e3, 2.0}, {1e6, 1.0}});
+  EXPECT_GT(fit.bytes_per_ms, 0.0);
+  EXPECT_GE(fit.latency_ms, 0.0);
+  EXPECT_THROW(fit_collective(CollectiveKind::kAllReduce, 1, {{1e3, 1.0}}), Error);
+  EXPECT_THROW(fit_collective(CollectiveKind::kAllReduce, 2, {}), Error);
+}
+
+TEST(CostModel, UnmeasuredLinksTakeTheMeasuredFit) {
+  CostModel model = default_cost_model(Device::cpu());
+  model.fits[0][1] = {0.5, 123.0, 8};
+  model.measured[0][1] = true;
+  model.fill_unmeasured();
+  EXPECT_DOUBLE_EQ(model.fit(CollectiveKind::kAllReduce, LinkClass::kSameHost).bytes_per_ms, 123.0);
+  EXPECT_EQ(link_class_of({0, 0, 0}), LinkClass::kSameHost);
+  EXPECT_EQ(link_class_of({0, 0, 1}), LinkClass::kAcrossHosts);
+}
+
+TEST(BucketChoice, PredictsOverlapAgainstBackward) {
+  // Three segments of 10 ms backward, 1000 bytes each; all-reduce over 2 ranks: 2 steps of 1 ms +
+  // bytes / 1000 per ms (traffic 1 at 2 ranks).
+  const CostModel model = model_with(1.0, 1000.0);
+  const std::vector<BackwardSegment> segments = {{10, 1000}, {10, 1000}, {10, 1000}};
+  // Buckets of 1000 bytes: each reduce takes 3 ms and starts at its segment's end: the last at 30.
+  const BucketCandidate small = predict_buckets(segments, 1000, model, CollectiveKind::kAllReduce, 2, LinkClass::kSameHost);
+  EXPECT_EQ(small.buckets, 3);
+  EXPECT_DOUBLE_EQ(small.exposed_ms, 3.0);
+  EXPECT_DOUBLE_EQ(small.reduce_ms, 9.0);
+  // One bucket: 2 + 3 = 5 ms, all after backward.
+  const BucketCandidate whole = predict_buckets(segments, 3000, model, CollectiveKind::kAllReduce, 2, LinkClass::kSameHost);
+  EXPECT_EQ(whole.buckets, 1);
+  EXPECT_DOUBLE_EQ(whole.exposed_ms, 5.0);
+}
+
+TEST(BucketChoice, ChoosesSmallBucketsForSlowLinksAndOneForFastOnes) {
+  std::vector<BackwardSegment> segments(12, BackwardSegment{1.0, 4 << 20});  // 48 MB over 12 ms
+  // Bandwidth-bound (no latency): small buckets overlap more.
+  const BucketChoice bandwidth = choose_bucket_bytes(segments, model_with(0.0, 1e7), CollectiveKind::kAllReduce, 2,
+                                                     LinkClass::kSameHost);
+  EXPECT_LE(bandwidth.bucket_bytes, int64_t{4} << 20);
+  // Latency-bound (1 s per collective): one bucket.
+  const BucketChoice latency = choose_bucket_bytes(segments, model_with(1000.0, 1e12), CollectiveKind::kAllReduce, 2,
+                                                   LinkClass::kSameHost);
+  EXPECT_EQ(latency.bucket_bytes, int64_t{48} << 20);
+  EXPECT_NE(latency.explanation.find("bucket 48 MB"), std::string::npos) << latency.explanation;
+}
+
+Workload small_gpt() {
+  Workload workload;
+  workload.model.layers = 4;
+  workload.model.dim = 64;
+  workload.model.heads = 4;
+  workload.model.vocab = 256;
+  workload.model.seq_len = 64;
+  workload.batch_size = 16;
+  return workload;
+}
+
+TEST(StepSimulator, PipelineBubbleFollowsTheSchedule) {
+  Workload workload = small_gpt();
+  workload.model.layers = 8;
+  ParallelLayout layout;
+  layout.pp = 4;
+  layout.micro_batches = 8;
+  const CostModel model = model_with(0.0, 1e12);  // free communication
+  const StepPrediction gpipe = predict_step(workload, [&] { auto l = layout; l.schedule = "gpipe"; return l; }(), model, 8);
+  const StepPrediction one_f_one_b = predict_step(workload, layout, model, 8);
+  // With free transfers the simulated bubble is near the formula (stages are not exactly equal).
+  const double theory = theoretical_bubble(PipelineSchedule::kOneForwardOneBackward, {4, 8, 1});
+  EXPECT_NEAR(one_f_one_b.bubble, theory, 0.12);
+  EXPECT_NEAR(gpipe.step_ms, one_f_one_b.step_ms, 1e-6 * gpipe.step_ms);
+  // 1F1B keeps fewer micro-batches in flight than GPipe.
+  EXPECT_LT(one_f_one_b.activation_bytes, gpipe.activation_bytes);
+  ParallelLayout zero_bubble = layout;
+  zero_bubble.schedule = "zero_bubble";
+  EXPECT_LT(predict_step(workload, zero_bubble, model, 8).bubble, one_f_one_b.bubble);
+}
+
+TEST(StepSimulator, AutoHidesWhatManualWaitsFor) {
+  const Workload workload = small_gpt();
+  const CostModel model = model_with(0.05, 1e5);
+  ParallelLayout layout;
+  layout.dp = 2;
+  layout.tp = 2;
+  layout.micro_batches = 2;
+  layout.comm_mode = "manual";
+  const StepPrediction manual = predict_step(workload, layout, model, 8);
+  layout.comm_mode = "auto";
+  const StepPrediction automatic = predict_step(workload, layout, model, 8);
+  EXPECT_GT(manual.comm_ms, 0.0);
+  EXPECT_NEAR(manual.exposed_comm_ms, manual.comm_ms, 1e-9);
+  EXPECT_LT(automatic.exposed_comm_ms, manual.exposed_comm_ms);
+  EXPECT_LT(automatic.step_ms, manual.step_ms);
+  EXPECT_GT(automatic.tokens_per_s, manual.tokens_per_s);
+}
+
+TEST(StepSimulator, ZeroShardsMemoryAndTensorParallelismSplitsWeights) {
+  const Workload workload = small_gpt();
+  const CostModel model = model_with(0.0, 1e9);
+  ParallelLayout layout;
+  layout.dp = 4;
+  const double replicated = predict_step(workload, layout, model, 8).weights_bytes;
+  layout.zero = 1;
+  const double zero1 = predict_step(workload, layout, model, 8).weights_bytes;
+  layout.zero = 2;
+  const double zero2 = predict_step(workload, layout, model, 8).weights_bytes;
+  EXPECT_LT(zero1, replicated);
+  EXPECT_LT(zero2, zero1);
+  ParallelLayout tensor;
+  tensor.tp = 4;
+  EXPECT_LT(predict_step(workload, tensor, model, 8).weights_bytes, replicated);
+}
+
+TEST(StepSimulator, LinksAcrossHostsCostMore) {
+  const Workload workload = small_gpt();
+  CostModel model = model_with(0.01, 1e6);
+  model.fits[static_cast<size_t>(CollectiveKind::kAllReduce)][1] = {0.1, 1e4, 2};
+  ParallelLayout layout;
+  layout.dp = 8;
+  layout.comm_mode = "manual";
+  // Eight dp ranks on one host, or on eight hosts of one rank.
+  const StepPrediction one_host = predict_step(workload, layout, model, 8);
+  const StepPrediction eight_hosts = predict_step(workload, layout, model, 1);
+  EXPECT_GT(eight_hosts.dp_comm_ms, 10 * one_host.dp_comm_ms);
+  // With four hosts of two ranks the two-level all-reduce moves most bytes over the fast links.
+  const StepPrediction two_per_host = predict_step(workload, layout, model, 2);
+  EXPECT_TRUE(two_per_host.dp_hierarchical);
+  EXPECT_LT(two_per_host.dp_comm_ms, eight_hosts.dp_comm_ms);
+}
+
+TEST(StepSimulator, RefusesLayoutsThatDoNotFit) {
+  const Workload workload = small_gpt();
+  ParallelLayout layout;
+  layout.tp = 3;
+  EXPECT_NE(layout_problem(workload, layout).find("tp 3 does not divide model.heads"), std::string::npos);
+  layout = {};
+  layout.pp = 4;
+  layout.micro_batches = 2;
+  EXPECT_NE(layout_problem(workload, layout), "");
+  layout = {};
+  layout.dp = 3;
+  EXPECT_NE(layout_problem(workload, layout).find("batch_size"), std::string::npos);
+  EXPECT_THROW(predict_step(workload, layout, model_with(0, 1), 8), Error);
+  EXPECT_EQ(layout_problem(workload, ParallelLayout{}), "");
+}
+
+TEST(CalibrationFile, RoundTripsAndRejectsDamage) {
+  const std::string path = ::testing::TempDir() + "/calibration_test.json";
+  CostModel model = model_with(0.03, 7e5, 2e7);
+  model.measured[1][0] = true;
+  model.ranks_per_host = 4;
+  model.source = "test";
+  write_calibration_file(path, model);
+  const CostModel read = read_calibration_file(path, default_cost_model(Device::cpu()));
+  EXPECT_DOUBLE_EQ(read.fit(CollectiveKind::kReduceScatter, LinkClass::kSameHost).latency_ms, 0.03);
+  EXPECT_DOUBLE_EQ(read.compute.matmul_flops_per_ms, 2e7);
+  EXPECT_TRUE(read.measured[1][0]);
+  EXPECT_FALSE(read.measured[0][0]);
+  EXPECT_EQ(read.ranks_per_host, 4);
+  {
+    std::ofstream damaged(path);
+    damaged << "{\"format\": \"weft-calibration\", \"compute\": {\"matmul_flops_per_ms\": -1}}";
+  }
+  try {
+    read_calibration_file(path, default_cost_model(Device::cpu()));
+    FAIL() << "a negative rate was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find(path), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(read_calibration_file(path + ".missing", default_cost_model(Device::cpu())), Error);
+  std::filesystem::remove(path);
+}
+
+TEST(Calibration, OneProcessMeasuresCompute) {
+  CalibrationShapes shapes;
+  const CalibrationResult result = calibrate(Device::cpu(), kFloat32, shapes, {0});
+  EXPECT_GT(result.model.compute.matmul_flops_per_ms, 0.0);
+  EXPECT_GT(result.model.compute.attention_flops_per_ms, 0.0);
+  EXPECT_GT(result.model.compute.memory_bytes_per_ms, 0.0);
+  EXPECT_FALSE(result.model.measured[0][0]);  // one process measures no link
+  EXPECT_LT(result.seconds, 5.0);
+}
+
+}  // namespace
+}  // namespace weft
