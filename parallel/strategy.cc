@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "layers/mlp.h"
+#include "absl/strings/str_format.h"
+#include "parallel/comm/hierarchical_all_reduce.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/cost/bucket_choice.h"
 #include "parallel/cost/host_topology.h"
@@ -45,6 +47,58 @@ void check_tensor_parallel_config(const ModelConfig& config, int tp, bool sequen
   }
 }
 
+// Sets options.hierarchical_all_reduce when the dp gradients are reduced in two levels
+// (options.dp_all_reduce; the auto choice compares the cost model's predictions for the stage's
+// gradients) and says why in options.notes. The subgroups are made by every world rank alike
+// (the conditions are the config's and the world's), then each dp group decides for itself.
+void choose_dp_all_reduce(const Mesh& mesh, int world_rank, const ProcessGroup& data_group,
+                          const std::vector<NamedParameter>& trained, StrategyOptions& options) {
+  const std::string& mode = options.dp_all_reduce;
+  const bool spans_hosts = !options.host_ids.empty() && link_class_of(options.host_ids) == LinkClass::kAcrossHosts;
+  WEFT_CHECK(mode != "hierarchical" || options.zero_stage == 0, "comm.dp_all_reduce: hierarchical reduces whole "
+             "gradients; with parallel.zero ", options.zero_stage, " they are reduce-scattered: set parallel.zero: 0 or "
+             "comm.dp_all_reduce: flat");
+  if (!spans_hosts || mesh.dp() == 1 || mode == "flat" || options.zero_stage > 0) {
+    WEFT_CHECK(mode != "hierarchical", "comm.dp_all_reduce: hierarchical needs a dp group spanning hosts with two or "
+               "more of its ranks on each, but ", spans_hosts ? "parallel.dp is 1" : "every rank is on one host",
+               " (WEFT_RANKS_PER_HOST=K makes K consecutive ranks a host, for tests); use comm.dp_all_reduce: flat or auto");
+    return;
+  }
+  std::shared_ptr<HierarchicalAllReduce> two_level =
+      HierarchicalAllReduce::make(data_group, mesh.group_index(Axis::kData, world_rank), options.host_ids);
+  if (two_level == nullptr) {
+    const std::string reason = HierarchicalAllReduce::unsuitable(data_group, options.host_ids);
+    WEFT_CHECK(mode != "hierarchical", "comm.dp_all_reduce: hierarchical does not fit the dp group ",
+               data_group.describe(), ": ", reason, "; use comm.dp_all_reduce: flat or auto");
+    options.notes.push_back("dp all-reduce: flat (" + reason + ")");
+    return;
+  }
+  if (mode == "hierarchical") {
+    options.hierarchical_all_reduce = two_level;
+    options.notes.push_back(str("dp all-reduce: hierarchical (comm.dp_all_reduce), ", two_level->local_size(),
+                                " ranks per host on ", two_level->hosts(), " hosts"));
+    return;
+  }
+  if (options.cost_model == nullptr) {
+    options.notes.push_back("dp all-reduce: flat (no cost model to choose by: comm.calibrate)");
+    return;
+  }
+  double bytes = 0.0;
+  for (const NamedParameter& parameter : trained) {
+    bytes += static_cast<double>(parameter.tensor.numel() * parameter.tensor.element_size());
+  }
+  const CostModel& model = *options.cost_model;
+  const double flat = model.collective_ms(CollectiveKind::kAllReduce, bytes, data_group.size(), LinkClass::kAcrossHosts);
+  const double hierarchical = model.hierarchical_all_reduce_ms(bytes, two_level->local_size(), two_level->hosts());
+  const bool take = hierarchical < flat;
+  if (take) options.hierarchical_all_reduce = two_level;
+  options.notes.push_back(absl::StrFormat(
+      "cost model: dp all-reduce %s: predicted %.2f ms for the %.1f MB of gradients in two levels (%d ranks per host, "
+      "%d hosts) against %.2f ms flat over %d ranks",
+      take ? "hierarchical" : "flat", hierarchical, bytes / 1048576.0, two_level->local_size(), two_level->hosts(), flat,
+      data_group.size()));
+}
+
 }  // namespace
 
 int64_t default_bucket_bytes(Device device) { return device.is_cpu() ? (int64_t{1} << 20) : (int64_t{25} << 20); }
@@ -79,6 +133,8 @@ std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, Langua
     options.notes.push_back("cost model: " + choice.explanation);
   }
   if (options.bucket_bytes == 0) options.bucket_bytes = default_bucket_bytes(device);
+  choose_dp_all_reduce(mesh, world_rank, *data_group, pipeline != nullptr ? pipeline->local_parameters(parameters) : parameters,
+                       options);
   return std::make_unique<DataParallelStrategy>(std::move(data_group), world_rank, model, options, std::move(pipeline));
 }
 

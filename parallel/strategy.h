@@ -27,6 +27,8 @@
 
 namespace weft {
 
+class HierarchicalAllReduce;
+
 struct StrategyOptions {
   std::string comm_mode = "manual";   // manual | auto
   int64_t zero_stage = 0;             // 0 | 1 | 2
@@ -52,6 +54,11 @@ struct StrategyOptions {
   std::shared_ptr<const CostModel> cost_model;
   std::vector<int> host_ids;
   int64_t micro_batch_tokens = 0;     // tokens of one micro-batch on this rank, for the cost model
+  // The dp gradient all-reduce where the dp group spans hosts (comm.dp_all_reduce): auto (by the
+  // cost model; flat without one), flat, or hierarchical (parallel/comm/hierarchical_all_reduce.h).
+  std::string dp_all_reduce = "auto";
+  // Set by make_strategy when the two-level all-reduce is taken.
+  std::shared_ptr<HierarchicalAllReduce> hierarchical_all_reduce;
   // Start-up lines the strategy adds to description() (filled by make_strategy: what it chose and why).
   std::vector<std::string> notes;
   // Builds the optimizer over the given groups (make_adamw / make_sgd with the run's options).

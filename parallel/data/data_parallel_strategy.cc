@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 
+#include "parallel/comm/hierarchical_all_reduce.h"
 #include "parallel/comm/world_exchange.h"
 #include "parallel/tensor/sharding.h"
 #include "parallel/tensor/tensor_parallel_plan.h"
@@ -198,6 +199,9 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
       if (!reduce_over_dp) return nullptr;
       const CommStream stream = stream_for(context);
       if (zero_ != nullptr) return zero_->reduce_bucket(bucket, stream);
+      if (options_.hierarchical_all_reduce != nullptr) {
+        return options_.hierarchical_all_reduce->all_reduce(buffer_.buckets()[bucket].data, Reduction::kAverage, stream);
+      }
       return group_->all_reduce(buffer_.buckets()[bucket].data, Reduction::kAverage, stream);
     };
     if (mode_ == graph::CommMode::kManual) {
