@@ -7,6 +7,7 @@
 #include "launcher/calibration_file.h"
 #include "layers/mlp.h"
 #include "parallel/cost/calibration.h"
+#include "parallel/cost/collective_matmul_choice.h"
 #include "parallel/cost/host_topology.h"
 
 namespace weft {
@@ -44,6 +45,28 @@ CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType 
   }
   setup.model = std::make_shared<const CostModel>(result.model);
   return setup;
+}
+
+std::string choose_ring_chunks(const RunConfig& config, TensorParallelGroup& tp, const CostModelSetup& cost) {
+  const std::string& mode = config.comm.collective_matmul;
+  if (mode == "ring" || mode == "single") {
+    tp.ring_chunks = mode == "ring" ? tp.size() : 1;
+    return "collective matmuls: " + std::string(mode == "ring" ? "ring" : "one collective") + " (comm.collective_matmul)";
+  }
+  tp.ring_chunks = tp.size();
+  if (cost.model == nullptr) return "collective matmuls: ring (no cost model to choose by: comm.calibrate)";
+  // The q/k/v linear of a block: the whole micro-batch's activation gathered, this rank's third of
+  // the heads multiplied (the other linears differ in width, not in kind).
+  const double tokens = static_cast<double>(config.train.batch_size / config.parallel.dp / config.train.micro_batches *
+                                            config.model.seq_len);
+  const double dim = static_cast<double>(config.model.dim);
+  const double bytes = tokens * dim * (config.train.dtype == "bf16" ? 2.0 : 4.0);
+  const double flops = 2.0 * tokens * dim * 3.0 * dim / tp.size();
+  const LinkClass link = cost.host_ids.empty() ? LinkClass::kSameHost
+                                               : link_class_of(hosts_of(tp.group->world_ranks(), cost.host_ids));
+  const CollectiveMatmulChoice choice = choose_collective_matmul_chunks(bytes, flops, tp.size(), link, *cost.model);
+  tp.ring_chunks = choice.chunks;
+  return "cost model: " + choice.explanation;
 }
 
 ParallelLayout layout_of(const RunConfig& config) {

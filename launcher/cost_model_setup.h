@@ -12,6 +12,7 @@
 #include "launcher/run_config.h"
 #include "parallel/cost/cost_model.h"
 #include "parallel/cost/step_simulator.h"
+#include "parallel/tensor/tensor_parallel_group.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 
@@ -27,6 +28,11 @@ struct CostModelSetup {
 // file when it exists (unless calibrate is on), else measure when calibrate is on, or auto in
 // comm.mode auto; a measurement is written to the file by world rank 0. Collective over the world.
 CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank);
+
+// Sets tp.ring_chunks, how the auto mode's sequence-parallel linears communicate, from
+// comm.collective_matmul (auto: choose_collective_matmul_chunks on this run's shapes, the ring
+// without a cost model) and returns the line that says what was chosen and why.
+std::string choose_ring_chunks(const RunConfig& config, TensorParallelGroup& tp, const CostModelSetup& cost);
 
 // The run's parallel layout and workload for the step simulator.
 ParallelLayout layout_of(const RunConfig& config);

@@ -64,6 +64,7 @@ struct CommConfig {
   std::string calibrate = "auto";     // auto (in comm.mode auto) | on | off: measure links and compute at start-up
   std::string calibration_file;       // figures to use instead of measuring, or where a measurement is written
   std::string dp_all_reduce = "auto"; // auto (by the cost model) | flat | hierarchical (across hosts)
+  std::string collective_matmul = "auto";  // auto (by the cost model; ring without one) | ring | single
 };
 
 struct CheckpointConfig {

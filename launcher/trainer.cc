@@ -164,18 +164,21 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
     s.validation_start = s.validation_data->position();
   }
 
+  // Measured now (every rank at once) or read from comm.calibration_file; the auto mode chooses
+  // from it, and each step's predicted time comes from it.
+  s.cost = prepare_cost_model(config_, s.device, s.compute_dtype, s.world_rank);
+
   // The one-process model, or (tp > 1) this rank's part of it in the comm mode's form.
   ParallelModel parallel_model = build_parallel_model(model_config, mesh, s.device, config_.comm.mode,
                                                       config_.parallel.sp, config_.parallel.tp_plan);
   model_ = parallel_model.model;
   s.tensor_plan = parallel_model.plan;
+  if (parallel_model.tensor_parallel != nullptr && config_.parallel.sp && config_.comm.mode == "auto") {
+    s.cost.lines.push_back(choose_ring_chunks(config_, *parallel_model.tensor_parallel, s.cost));
+  }
   model_->set_random_shard(dp_rank, mesh.dp());  // the dropout masks one process would use
   if (s.compute_dtype != kFloat32) model_->to(s.compute_dtype);
   if (!s.device.is_cpu()) model_->to(s.device);
-
-  // Measured now (every rank at once) or read from comm.calibration_file; the auto mode chooses
-  // from it, and each step's predicted time comes from it.
-  s.cost = prepare_cost_model(config_, s.device, s.compute_dtype, s.world_rank);
 
   const TrainConfig& train = config_.train;
   StrategyOptions options;

@@ -16,6 +16,7 @@
 // with one line from rank 0, as weft-train does (every rank reaches the same verdict); a rank that
 // fails during a run ends the whole job (parallel/comm/fault_handler.h).
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -150,7 +151,7 @@ std::string agree_on_out_folder(const std::string& requested) {
     std::filesystem::path path = requested.empty() ? default_out_folder() : std::filesystem::path(requested);
     std::error_code error;
     std::filesystem::create_directories(path, error);
-    if (std::filesystem::is_directory(path)) {
+    if (std::filesystem::is_directory(path) && access(path.c_str(), W_OK) == 0) {
       folder = path.string();
     } else {
       std::fprintf(stderr, "weft-compare: error: --out: cannot create the folder '%s'%s; choose a writable one\n",
@@ -251,12 +252,13 @@ int main(int argc, char** argv) {
     config = std::move(*loaded);
     requested_out = arguments.out;
   } catch (const weft::Error& error) {
-    // Every rank reads the same files and reaches the same verdict, so each exits on its own. The
-    // command-line errors end in weft-train's usage: one line, then weft-compare's pointer.
+    // Every rank reads the same files and reaches the same verdict, so each exits on its own. A
+    // command-line error ends in weft-train's usage: weft-compare points to its own instead.
     if (leader) {
       const std::string message = error.what();
-      std::fprintf(stderr, "weft-compare: error: %s\n(weft-compare --help for usage)\n",
-                   message.substr(0, message.find('\n')).c_str());
+      const size_t end = message.find('\n');
+      std::fprintf(stderr, "weft-compare: error: %s%s\n", message.substr(0, end).c_str(),
+                   end == std::string::npos ? "" : " (weft-compare --help for usage)");
     }
     return 2;
   }

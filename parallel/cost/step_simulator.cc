@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "layers/mlp.h"
 #include "parallel/cost/bucket_choice.h"
+#include "parallel/cost/collective_matmul_choice.h"
 #include "parallel/pipeline/pipeline_schedule.h"
 #include "parallel/pipeline/stage_partition.h"
 #include "runtime/error.h"
@@ -168,9 +169,16 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
       if (manual) {
         block.tp_exposed_ms = block.tp_comm_ms;
       } else if (layout.sequence_parallel) {
-        // Rings: one chunk of each waits, the rest runs under the chunks' matmuls.
-        auto ring = [&](double comm, double matmul) { return comm / tp + std::max(0.0, (comm - matmul) * (tp - 1.0) / tp); };
-        block.tp_exposed_ms = ring(direction, matmul_forward) + ring(direction, 2.0 * matmul_forward);
+        // Four collective matmuls each way (q/k/v and MLP entries, projection and MLP exits), each
+        // a ring or one collective as the auto mode chooses (collective_matmul_choice.h); what
+        // runs beyond its matmul is exposed. Backward's matmuls are twice as long.
+        const double linear_flops = 2.0 * tokens * s.block_matmul_parameters / tp / 4.0;
+        for (double factor : {1.0, 2.0}) {
+          const CollectiveMatmulChoice choice =
+              choose_collective_matmul_chunks(activation_bytes, factor * linear_flops, layout.tp, tp_link, model);
+          block.tp_exposed_ms +=
+              4.0 * std::max(0.0, std::min(choice.ring_ms, choice.single_ms) - model.matmul_ms(factor * linear_flops));
+        }
       } else {
         // Forward all-reduces wait; backward's input-gradient all-reduces run under the weight
         // gradients' matmuls (half of backward's matmul work).

@@ -9,9 +9,11 @@
 #include <memory>
 #include <utility>
 
+#include "parallel/tensor/layout_transition.h"
 #include "runtime/autograd/function.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/op_checks.h"
 #include "runtime/ops/reduction.h"
@@ -393,6 +395,10 @@ Tensor all_gather_linear(const Tensor& x_shard, const Tensor& weight, const Tens
   check_arguments("all_gather_linear", x_shard, weight, bias, tp);
   check_sequence_input("all_gather_linear", "x_shard", "[B, T / tp, in]", x_shard);
   if (tp.size() == 1) return linear(x_shard, weight, bias);
+  if (tp.ring_chunks == 1) {
+    // One all-gather, then one matmul; backward: one reduce-scatter of the partial input gradient.
+    return linear(redistribute(x_shard, Layout::split(1), Layout::replicate(), Layout::partial(), tp), weight, bias);
+  }
   return autograd::apply<AllGatherLinearFunction>({x_shard, weight, bias}, tp)[0];
 }
 
@@ -403,6 +409,12 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const Tensor
              x.describe(), " is not divisible by tp = ", tp.size(), " (", tp.group->describe(),
              "); each rank keeps T / tp rows of the output");
   if (tp.size() == 1) return linear(x, weight, bias);
+  if (tp.ring_chunks == 1) {
+    // One matmul, then one reduce-scatter; the bias added once, to this rank's rows (its gradient
+    // is this rank's rows of grad_y summed: Partial, as on the ring).
+    const Tensor y = redistribute(linear(x, weight), Layout::partial(), Layout::split(1), tp);
+    return bias.defined() ? add(y, bias) : y;
+  }
   return autograd::apply<LinearReduceScatterFunction>({x, weight, bias}, tp)[0];
 }
 

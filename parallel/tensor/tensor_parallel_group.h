@@ -19,6 +19,10 @@ namespace weft {
 struct TensorParallelGroup {
   std::shared_ptr<ProcessGroup> group;
   CommStream stream;
+  // The sequence-parallel collective matmuls (parallel/tensor/collective_matmul.h): 0 or size(), a
+  // ring of size() chunks, each transfer under a chunk's matmul; 1, one collective, then one
+  // matmul. The auto mode chooses by the cost model (parallel/cost/collective_matmul_choice.h).
+  int ring_chunks = 0;
 
   int size() const { return group->size(); }
   int rank() const { return group->rank(); }

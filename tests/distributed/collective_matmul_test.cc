@@ -253,32 +253,37 @@ class CollectiveMatmul : public ::testing::TestWithParam<Setting> {
 // --- Against one rank's computation -------------------------------------------------------------
 
 TEST_P(CollectiveMatmul, AllGatherLinearMatchesOneRank) {
-  for (DType dtype : kDtypes) {
-    for (int64_t batch : {1, 2}) {
-      for (bool with_bias : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " B=" << batch << (with_bias ? " bias" : " no bias"));
-        const Sizes s{batch, 4, 6, 5};
-        const int64_t length = s.chunk_length * size, out_full = s.out * size;
-        const Tensor x_full = values({s.batch, length, s.in}, 1, dtype);
-        const Tensor weight_full = values({out_full, s.in}, 2, dtype);
-        const Tensor bias_full = values({out_full}, 3, dtype);
-        const Tensor grad_full = values({s.batch, length, out_full}, 4, dtype);
-
-        Tensor x_reference = leaf(x_full, kFloat64), weight_reference = leaf(weight_full, kFloat64);
-        Tensor bias_reference = leaf_or_none(bias_full, kFloat64, with_bias);
-        Tensor y_reference = linear(x_reference, weight_reference, bias_reference);
-        y_reference.backward(grad_full);
-
-        Tensor x = leaf(x_full.narrow(1, rank * s.chunk_length, s.chunk_length), dtype);
-        Tensor weight = leaf(weight_full.narrow(0, rank * s.out, s.out), dtype);
-        Tensor bias = leaf_or_none(bias_full.narrow(0, rank * s.out, s.out), dtype, with_bias);
-        Tensor y = all_gather_linear(x, weight, bias, tp);
-        expect_close(y, y_reference.narrow(2, rank * s.out, s.out), dtype, "y");
-        y.backward(grad_full.narrow(2, rank * s.out, s.out).to(dtype).contiguous());
-        expect_close(x.grad(), x_reference.grad().narrow(1, rank * s.chunk_length, s.chunk_length), dtype, "grad_x");
-        expect_close(weight.grad(), weight_reference.grad().narrow(0, rank * s.out, s.out), dtype, "grad_weight");
-        if (with_bias) {
-          expect_close(bias.grad(), bias_reference.grad().narrow(0, rank * s.out, s.out), dtype, "grad_bias");
+  // Both forms: the ring of tp chunks (0) and one collective then one matmul (1).
+  for (int chunks : {0, 1}) {
+    tp.ring_chunks = chunks;
+    SCOPED_TRACE(::testing::Message() << "ring_chunks " << chunks);
+    for (DType dtype : kDtypes) {
+      for (int64_t batch : {1, 2}) {
+        for (bool with_bias : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " B=" << batch << (with_bias ? " bias" : " no bias"));
+          const Sizes s{batch, 4, 6, 5};
+          const int64_t length = s.chunk_length * size, out_full = s.out * size;
+          const Tensor x_full = values({s.batch, length, s.in}, 1, dtype);
+          const Tensor weight_full = values({out_full, s.in}, 2, dtype);
+          const Tensor bias_full = values({out_full}, 3, dtype);
+          const Tensor grad_full = values({s.batch, length, out_full}, 4, dtype);
+  
+          Tensor x_reference = leaf(x_full, kFloat64), weight_reference = leaf(weight_full, kFloat64);
+          Tensor bias_reference = leaf_or_none(bias_full, kFloat64, with_bias);
+          Tensor y_reference = linear(x_reference, weight_reference, bias_reference);
+          y_reference.backward(grad_full);
+  
+          Tensor x = leaf(x_full.narrow(1, rank * s.chunk_length, s.chunk_length), dtype);
+          Tensor weight = leaf(weight_full.narrow(0, rank * s.out, s.out), dtype);
+          Tensor bias = leaf_or_none(bias_full.narrow(0, rank * s.out, s.out), dtype, with_bias);
+          Tensor y = all_gather_linear(x, weight, bias, tp);
+          expect_close(y, y_reference.narrow(2, rank * s.out, s.out), dtype, "y");
+          y.backward(grad_full.narrow(2, rank * s.out, s.out).to(dtype).contiguous());
+          expect_close(x.grad(), x_reference.grad().narrow(1, rank * s.chunk_length, s.chunk_length), dtype, "grad_x");
+          expect_close(weight.grad(), weight_reference.grad().narrow(0, rank * s.out, s.out), dtype, "grad_weight");
+          if (with_bias) {
+            expect_close(bias.grad(), bias_reference.grad().narrow(0, rank * s.out, s.out), dtype, "grad_bias");
+          }
         }
       }
     }
@@ -286,35 +291,40 @@ TEST_P(CollectiveMatmul, AllGatherLinearMatchesOneRank) {
 }
 
 TEST_P(CollectiveMatmul, LinearReduceScatterMatchesOneRank) {
-  for (DType dtype : kDtypes) {
-    for (int64_t batch : {1, 2}) {
-      for (bool with_bias : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " B=" << batch << (with_bias ? " bias" : " no bias"));
-        const Sizes s{batch, 4, 6, 5};
-        const int64_t length = s.chunk_length * size, in_full = s.in * size;
-        const Tensor x_full = values({s.batch, length, in_full}, 11, dtype);
-        const Tensor weight_full = values({s.out, in_full}, 12, dtype);
-        const Tensor bias_full = values({s.out}, 13, dtype);
-        const Tensor grad_full = values({s.batch, length, s.out}, 14, dtype);
-
-        Tensor x_reference = leaf(x_full, kFloat64), weight_reference = leaf(weight_full, kFloat64);
-        Tensor bias_reference = leaf_or_none(bias_full, kFloat64, with_bias);
-        Tensor y_reference = linear(x_reference, weight_reference, bias_reference);
-        y_reference.backward(grad_full);
-
-        Tensor x = leaf(x_full.narrow(2, rank * s.in, s.in), dtype);
-        Tensor weight = leaf(weight_full.narrow(1, rank * s.in, s.in), dtype);
-        Tensor bias = leaf_or_none(bias_full, dtype, with_bias);
-        Tensor y = linear_reduce_scatter(x, weight, bias, tp);
-        expect_close(y, y_reference.narrow(1, rank * s.chunk_length, s.chunk_length), dtype, "y");
-        y.backward(grad_full.narrow(1, rank * s.chunk_length, s.chunk_length).to(dtype).contiguous());
-        expect_close(x.grad(), x_reference.grad().narrow(2, rank * s.in, s.in), dtype, "grad_x");
-        expect_close(weight.grad(), weight_reference.grad().narrow(1, rank * s.in, s.in), dtype, "grad_weight");
-        if (with_bias) {
-          // Partial over tp: this rank's rows only; the sum over tp is the full gradient.
-          Tensor grad_bias = bias.grad().contiguous().clone();
-          tp.group->all_reduce(grad_bias, Reduction::kSum, CommStream())->wait();
-          expect_close(grad_bias, bias_reference.grad(), dtype, "grad_bias summed over tp");
+  // Both forms: the ring of tp chunks (0) and one collective then one matmul (1).
+  for (int chunks : {0, 1}) {
+    tp.ring_chunks = chunks;
+    SCOPED_TRACE(::testing::Message() << "ring_chunks " << chunks);
+    for (DType dtype : kDtypes) {
+      for (int64_t batch : {1, 2}) {
+        for (bool with_bias : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " B=" << batch << (with_bias ? " bias" : " no bias"));
+          const Sizes s{batch, 4, 6, 5};
+          const int64_t length = s.chunk_length * size, in_full = s.in * size;
+          const Tensor x_full = values({s.batch, length, in_full}, 11, dtype);
+          const Tensor weight_full = values({s.out, in_full}, 12, dtype);
+          const Tensor bias_full = values({s.out}, 13, dtype);
+          const Tensor grad_full = values({s.batch, length, s.out}, 14, dtype);
+  
+          Tensor x_reference = leaf(x_full, kFloat64), weight_reference = leaf(weight_full, kFloat64);
+          Tensor bias_reference = leaf_or_none(bias_full, kFloat64, with_bias);
+          Tensor y_reference = linear(x_reference, weight_reference, bias_reference);
+          y_reference.backward(grad_full);
+  
+          Tensor x = leaf(x_full.narrow(2, rank * s.in, s.in), dtype);
+          Tensor weight = leaf(weight_full.narrow(1, rank * s.in, s.in), dtype);
+          Tensor bias = leaf_or_none(bias_full, dtype, with_bias);
+          Tensor y = linear_reduce_scatter(x, weight, bias, tp);
+          expect_close(y, y_reference.narrow(1, rank * s.chunk_length, s.chunk_length), dtype, "y");
+          y.backward(grad_full.narrow(1, rank * s.chunk_length, s.chunk_length).to(dtype).contiguous());
+          expect_close(x.grad(), x_reference.grad().narrow(2, rank * s.in, s.in), dtype, "grad_x");
+          expect_close(weight.grad(), weight_reference.grad().narrow(1, rank * s.in, s.in), dtype, "grad_weight");
+          if (with_bias) {
+            // Partial over tp: this rank's rows only; the sum over tp is the full gradient.
+            Tensor grad_bias = bias.grad().contiguous().clone();
+            tp.group->all_reduce(grad_bias, Reduction::kSum, CommStream())->wait();
+            expect_close(grad_bias, bias_reference.grad(), dtype, "grad_bias summed over tp");
+          }
         }
       }
     }
@@ -429,23 +439,33 @@ void expect_finite_differences_match(const ShardedOp& op, const std::vector<Tens
 }
 
 TEST_P(CollectiveMatmul, AllGatherLinearGradientsMatchFiniteDifferences) {
-  const int64_t batch = 2, chunk_length = 2, in = 3, out = 2;
-  std::vector<Tensor> inputs = {Tensor::normal({batch, chunk_length, in}, 40 + rank, 0, 0, 1, kFloat64),
-                                Tensor::normal({out, in}, 50 + rank, 0, 0, 1, kFloat64),
-                                Tensor::normal({out}, 60 + rank, 0, 0, 1, kFloat64)};
-  const Tensor grad_y = Tensor::normal({batch, chunk_length * size, out}, 70 + rank, 0, 0, 1, kFloat64);
-  expect_finite_differences_match(all_gather_linear, inputs, grad_y, tp);
+  // Both forms: the ring of tp chunks (0) and one collective then one matmul (1).
+  for (int chunks : {0, 1}) {
+    tp.ring_chunks = chunks;
+    SCOPED_TRACE(::testing::Message() << "ring_chunks " << chunks);
+    const int64_t batch = 2, chunk_length = 2, in = 3, out = 2;
+    std::vector<Tensor> inputs = {Tensor::normal({batch, chunk_length, in}, 40 + rank, 0, 0, 1, kFloat64),
+                                  Tensor::normal({out, in}, 50 + rank, 0, 0, 1, kFloat64),
+                                  Tensor::normal({out}, 60 + rank, 0, 0, 1, kFloat64)};
+    const Tensor grad_y = Tensor::normal({batch, chunk_length * size, out}, 70 + rank, 0, 0, 1, kFloat64);
+    expect_finite_differences_match(all_gather_linear, inputs, grad_y, tp);
+  }
 }
 
 TEST_P(CollectiveMatmul, LinearReduceScatterGradientsMatchFiniteDifferences) {
-  const int64_t batch = 2, chunk_length = 2, in = 3, out = 2;
-  std::vector<Tensor> inputs = {Tensor::normal({batch, chunk_length * size, in}, 40 + rank, 0, 0, 1, kFloat64),
-                                Tensor::normal({out, in}, 50 + rank, 0, 0, 1, kFloat64),
-                                Tensor::normal({out}, 60, 0, 0, 1, kFloat64)};
-  const Tensor grad_y = Tensor::normal({batch, chunk_length, out}, 70 + rank, 0, 0, 1, kFloat64);
-  // The bias is replicated, so a perturbation of one rank's copy is what the Partial gradient of
-  // that rank measures.
-  expect_finite_differences_match(linear_reduce_scatter, inputs, grad_y, tp);
+  // Both forms: the ring of tp chunks (0) and one collective then one matmul (1).
+  for (int chunks : {0, 1}) {
+    tp.ring_chunks = chunks;
+    SCOPED_TRACE(::testing::Message() << "ring_chunks " << chunks);
+    const int64_t batch = 2, chunk_length = 2, in = 3, out = 2;
+    std::vector<Tensor> inputs = {Tensor::normal({batch, chunk_length * size, in}, 40 + rank, 0, 0, 1, kFloat64),
+                                  Tensor::normal({out, in}, 50 + rank, 0, 0, 1, kFloat64),
+                                  Tensor::normal({out}, 60, 0, 0, 1, kFloat64)};
+    const Tensor grad_y = Tensor::normal({batch, chunk_length, out}, 70 + rank, 0, 0, 1, kFloat64);
+    // The bias is replicated, so a perturbation of one rank's copy is what the Partial gradient of
+    // that rank measures.
+    expect_finite_differences_match(linear_reduce_scatter, inputs, grad_y, tp);
+  }
 }
 
 // --- The rings' structure -----------------------------------------------------------------------
@@ -557,6 +577,31 @@ TEST_P(CollectiveMatmul, LinearReduceScatterIsARingOfChunkSteps) {
     expect_sent(backward[static_cast<size_t>(step)].sent, grad_full.narrow(1, source * c, c),
                 "backward step " + std::to_string(step));
   }
+}
+
+TEST_P(CollectiveMatmul, OneChunkRunsOneCollectiveEachWay) {
+  const int64_t batch = 2, chunk_length = 2, in = 3, out = 2;
+  tp.ring_chunks = 1;
+  Tensor x = leaf(values({batch, chunk_length, in}, 31, kFloat64), kFloat64);
+  Tensor weight = leaf(values({out, in}, 32, kFloat64), kFloat64);
+  recording->clear();
+  Tensor y = all_gather_linear(x, weight, Tensor(), tp);
+  ASSERT_EQ(recording->call_count(), 1);
+  EXPECT_EQ(recording->calls_of("all_gather").size(), 1u) << "forward: one all-gather of x";
+  recording->clear();
+  y.backward(values({batch, chunk_length * size, out}, 33, kFloat64));
+  ASSERT_EQ(recording->call_count(), 1);
+  EXPECT_EQ(recording->calls_of("reduce_scatter").size(), 1u) << "backward: one reduce-scatter of grad_x";
+
+  Tensor wide = leaf(values({batch, chunk_length * size, in}, 34, kFloat64), kFloat64);
+  recording->clear();
+  Tensor z = linear_reduce_scatter(wide, weight, Tensor(), tp);
+  ASSERT_EQ(recording->call_count(), 1);
+  EXPECT_EQ(recording->calls_of("reduce_scatter").size(), 1u) << "forward: one reduce-scatter of x W^T";
+  recording->clear();
+  z.backward(values({batch, chunk_length, out}, 35, kFloat64));
+  ASSERT_EQ(recording->call_count(), 1);
+  EXPECT_EQ(recording->calls_of("all_gather").size(), 1u) << "backward: one all-gather of grad_y";
 }
 
 TEST_P(CollectiveMatmul, UnsplitLinearsRunOneAllReduceEach) {
