@@ -101,6 +101,7 @@ ModeFigures mode_figures(const ModeRun& run) {
   figures.measured_steps = static_cast<int64_t>(steps.size());
   figures.tokens_per_s = mean_of(steps, [](const StepMetrics& m) { return m.tokens_per_s; });
   figures.step_ms = mean_of(steps, [](const StepMetrics& m) { return m.step_ms; });
+  if (!steps.empty() && steps.front()->predicted_step_ms) figures.predicted_step_ms = *steps.front()->predicted_step_ms;
   figures.compute_ms = mean_of(steps, [](const StepMetrics& m) { return m.compute_ms; });
   figures.comm_ms = mean_of(steps, [](const StepMetrics& m) { return m.comm_ms; });
   figures.exposed_comm_ms = mean_of(steps, [](const StepMetrics& m) { return m.exposed_comm_ms; });
@@ -178,6 +179,8 @@ std::string comparison_table(const ComparisonContext& context, const ModeRun& ma
       {"tokens/s", absl::StrFormat("%.0f", a.tokens_per_s), absl::StrFormat("%.0f", b.tokens_per_s),
        ratio(a.tokens_per_s, b.tokens_per_s)},
       {"step ms", ms(a.step_ms), ms(b.step_ms), ratio(a.step_ms, b.step_ms)},
+      {"  predicted by the cost model", a.predicted_step_ms ? ms(*a.predicted_step_ms) : "-",
+       b.predicted_step_ms ? ms(*b.predicted_step_ms) : "-", ""},
       {"compute ms", ms(a.compute_ms), ms(b.compute_ms), ratio(a.compute_ms, b.compute_ms)},
       {"communication ms", ms(a.comm_ms), ms(b.comm_ms), ratio(a.comm_ms, b.comm_ms)},
       {"exposed communication ms", ms(a.exposed_comm_ms), ms(b.exposed_comm_ms),
@@ -222,6 +225,18 @@ std::string comparison_table(const ComparisonContext& context, const ModeRun& ma
                   "process\n";
   out += absl::StrFormat("tensor-parallel block: manual %d lines, auto %d lines (tools/tp_block_lines.py)\n",
                          context.tensor_parallel_block_lines_manual, context.tensor_parallel_block_lines_auto);
+  // What the auto mode chose from the cost model (bucket size, dp all-reduce path, collective
+  // matmuls), as its start-up log says it.
+  bool heading = false;
+  for (const std::string& line : automatic.description) {
+    if (line.rfind("cost model: ", 0) != 0 && line.rfind("dp all-reduce", 0) != 0 &&
+        line.rfind("collective matmuls", 0) != 0) {
+      continue;
+    }
+    if (!heading) out += "the auto mode's choices:\n";
+    heading = true;
+    out += "  " + (line.rfind("cost model: ", 0) == 0 ? line.substr(12) : line) + "\n";
+  }
   return out;
 }
 

@@ -53,6 +53,7 @@ struct ModeFigures {
   std::optional<double> pipeline_bubble_theory;
   std::optional<double> mfu;                       // GPUs only
   double peak_memory_mb = 0;                       // the largest over ranks
+  std::optional<double> predicted_step_ms;         // the cost model's, when the run had one
 };
 
 // The steps left out of the means: the first 2 when a run has more than 3 steps, else none (too

@@ -117,6 +117,7 @@ struct Trainer::State {
   std::optional<FaultInjection> fault;  // WEFT_FAULT, for the checkpoint phases (tests)
   int64_t start_step = 0;  // steps already done (from a checkpoint)
   CostModelSetup cost;     // the cost model (comm.calibrate, comm.calibration_file), if any
+  std::vector<std::string> choices;  // what the run chose from it outside the strategy, for the log
 };
 
 std::string resolve_resume_path(const RunConfig& config) {
@@ -174,7 +175,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   model_ = parallel_model.model;
   s.tensor_plan = parallel_model.plan;
   if (parallel_model.tensor_parallel != nullptr && config_.parallel.sp && config_.comm.mode == "auto") {
-    s.cost.lines.push_back(choose_ring_chunks(config_, *parallel_model.tensor_parallel, s.cost));
+    s.choices.push_back(choose_ring_chunks(config_, *parallel_model.tensor_parallel, s.cost));
   }
   model_->set_random_shard(dp_rank, mesh.dp());  // the dropout masks one process would use
   if (s.compute_dtype != kFloat32) model_->to(s.compute_dtype);
@@ -277,19 +278,20 @@ TrainResult Trainer::run() {
                                                   static_cast<int>(s.tensor_plan.size()),
                                                   absl::StrJoin(s.tensor_plan, ", ")));
   }
-  for (const std::string& line : s.cost.lines) logger.log_event(line);
-  for (const std::string& line : result.description) logger.log_event(line);
+  result.description.insert(result.description.end(), s.choices.begin(), s.choices.end());
   std::optional<double> predicted_step_ms;
   if (s.cost.model != nullptr) {
     try {
       const StepPrediction prediction = predict_step(workload_of(config_), layout_of(config_), *s.cost.model,
                                                      ranks_per_host(s.cost.host_ids));
       predicted_step_ms = prediction.step_ms;
-      logger.log_event("cost model: " + describe_prediction(prediction));
+      result.description.push_back("cost model: " + describe_prediction(prediction));
     } catch (const Error& error) {
-      logger.log_event(std::string("cost model: no prediction for this run: ") + error.what());
+      result.description.push_back(std::string("cost model: no prediction for this run: ") + error.what());
     }
   }
+  for (const std::string& line : s.cost.lines) logger.log_event(line);
+  for (const std::string& line : result.description) logger.log_event(line);
   if (s.start_step > 0) {
     logger.log_event(absl::StrFormat("resumed from %s at step %lld", resolve_resume_path(config_),
                                      static_cast<long long>(s.start_step)));

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <thread>
 #include <functional>
+#include <set>
 #include <limits>
 
 #include "absl/strings/str_format.h"
@@ -195,12 +196,39 @@ ComputeRates measure_compute(Device device, DType dtype, const CalibrationShapes
   return rates;
 }
 
-// CPU cores this process may run on (its affinity mask).
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::thread::hardware_concurrency());
-  return CPU_COUNT(&set);
+// The CPU cores the ranks of this rank's host may run on together: the union of their affinity
+// masks (mpirun binds each rank to its own core when there are enough, and to none when
+// oversubscribed), as a max over the world so that every rank agrees.
+int host_cores(ProcessGroup& world, const std::vector<int>& host_ids) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0) return static_cast<int>(std::thread::hardware_concurrency());
+  constexpr int kCores = 1024;  // CPU_SETSIZE
+  // One row of core flags per rank, filled in this rank's row; a sum over the world gathers them.
+  const int ranks = world.size();
+  std::vector<double> flags(static_cast<size_t>(ranks) * kCores, 0.0);
+  for (int core = 0; core < kCores; ++core) {
+    if (CPU_ISSET(core, &mine)) flags[static_cast<size_t>(world.rank()) * kCores + core] = 1.0;
+  }
+  if (ranks > 1) {
+    Tensor all = Tensor::from_vector(absl::MakeConstSpan(flags), {static_cast<int64_t>(flags.size())}, kFloat64)
+                     .to(world.device());
+    world.all_reduce(all, Reduction::kSum, CommStream())->synchronize();
+    flags = all.to(Device::cpu()).to_vector();
+  }
+  int most = 0;
+  for (int host : std::set<int>(host_ids.begin(), host_ids.end())) {
+    int cores = 0;
+    for (int core = 0; core < kCores; ++core) {
+      bool used = false;
+      for (int r = 0; r < ranks; ++r) {
+        used = used || (host_ids[static_cast<size_t>(r)] == host && flags[static_cast<size_t>(r) * kCores + core] > 0);
+      }
+      cores += used;
+    }
+    most = std::max(most, cores);
+  }
+  return most;
 }
 
 }  // namespace
@@ -227,7 +255,9 @@ CalibrationResult calibrate(Device device, DType dtype, const CalibrationShapes&
   model.compute = measure_compute(device, dtype, shapes, *world, first_of_host);
   // Each rank has a GPU of its own; CPU ranks share the host's cores (Open MPI binds none when
   // oversubscribed, so each sees them all).
-  if (device.is_cpu()) model.compute_slots_per_host = std::min(usable_cores(), std::max(model.ranks_per_host, 1));
+  if (device.is_cpu()) {
+    model.compute_slots_per_host = std::min(host_cores(*world, host_ids), std::max(model.ranks_per_host, 1));
+  }
   if (world->size() > 1) {
     const LinkClass world_link = link_class_of(host_ids);
     measure_links(*world, *world, world_link, device, model);
