@@ -132,9 +132,13 @@ std::vector<std::string> CostModel::describe() const {
                                                    : std::string(" (assumed: not measured)")));
     }
   }
-  lines.push_back(absl::StrFormat("compute: matmul %.2f GFLOP/s, attention %.2f GFLOP/s, element-wise %.2f GB/s, "
-                                  "%.1f us per op (%s)",
-                                  compute.matmul_flops_per_ms / 1e6, compute.attention_flops_per_ms / 1e6,
+  // flops per ms / 1e9 is TFLOP/s; GPUs are read in those, CPUs in GFLOP/s.
+  auto rate = [](double flops_per_ms) {
+    return flops_per_ms >= 1e9 ? absl::StrFormat("%.1f TFLOP/s", flops_per_ms / 1e9)
+                               : absl::StrFormat("%.2f GFLOP/s", flops_per_ms / 1e6);
+  };
+  lines.push_back(absl::StrFormat("compute: matmul %s, attention %s, element-wise %.2f GB/s, %.1f us per op (%s)",
+                                  rate(compute.matmul_flops_per_ms), rate(compute.attention_flops_per_ms),
                                   compute.memory_bytes_per_ms / 1e6, compute.op_overhead_ms * 1000.0, dtype));
   if (compute_slots_per_host > 0) {
     lines.push_back(absl::StrFormat("compute: %.1f rank(s) of a host compute at full speed at once (of %d)",

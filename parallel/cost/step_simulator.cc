@@ -132,14 +132,20 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
   const LinkClass pp_link = link_of_axis(layout.pp, layout.tp, ranks_per_host);
   const LinkClass dp_link = link_of_axis(layout.dp, layout.tp * layout.pp, ranks_per_host);
   auto tp_collective = [&](CollectiveKind kind, double bytes) { return model.collective_ms(kind, bytes, layout.tp, tp_link); };
+  // The ops' fixed costs: on the CPU each op runs when it is called, so they add up; a GPU queues
+  // kernels ahead, so launches hide under the kernels before them unless those are shorter.
+  const bool queued = model.device != "cpu";
+  auto with_overhead = [&](double work_ms, double ops) {
+    return queued ? std::max(work_ms, model.ops_ms(ops)) : work_ms + model.ops_ms(ops);
+  };
 
   // --- Segments: embedding, blocks, head ---
   std::vector<SegmentWork> segments;
   {
     SegmentWork embedding;
     embedding.parameters = s.embedding_parameters / tp;
-    embedding.forward_ms = model.memory_ms(3.0 * tokens * c * e) + model.ops_ms(kEmbeddingOps);
-    embedding.backward_ms = model.memory_ms(3.0 * tokens * c * e) + model.ops_ms(kEmbeddingOps);
+    embedding.forward_ms = with_overhead(model.memory_ms(3.0 * tokens * c * e), kEmbeddingOps);
+    embedding.backward_ms = with_overhead(model.memory_ms(3.0 * tokens * c * e), kEmbeddingOps);
     if (layout.tp > 1) {
       // The partial lookups summed over tp (with sp, then cut along the sequence: a reduce-scatter).
       embedding.tp_comm_ms = tp_collective(layout.sequence_parallel ? CollectiveKind::kReduceScatter
@@ -155,9 +161,12 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     const double attention_forward = model.attention_ms(4.0 * tokens * static_cast<double>(s.seq_len) * c / tp);
     // Norms, residual adds, dropout (on [b, T, C], cut by sp) and the activation (on [b, T, hidden/tp]).
     const double replicated = layout.sequence_parallel ? c / tp : c;
-    const double elementwise = model.memory_ms(e * tokens * (16.0 * replicated + (s.swiglu ? 6.0 : 4.0) * s.hidden / tp + 6.0 * c / tp));
-    block.forward_ms = matmul_forward + attention_forward + elementwise + model.ops_ms(kBlockOps);
-    block.backward_ms = 2.0 * matmul_forward + 2.0 * attention_forward + 2.0 * elementwise + model.ops_ms(2 * kBlockOps);
+    // Passes over [b, T, C] (two norms, two residual adds, the attention's reshapes) and over the
+    // MLP's [b, T, hidden] (its activation), each a read and a write.
+    const double elementwise =
+        model.memory_ms(e * tokens * (12.0 * replicated + (s.swiglu ? 3.0 : 2.0) * s.hidden / tp + 6.0 * c / tp));
+    block.forward_ms = with_overhead(matmul_forward + attention_forward + elementwise, kBlockOps);
+    block.backward_ms = with_overhead(2.0 * matmul_forward + 2.0 * attention_forward + 2.0 * elementwise, 2 * kBlockOps);
     if (layout.tp > 1) {
       // Each direction: the attention and MLP entries and exits (two all-reduces, or with sp two
       // all-gathers and two reduce-scatters of the same activation).
@@ -192,8 +201,8 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     head.parameters = s.head_parameters / tp;
     const double matmul_forward = model.matmul_ms(2.0 * tokens * static_cast<double>(s.vocab) * c / tp);
     const double loss = model.memory_ms(8.0 * tokens * static_cast<double>(s.vocab) / tp * e);
-    head.forward_ms = matmul_forward + loss + model.ops_ms(kHeadOps);
-    head.backward_ms = 2.0 * matmul_forward + loss + model.ops_ms(kHeadOps);
+    head.forward_ms = with_overhead(matmul_forward + loss, kHeadOps);
+    head.backward_ms = with_overhead(2.0 * matmul_forward + loss, kHeadOps);
     if (layout.tp > 1) {
       // Vocabulary-parallel loss: three small all-reduces; backward: the input gradient's.
       head.tp_comm_ms = 3.0 * tp_collective(CollectiveKind::kAllReduce, tokens * 4.0) +

@@ -4,7 +4,8 @@
 // It runs the step's structure with modelled durations rather than the step graph itself (which
 // needs the ranks): per micro-batch the forward and backward of each pipeline stage's segments
 // (embedding, blocks, head, from the model's shapes: matmul FLOPs at the matmul rate, attention
-// FLOPs at the attention rate, element-wise bytes at the memory bandwidth), the tensor-parallel
+// FLOPs at the attention rate, element-wise bytes at the memory bandwidth, each op's fixed cost
+// added on the CPU and hidden under the kernels queued before it on a GPU), the tensor-parallel
 // collectives of every block, the pipeline schedule (simulate_pipeline over the stages' durations,
 // with the p2p transfers), the data-parallel bucket reductions against the last backward, and the
 // optimizer. The comm mode decides what hides: `manual` waits for every collective where it is
