@@ -215,10 +215,13 @@ std::string comparison_table(const ComparisonContext& context, const ModeRun& ma
          "communication (a rank waiting for a slower one)\n";
   out += "losses: " + loss_verdict(losses, on_gpu) + "\n";
   if (parallel.tp > 1) {
-    // The step graph times segments; a tensor-parallel collective is waited for inside the layer
-    // that issues it, so its time is part of that segment's.
-    out += "communication: the step graph's collectives only; tensor-parallel collectives run inside the forward "
-           "and backward segments and count as compute\n";
+    // A tensor-parallel collective runs inside the segment that issues it. On the CPU the tp group
+    // records it and the compute thread's waits for it (parallel/comm/traced_process_group.h); on
+    // GPUs a wait blocks no host thread, so there its time stays in the segment's.
+    out += on_gpu ? "communication: the step graph's collectives only; tensor-parallel collectives run inside the "
+                    "forward and backward segments and count as compute\n"
+                  : "communication: tensor-parallel collectives included (recorded inside the segments that issue "
+                    "them; exposed where the compute thread waited for them)\n";
   }
   out += on_gpu ? "memory: each rank's peak of device memory allocated in a step\n"
                 : "memory: each process's resident host memory; the auto run follows the manual one in the same "

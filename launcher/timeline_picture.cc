@@ -166,6 +166,7 @@ constexpr ColourClass kColourClasses[] = {
     {"reduce_scatter", "reduce_scatter", "#59a14f"}, {"all_gather", "all_gather", "#76b7b2"},
     {"exchange", "exchange", "#edc948"},       {"send_recv", "send / recv", "#b07aa1"},
     {"other_collective", "other collective", "#9c755f"},
+    {"wait", "compute waiting for a collective", "#d9d9d9"},
 };
 
 const char* colour_of(const std::string& colour_class) {
@@ -487,6 +488,7 @@ std::vector<TraceEvent> events_of_step(const Trace& trace, int64_t step) {
 
 std::string event_colour_class(const TraceEvent& event) {
   if (event.category == "send" || event.category == "recv") return "send_recv";
+  if (event.category == "wait") return "wait";
   if (event.category != "collective") return "compute";
   // The operation is the name's first word: "all_reduce bucket 3", "all_reduce(sum) on tp".
   size_t length = 0;
@@ -504,11 +506,14 @@ std::string event_colour_class(const TraceEvent& event) {
 std::vector<graph::Interval> exposed_communication(const std::vector<TraceEvent>& events, int rank) {
   std::vector<graph::Interval> communication;
   std::vector<graph::Interval> compute;
+  std::vector<graph::Interval> waits;  // inside compute events: the thread blocked on a collective
   for (const TraceEvent& event : events) {
     if (event.rank != rank) continue;
-    (event_colour_class(event) == "compute" ? compute : communication).push_back({event.start_ms, event.end_ms});
+    const std::string colour_class = event_colour_class(event);
+    (colour_class == "compute" ? compute : colour_class == "wait" ? waits : communication)
+        .push_back({event.start_ms, event.end_ms});
   }
-  return uncovered_intervals(std::move(communication), std::move(compute));
+  return uncovered_intervals(std::move(communication), graph::subtract_intervals(std::move(compute), std::move(waits)));
 }
 
 std::string render_timeline_svg(const std::vector<TimelinePanel>& panels) {

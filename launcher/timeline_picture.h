@@ -52,11 +52,13 @@ std::vector<TraceEvent> events_of_step(const Trace& trace, int64_t step);
 
 // An event's colour class: "compute" for forward, backward, optimizer and other work; for
 // communication, the collective from the name's first word: "all_reduce", "reduce_scatter",
-// "all_gather", "exchange", else "other_collective"; "send_recv" for categories send and recv.
+// "all_gather", "exchange", else "other_collective"; "send_recv" for categories send and recv;
+// "wait" for category wait (the compute thread blocked, inside a node, on a collective it issued).
 std::string event_colour_class(const TraceEvent& event);
 
 // The intervals in which `rank` communicated and did not compute (its exposed communication),
-// sorted and disjoint: the union of its communication events minus the union of its compute events.
+// sorted and disjoint: the union of its communication events minus the union of its compute events
+// less its waits.
 std::vector<graph::Interval> exposed_communication(const std::vector<TraceEvent>& events, int rank);
 
 struct TimelinePanel {

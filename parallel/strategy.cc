@@ -150,6 +150,11 @@ ParallelModel build_parallel_model(const ModelConfig& config, const Mesh& mesh, 
   auto tp = std::make_shared<TensorParallelGroup>();
   tp->group = make_process_group(mesh, Axis::kTensor, device);
   if (device.is_cpu()) {
+    // Its collectives run inside the segments that issue them: recorded, they join the timeline.
+    tp->recorder = std::make_shared<CollectiveRecorder>();
+    tp->group = std::make_shared<TracedProcessGroup>(tp->group, tp->recorder);
+  }
+  if (device.is_cpu()) {
     // The tp collectives run on a thread of their own while compute waits (manual) or goes on
     // (auto's pipelined matmuls). Its communicator is made now, from one thread, in one order.
     tp->stream = CommStream::cpu("tp_comm");

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/traced_process_group.h"
 
 namespace weft {
 
@@ -23,6 +24,10 @@ struct TensorParallelGroup {
   // ring of size() chunks, each transfer under a chunk's matmul; 1, one collective, then one
   // matmul. The auto mode chooses by the cost model (parallel/cost/collective_matmul_choice.h).
   int ring_chunks = 0;
+  // On the CPU, `group` is a TracedProcessGroup telling this recorder of its collectives, so the
+  // strategy can put them in the step's timeline (parallel/comm/traced_process_group.h); null
+  // elsewhere.
+  std::shared_ptr<CollectiveRecorder> recorder;
 
   int size() const { return group->size(); }
   int rank() const { return group->rank(); }

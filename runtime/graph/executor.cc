@@ -244,7 +244,9 @@ StepTimeline Executor::execute_cpu(const StepGraph& graph, const ExecutionPlan& 
     step.changed.wait(lock, [&] { return step.lists_running == 0; });
   }
   if (step.error) std::rethrow_exception(step.error);
-  return make_timeline(graph, plan, step.start, step.end, clock_ms() - step.origin_ms);
+  StepTimeline timeline = make_timeline(graph, plan, step.start, step.end, clock_ms() - step.origin_ms);
+  timeline.origin_clock_ms = step.origin_ms;
+  return timeline;
 }
 
 // --- CUDA --------------------------------------------------------------------------------------

@@ -38,6 +38,35 @@ double uncovered_length(const std::vector<Interval>& intervals, const std::vecto
   return std::max(0.0, union_length(std::move(both)) - union_length(cover));
 }
 
+std::vector<Interval> subtract_intervals(std::vector<Interval> intervals, std::vector<Interval> removed) {
+  auto normalize = [](std::vector<Interval>& list) {
+    std::erase_if(list, [](const Interval& i) { return !(i.end_ms > i.start_ms); });
+    std::sort(list.begin(), list.end(), [](const Interval& a, const Interval& b) { return a.start_ms < b.start_ms; });
+    std::vector<Interval> merged;
+    for (const Interval& interval : list) {
+      if (!merged.empty() && interval.start_ms <= merged.back().end_ms) {
+        merged.back().end_ms = std::max(merged.back().end_ms, interval.end_ms);
+      } else {
+        merged.push_back(interval);
+      }
+    }
+    list = std::move(merged);
+  };
+  normalize(intervals);
+  normalize(removed);
+  std::vector<Interval> out;
+  size_t r = 0;
+  for (Interval piece : intervals) {
+    while (r < removed.size() && removed[r].end_ms <= piece.start_ms) ++r;
+    for (size_t k = r; k < removed.size() && removed[k].start_ms < piece.end_ms; ++k) {
+      if (removed[k].start_ms > piece.start_ms) out.push_back({piece.start_ms, removed[k].start_ms});
+      piece.start_ms = std::max(piece.start_ms, removed[k].end_ms);
+    }
+    if (piece.end_ms > piece.start_ms) out.push_back(piece);
+  }
+  return out;
+}
+
 void StepTimeline::compute_metrics() {
   std::vector<Interval> compute;
   std::vector<Interval> comm;
@@ -45,6 +74,7 @@ void StepTimeline::compute_metrics() {
     if (timing.signal) continue;
     (is_communication(timing.kind) ? comm : compute).push_back({timing.start_ms, timing.end_ms});
   }
+  if (!compute_waits.empty()) compute = subtract_intervals(std::move(compute), compute_waits);
   compute_ms = union_length(compute);
   comm_ms = union_length(comm);
   exposed_comm_ms = uncovered_length(comm, compute);
@@ -85,6 +115,12 @@ std::string StepTimeline::chrome_trace_events(int process_id, const std::string&
     }
     out << ", \"args\": {\"node\": " << timing.node << ", \"micro_batch\": " << timing.micro_batch
         << ", \"bytes\": " << timing.bytes << "}}";
+  }
+  // The compute thread's waits for collectives inside its nodes, on the compute row.
+  for (const Interval& wait : compute_waits) {
+    out << ",\n{\"name\": \"waiting for a collective\", \"cat\": \"wait\", \"pid\": " << pid
+        << ", \"tid\": " << static_cast<int>(StreamClass::kCompute) << ", \"ts\": " << format_us(wait.start_ms + offset_ms)
+        << ", \"ph\": \"X\", \"dur\": " << format_us(std::max(0.0, wait.end_ms - wait.start_ms)) << "}";
   }
   return out.str();
 }

@@ -3,7 +3,7 @@
 // Times are milliseconds since the step began (the executor's start: the first instruction on CPU,
 // the step's start event on CUDA). Metrics, from the nodes' intervals:
 // - compute_ms: measure of the union of compute intervals (every node that is not a collective,
-//   send or recv);
+//   send or recv), less the compute_waits inside them;
 // - comm_ms: measure of the union of communication intervals (collectives, sends, recvs), on
 //   whichever stream they ran;
 // - exposed_comm_ms: measure of the communication intervals not covered by any compute interval
@@ -30,6 +30,8 @@ struct Interval {
 double union_length(std::vector<Interval> intervals);
 // Measure of the part of union(`intervals`) that union(`cover`) does not cover.
 double uncovered_length(const std::vector<Interval>& intervals, const std::vector<Interval>& cover);
+// union(`intervals`) minus union(`removed`), as sorted disjoint intervals.
+std::vector<Interval> subtract_intervals(std::vector<Interval> intervals, std::vector<Interval> removed);
 
 struct NodeTiming {
   NodeId node = -1;
@@ -45,12 +47,20 @@ struct NodeTiming {
 };
 
 struct StepTimeline {
-  std::vector<NodeTiming> nodes;  // indexed by NodeId
+  std::vector<NodeTiming> nodes;  // indexed by NodeId, then collectives recorded inside nodes (node -1)
   double step_ms = 0.0;
   double compute_ms = 0.0;
   double comm_ms = 0.0;
   double exposed_comm_ms = 0.0;
   double overlap_ratio = 0.0;
+  // Where the compute thread waited, inside a node, for a collective that node issued (the
+  // tensor-parallel layers' collectives: parallel/comm/traced_process_group.h), ms since the
+  // step's start: compute_metrics counts them as not computing. Those collectives are in `nodes`
+  // with node -1. Empty where nothing recorded them (CUDA, where waits do not block the host).
+  std::vector<Interval> compute_waits;
+  // clock_ms() at the step's start on the CPU (the executor's origin); -1 on CUDA, whose times
+  // come from events.
+  double origin_clock_ms = -1.0;
 
   // Sets compute_ms, comm_ms, exposed_comm_ms and overlap_ratio from `nodes` (step_ms is left as is).
   void compute_metrics();

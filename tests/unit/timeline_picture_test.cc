@@ -347,5 +347,17 @@ TEST_F(TimelinePictureTest, DamagedFilesAreErrorsThatNameThem) {
   expect_contains(error_message([&] { read_chrome_trace(path_); }), {path_, "event 0 is not a JSON object"});
 }
 
+TEST(TimelinePicture, WaitsInsideComputeAreExposed) {
+  // Compute [0, 10] that blocked on its own collective [2, 6] for [3, 6]: 3 ms exposed.
+  const std::vector<TraceEvent> events = {{0, "compute", "forward", "forward block 0", 0.0, 10.0},
+                                          {0, "tp_comm", "collective", "all_reduce(sum) on tp", 2.0, 6.0},
+                                          {0, "compute", "wait", "waiting for a collective", 3.0, 6.0}};
+  EXPECT_EQ(event_colour_class(events[2]), "wait");
+  const std::vector<graph::Interval> exposed = exposed_communication(events, 0);
+  ASSERT_EQ(exposed.size(), 1u);
+  EXPECT_DOUBLE_EQ(exposed[0].start_ms, 3.0);
+  EXPECT_DOUBLE_EQ(exposed[0].end_ms, 6.0);
+}
+
 }  // namespace
 }  // namespace weft
