@@ -15,6 +15,7 @@
 #include "launcher/config_loader.h"
 #include "launcher/dataset.h"
 #include "launcher/cost_model_setup.h"
+#include "launcher/cpu_threads.h"
 #include "parallel/cost/host_topology.h"
 #include "launcher/metrics_logger.h"
 #include "launcher/step_agreement.h"
@@ -142,6 +143,10 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   }
   s.compute_dtype = parse_dtype(config_.train.dtype);
   const ModelConfig& model_config = config_.model;
+  if (s.device.is_cpu()) {
+    const std::string threads = share_cpu_cores_between_ranks();
+    if (!threads.empty()) s.choices.push_back(threads);
+  }
 
   // Data first: a missing file should fail before any weights are drawn.
   if (config_.data.format == "text") {

@@ -27,6 +27,7 @@
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
 #include "launcher/cost_model_setup.h"
+#include "launcher/cpu_threads.h"
 #include "launcher/layout_search.h"
 #include "layers/mlp.h"
 #include "parallel/comm/fault_handler.h"
@@ -139,6 +140,7 @@ int plan(int argc, char** argv) {
   }
 
   const weft::Device device = weft::Device::parse(config.train.device.rfind("cuda", 0) == 0 ? "cuda:0" : "cpu");
+  if (device.is_cpu()) weft::share_cpu_cores_between_ranks();  // measured as weft-train will run
   weft::CostModel model;
   std::vector<int> host_ids;
   if (!arguments.calibration.empty()) {
