@@ -126,8 +126,9 @@ std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, Langua
                                                     : link_class_of(hosts_of(data_group->world_ranks(), options.host_ids));
     const CollectiveKind kind = options.zero_stage > 0 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
     const BucketChoice choice = choose_bucket_bytes(
-        backward_segments(model.segments(), parameters, trained, options.pipeline.seq_len, options.micro_batch_tokens,
-                          *options.cost_model),
+        // A pipeline stage's own segments: the others are emptied (no work, no gradients here).
+        backward_segments(pipeline != nullptr ? pipeline->local_segments(model.segments()) : model.segments(), parameters,
+                          trained, options.pipeline.seq_len, options.micro_batch_tokens, *options.cost_model),
         *options.cost_model, kind, data_group->size(), link);
     options.bucket_bytes = choice.bucket_bytes;
     options.notes.push_back("cost model: " + choice.explanation);
@@ -153,8 +154,6 @@ ParallelModel build_parallel_model(const ModelConfig& config, const Mesh& mesh, 
     // Its collectives run inside the segments that issue them: recorded, they join the timeline.
     tp->recorder = std::make_shared<CollectiveRecorder>();
     tp->group = std::make_shared<TracedProcessGroup>(tp->group, tp->recorder);
-  }
-  if (device.is_cpu()) {
     // The tp collectives run on a thread of their own while compute waits (manual) or goes on
     // (auto's pipelined matmuls). Its communicator is made now, from one thread, in one order.
     tp->stream = CommStream::cpu("tp_comm");
