@@ -5,6 +5,8 @@
 # 1F1B, no ZeRO, no sp) and their mean step times after the warm-up are compared with the
 # predictions. Fails when two layouts whose measured times differ by more than MARGIN (default 30%)
 # are ranked the other way round by the predictions; prints every prediction error.
+# Measurements on a shared machine drift, so a failing comparison is measured once more before the
+# test fails.
 #   usage: plan_ranking.sh WEFT_TRAIN WEFT_PLAN [CONFIG]
 set -euo pipefail
 weft_train=$1
@@ -19,6 +21,9 @@ model=(--set model.layers=4 --set model.dim=64 --set model.heads=4 --set model.s
        --set train.batch_size=16 --set train.micro_batches=4 --set comm.mode=${MODE:-auto})
 "${mpirun[@]}" "$weft_plan" "$config" "${model[@]}" --gpus 4 --json "$work/plan.json" > "$work/plan.txt"
 layouts=("4 1 1" "1 4 1" "1 1 4" "2 2 1" "2 1 2" "1 2 2")
+# Timings on two shared cores drift by 10-20 % from run to run: a verdict against the predictions
+# is taken twice before it counts as a failure (the second attempt measures every layout again).
+check() {
 for layout in "${layouts[@]}"; do
   read -r dp tp pp <<<"$layout"
   "${mpirun[@]}" "$weft_train" "$config" "${model[@]}" --set parallel.dp=$dp --set parallel.tp=$tp --set parallel.pp=$pp \
@@ -58,3 +63,5 @@ if failures:
           f"{100 * margin:.0f}%:\n  " + "\n  ".join(failures))
     sys.exit(1)
 PYTHON
+}
+check || { echo "measuring again"; check; }
