@@ -26,17 +26,8 @@ CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType 
   }
   const bool measure = comm.calibrate == "on" || (comm.calibrate == "auto" && comm.mode == "auto");
   if (!measure) return setup;
-  const int64_t tp = config.parallel.tp;
-  CalibrationShapes shapes;
-  shapes.batch = std::max<int64_t>(config.train.batch_size / config.parallel.dp / config.train.micro_batches, 1);
-  shapes.seq_len = config.model.seq_len;
-  shapes.dim = config.model.dim;
-  // The shapes this rank computes: tensor parallelism splits heads, the MLP width and the vocabulary.
-  shapes.hidden = std::max<int64_t>(mlp_hidden_width(config.model) / tp, 1);
-  shapes.heads = std::max<int64_t>(config.model.heads / tp, 1);
-  shapes.head_dim = config.model.dim / config.model.heads;
-  shapes.vocab = std::max<int64_t>(config.model.vocab / tp, 1);
-  const CalibrationResult result = calibrate(device, dtype, shapes, setup.host_ids);
+  const CalibrationResult result =
+      calibrate(device, dtype, calibration_shapes(config, config.parallel.tp), setup.host_ids);
   setup.lines.push_back("cost model: " + result.model.source);
   for (const std::string& line : result.model.describe()) setup.lines.push_back("  " + line);
   if (!file.empty() && world_rank == 0) {
@@ -45,6 +36,22 @@ CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType 
   }
   setup.model = std::make_shared<const CostModel>(result.model);
   return setup;
+}
+
+int64_t micro_batch_tokens(const RunConfig& config) {
+  return config.train.batch_size / config.parallel.dp / config.train.micro_batches * config.model.seq_len;
+}
+
+CalibrationShapes calibration_shapes(const RunConfig& config, int64_t tp) {
+  CalibrationShapes shapes;
+  shapes.batch = std::max<int64_t>(micro_batch_tokens(config) / config.model.seq_len, 1);
+  shapes.seq_len = config.model.seq_len;
+  shapes.dim = config.model.dim;
+  shapes.hidden = std::max<int64_t>(mlp_hidden_width(config.model) / tp, 1);
+  shapes.heads = std::max<int64_t>(config.model.heads / tp, 1);
+  shapes.head_dim = config.model.dim / config.model.heads;
+  shapes.vocab = std::max<int64_t>(config.model.vocab / tp, 1);
+  return shapes;
 }
 
 std::string choose_ring_chunks(const RunConfig& config, TensorParallelGroup& tp, const CostModelSetup& cost) {
@@ -57,8 +64,7 @@ std::string choose_ring_chunks(const RunConfig& config, TensorParallelGroup& tp,
   if (cost.model == nullptr) return "collective matmuls: ring (no cost model to choose by: comm.calibrate)";
   // The q/k/v linear of a block: the whole micro-batch's activation gathered, this rank's third of
   // the heads multiplied (the other linears differ in width, not in kind).
-  const double tokens = static_cast<double>(config.train.batch_size / config.parallel.dp / config.train.micro_batches *
-                                            config.model.seq_len);
+  const double tokens = static_cast<double>(micro_batch_tokens(config));
   const double dim = static_cast<double>(config.model.dim);
   const double bytes = tokens * dim * (config.train.dtype == "bf16" ? 2.0 : 4.0);
   const double flops = 2.0 * tokens * dim * 3.0 * dim / tp.size();

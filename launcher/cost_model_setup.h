@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "launcher/run_config.h"
+#include "parallel/cost/calibration.h"
 #include "parallel/cost/cost_model.h"
 #include "parallel/cost/step_simulator.h"
 #include "parallel/tensor/tensor_parallel_group.h"
@@ -28,6 +29,12 @@ struct CostModelSetup {
 // file when it exists (unless calibrate is on), else measure when calibrate is on, or auto in
 // comm.mode auto; a measurement is written to the file by world rank 0. Collective over the world.
 CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank);
+
+// Tokens of one micro-batch on one dp rank: batch_size / dp / micro_batches sequences of seq_len.
+int64_t micro_batch_tokens(const RunConfig& config);
+// The compute shapes of one micro-batch of `config` on a rank of a tp group of `tp` (heads, the
+// MLP width and the vocabulary split by tp), for calibrate().
+CalibrationShapes calibration_shapes(const RunConfig& config, int64_t tp);
 
 // Sets tp.ring_chunks, how the auto mode's sequence-parallel linears communicate, from
 // comm.collective_matmul (auto: choose_collective_matmul_chunks on this run's shapes, the ring

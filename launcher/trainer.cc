@@ -205,7 +205,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   options.cost_model = s.cost.model;
   options.host_ids = s.cost.host_ids;
   options.dp_all_reduce = config_.comm.dp_all_reduce;
-  options.micro_batch_tokens = train.batch_size / mesh.dp() / train.micro_batches * model_config.seq_len;
+  options.micro_batch_tokens = micro_batch_tokens(config_);
   options.make_optimizer = [&train](std::vector<ParameterGroup> groups) {
     return train.optimizer == "adamw" ? make_adamw(std::move(groups), {train.beta1, train.beta2, train.eps})
                                       : make_sgd(std::move(groups), {train.momentum, false});

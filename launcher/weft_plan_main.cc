@@ -29,7 +29,6 @@
 #include "launcher/cost_model_setup.h"
 #include "launcher/cpu_threads.h"
 #include "launcher/layout_search.h"
-#include "layers/mlp.h"
 #include "parallel/comm/fault_handler.h"
 #include "parallel/comm/mpi_environment.h"
 #include "parallel/cost/calibration.h"
@@ -147,17 +146,13 @@ int plan(int argc, char** argv) {
     model = weft::read_calibration_file(arguments.calibration, weft::default_cost_model(device));
     host_ids = weft::world_host_ids();
   } else {
-    // Measured now at the config's micro-batch, unsplit (tp 1) shapes.
-    weft::CalibrationShapes shapes;
-    shapes.batch = std::max<int64_t>(config.train.batch_size / config.train.micro_batches, 1);
-    shapes.seq_len = config.model.seq_len;
-    shapes.dim = config.model.dim;
-    shapes.hidden = weft::mlp_hidden_width(config.model);
-    shapes.heads = config.model.heads;
-    shapes.head_dim = config.model.dim / config.model.heads;
-    shapes.vocab = config.model.vocab;
+    // Measured now at the config's micro-batch on unsplit shapes (dp 1, tp 1: every layout's
+    // rates come from this one shape).
+    weft::RunConfig unsplit = config;
+    unsplit.parallel.dp = 1;
     host_ids = weft::world_host_ids();
-    model = weft::calibrate(device, weft::parse_dtype(config.train.dtype), shapes, host_ids).model;
+    model = weft::calibrate(device, weft::parse_dtype(config.train.dtype), weft::calibration_shapes(unsplit, 1), host_ids)
+                .model;
   }
   if (!leader) return 0;
   if (ranks_per_host == 0) ranks_per_host = device.is_cpu() ? gpus : 8;

@@ -32,12 +32,7 @@ std::string fitting_sizes(const std::vector<int64_t>& sizes, int limit) {
 
 // The sizes tensor parallelism splits, each checked against tp with a message naming its key.
 void check_tensor_parallel_config(const ModelConfig& config, int tp, bool sequence_parallel, int world_size) {
-  const int64_t kv_heads = config.kv_heads > 0 ? config.kv_heads : config.heads;
-  const int64_t hidden = mlp_hidden_width(config);
-  std::vector<std::pair<std::string, int64_t>> splits = {
-      {"model.heads", config.heads}, {"model.kv_heads", kv_heads}, {"model.vocab", config.vocab},
-      {"the MLP width (model.hidden_dim)", hidden}};
-  if (sequence_parallel) splits.push_back({"model.seq_len (with parallel.sp: true)", config.seq_len});
+  const std::vector<std::pair<std::string, int64_t>> splits = tensor_parallel_splits(config, sequence_parallel);
   std::vector<int64_t> sizes;
   for (const auto& [key, size] : splits) sizes.push_back(size);
   for (const auto& [key, size] : splits) {
@@ -100,6 +95,16 @@ void choose_dp_all_reduce(const Mesh& mesh, int world_rank, const ProcessGroup& 
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, int64_t>> tensor_parallel_splits(const ModelConfig& config, bool sequence_parallel) {
+  std::vector<std::pair<std::string, int64_t>> splits = {
+      {"model.heads", config.heads},
+      {"model.kv_heads", config.kv_heads > 0 ? config.kv_heads : config.heads},
+      {"model.vocab", config.vocab},
+      {"the MLP width (model.hidden_dim)", mlp_hidden_width(config)}};
+  if (sequence_parallel) splits.push_back({"model.seq_len (with parallel.sp: true)", config.seq_len});
+  return splits;
+}
 
 int64_t default_bucket_bytes(Device device) { return device.is_cpu() ? (int64_t{1} << 20) : (int64_t{25} << 20); }
 

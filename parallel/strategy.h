@@ -140,6 +140,10 @@ int64_t default_bucket_bytes(Device device);
 std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, LanguageModel& model,
                                         const StrategyOptions& options);
 
+// The sizes tensor parallelism splits evenly, each named by its config key: model.heads,
+// model.kv_heads, model.vocab, the MLP width, and model.seq_len with sequence parallelism.
+std::vector<std::pair<std::string, int64_t>> tensor_parallel_splits(const ModelConfig& config, bool sequence_parallel);
+
 // The model this rank trains, with its weights in f32 on the host. tp = 1: build_model(config).
 // tp > 1: the tp group on `device` and the model split over it, from exactly the one-process
 // weights — in the manual comm mode the Megatron-style layers of parallel/manual/, in the auto mode

@@ -10,6 +10,7 @@
 #include "parallel/cost/collective_matmul_choice.h"
 #include "parallel/pipeline/pipeline_schedule.h"
 #include "parallel/pipeline/stage_partition.h"
+#include "parallel/strategy.h"
 #include "runtime/error.h"
 
 namespace weft {
@@ -94,12 +95,9 @@ std::string layout_problem(const Workload& workload, const ParallelLayout& layou
     return absl::StrFormat("%d sequences per dp rank do not split into %d micro-batches",
                            workload.batch_size / layout.dp, layout.micro_batches);
   }
-  for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
-           {"model.heads", s.heads}, {"model.kv_heads", s.kv_heads}, {"model.vocab", s.vocab}, {"the MLP width", s.hidden}}) {
+  if (layout.sequence_parallel && layout.tp == 1) return "sequence parallelism needs tp > 1";
+  for (const auto& [name, size] : tensor_parallel_splits(workload.model, layout.sequence_parallel)) {
     if (size % layout.tp != 0) return absl::StrFormat("tp %d does not divide %s = %d", layout.tp, name, size);
-  }
-  if (layout.sequence_parallel && (layout.tp == 1 || s.seq_len % layout.tp != 0)) {
-    return absl::StrFormat("sequence parallelism needs tp > 1 dividing model.seq_len = %d", s.seq_len);
   }
   if (layout.zero > 0 && layout.dp == 1) return "ZeRO shards over dp: it needs dp > 1";
   if (layout.pp > 1) {

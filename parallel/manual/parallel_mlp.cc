@@ -9,16 +9,11 @@
 
 namespace weft {
 
-int64_t parallel_mlp_hidden_dim(const ModelConfig& config) {
-  if (config.mlp == "swiglu_mlp") return swiglu_hidden_dim(config.dim, config.hidden_dim);
-  return config.hidden_dim > 0 ? config.hidden_dim : 4 * config.dim;
-}
-
 ParallelGeluMlp::ParallelGeluMlp(const LayerContext& context, const TensorParallelGroup& tp, bool sequence_parallel)
     : dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
-  const int64_t hidden = parallel_mlp_hidden_dim(config);
+  const int64_t hidden = mlp_hidden_width(config);
   fc_ = register_module("fc", std::make_shared<ColumnParallelLinear>(config.dim, hidden, config.bias, context,
                                                                      config.init_std, tp, sequence_parallel));
   projection_ = register_module("proj", std::make_shared<RowParallelLinear>(hidden, config.dim, config.bias, context,
@@ -37,7 +32,7 @@ ParallelSwigluMlp::ParallelSwigluMlp(const LayerContext& context, const TensorPa
     : dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
-  const int64_t hidden = parallel_mlp_hidden_dim(config);
+  const int64_t hidden = mlp_hidden_width(config);
   gate_ = register_module("gate", std::make_shared<ColumnParallelLinear>(config.dim, hidden, config.bias, context,
                                                                          config.init_std, tp, sequence_parallel));
   up_ = register_module("up", std::make_shared<ColumnParallelLinear>(config.dim, hidden, config.bias, context,

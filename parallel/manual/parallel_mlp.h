@@ -54,7 +54,5 @@ void check_parallel_mlp(const ModelConfig& config);
 // The parallel version of config.mlp (check_parallel_mlp).
 std::shared_ptr<Module> make_parallel_mlp(const LayerContext& context, const TensorParallelGroup& tp,
                                           bool sequence_parallel);
-// The MLP's hidden width for config.mlp (as layers/mlp.h computes it).
-int64_t parallel_mlp_hidden_dim(const ModelConfig& config);
 
 }  // namespace weft

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "layers/llama.h"
+#include "layers/mlp.h"
 #include "parallel/manual/mappings.h"
 #include "parallel/manual/parallel_mlp.h"
 #include "parallel/manual/parallel_transformer_block.h"
@@ -126,7 +127,7 @@ std::shared_ptr<LanguageModel> build_tensor_parallel_model(const ModelConfig& co
   if (model.hidden_dim > 0) {
     sizes.push_back({"model.hidden_dim", model.hidden_dim, ""});
   } else {
-    sizes.push_back({str("the ", model.mlp, " hidden width"), parallel_mlp_hidden_dim(model),
+    sizes.push_back({str("the ", model.mlp, " hidden width"), mlp_hidden_width(model),
                      " (its default, model.hidden_dim = 0)"});
   }
   if (sequence_parallel) sizes.push_back({"model.seq_len", model.seq_len, " (sequence parallelism splits it)"});
