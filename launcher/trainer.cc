@@ -24,6 +24,7 @@
 #include "launcher/token_shard_dataset.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/comm/gpu_assignment.h"
 #include "parallel/comm/mpi_environment.h"
 #include "parallel/mesh.h"
 #include "parallel/step/fault_injection.h"
@@ -139,7 +140,8 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
                   static_cast<int>(config_.parallel.tp), s.world_size);
   s.device = Device::parse(config_.train.device);
   if (config_.train.device == "cuda" && MpiEnvironment::current() != nullptr) {
-    s.device = Device::cuda(MpiEnvironment::current()->local_rank());  // one GPU per rank of a host
+    // One GPU per rank of a host: local_rank % visible GPUs, refused where two ranks would share one.
+    s.device = Device::cuda(gpu_of_this_rank());
   }
   s.compute_dtype = parse_dtype(config_.train.dtype);
   const ModelConfig& model_config = config_.model;
