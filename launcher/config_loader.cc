@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "launcher/config_options.h"
+#include "launcher/hugging_face_config.h"
 #include "runtime/error.h"
 #include "yaml-cpp/yaml.h"
 
@@ -146,6 +147,9 @@ class ConfigBuilder {
   // Keys a model type fixes take its values where the user left them at their defaults, so the
   // config (and --dump-config, and checkpoints) says what is in effect.
   void apply_model_type_settings();
+  // model.init_from's config.json sets the model keys it describes (launcher/hugging_face_config.h
+  // says how it ranks against the keys a user set).
+  void apply_pretrained_config();
   RunConfig take() { return std::move(config_); }
 
  private:
@@ -436,6 +440,12 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(config.checkpoint.every_minutes == 0 || !config.checkpoint.dir.empty(),
              show("checkpoint.every_minutes"), " needs checkpoint.dir, the folder to save into; set "
              "checkpoint.dir or checkpoint.every_minutes: 0");
+  if (config.data.tokenizer == "gpt2") {
+    WEFT_CHECK(model.vocab >= 50257, show("data.tokenizer"), " gives ids up to 50256, beyond ", show("model.vocab"),
+               "; set model.vocab: 50257 (or more), or data.tokenizer: ids");
+    WEFT_CHECK(config.data.format == "tokens", show("data.tokenizer"), " is for GPT-2 token shards, but ",
+               show("data.format"), " trains on bytes; use data.tokenizer: bytes (or auto)");
+  }
 }
 
 void ConfigBuilder::apply_model_type_settings() {
@@ -445,6 +455,16 @@ void ConfigBuilder::apply_model_type_settings() {
   config_.model.positions = "rope";
   config_.model.bias = false;
   config_.model.tie_embeddings = false;
+}
+
+void ConfigBuilder::apply_pretrained_config() {
+  apply_hugging_face_config(
+      config_,
+      [this](const std::string& key) {
+        const auto it = origin_.find(key);
+        return it == origin_.end() ? std::string() : it->second;
+      },
+      [this](const std::string& key, const std::string& origin) { origin_[key] = origin; });
 }
 
 void ConfigBuilder::check_cross_fields() const {
@@ -476,6 +496,7 @@ RunConfig load_config(const std::vector<std::string>& yaml_files,
   ConfigBuilder builder;
   for (const std::string& path : yaml_files) builder.apply_file(path);
   for (const std::string& assignment : set_overrides) builder.apply_override(assignment);
+  builder.apply_pretrained_config();
   builder.check_cross_fields();
   builder.apply_model_type_settings();
   return builder.take();

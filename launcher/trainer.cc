@@ -18,6 +18,7 @@
 #include "launcher/cpu_threads.h"
 #include "parallel/cost/host_topology.h"
 #include "launcher/metrics_logger.h"
+#include "launcher/pretrained_weights.h"
 #include "launcher/step_agreement.h"
 #include "launcher/stop_signal.h"
 #include "launcher/text_dataset.h"
@@ -181,6 +182,15 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
                                                       config_.parallel.sp, config_.parallel.tp_plan);
   model_ = parallel_model.model;
   s.tensor_plan = parallel_model.plan;
+  if (!model_config.init_from.empty() && resolve_resume_path(config_).empty()) {
+    // Published weights, as full f32 tensors, each rank keeping its shards: before the cast, the
+    // move to the device and the strategy, so every layout starts from the same weights. A resumed
+    // run takes its weights from the checkpoint instead.
+    for (std::string& line : load_pretrained_weights(*model_, parallel_model.tensor_parallel.get(),
+                                                     model_config.init_from, model_config)) {
+      s.choices.push_back(std::move(line));
+    }
+  }
   if (parallel_model.tensor_parallel != nullptr && config_.parallel.sp && config_.comm.mode == "auto") {
     s.choices.push_back(choose_ring_chunks(config_, *parallel_model.tensor_parallel, s.cost));
   }

@@ -31,6 +31,9 @@ struct ModelConfig {
   double dropout = 0.0;
   double init_std = 0.02;
   uint64_t seed = 1;                 // weights are drawn from Philox(seed)
+  // Hugging Face weights to start from (launcher/pretrained_weights.h): a .safetensors file or a folder
+  // holding one and config.json; empty: weights drawn from seed. Layers never read it.
+  std::string init_from;
   std::map<std::string, std::string> options;  // extra keys for custom layers
 };
 
