@@ -3,12 +3,14 @@
 // libweft is a shared library, so this static initializer runs when it is loaded, in every
 // program. It only stores two pointers: nothing here touches the GPU, so a CUDA build of weft runs
 // on a machine without a GPU or driver until a CUDA tensor is requested, and that request fails with
-// "no CUDA device is available (cudaGetDeviceCount: ...)" from the allocator.
+// "no CUDA device is available (cudaGetDeviceCount: ...)" from the allocator. The backend registered
+// is the CUDA backend inside NvtxAnnotatedBackend, which names every op on the NVTX timeline.
 #include "runtime/cuda/cuda_backend.h"
 
 #include "runtime/allocator.h"
 #include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/nvtx_annotated_backend.h"
 #include "runtime/cuda/stream.h"
 
 namespace weft {
@@ -32,7 +34,8 @@ CudaBackend& cuda_backend_instance() {
 }
 
 [[maybe_unused]] const bool registered = [] {
-  register_backend(DeviceType::kCuda, &cuda_backend_instance());
+  static NvtxAnnotatedBackend annotated(cuda_backend_instance());
+  register_backend(DeviceType::kCuda, &annotated);
   register_cuda_allocator(&cuda::caching_allocator());
   return true;
 }();

@@ -25,6 +25,7 @@
 
 #include "runtime/clock.h"
 #include "runtime/error.h"
+#include "runtime/nvtx_range.h"
 
 #if defined(WEFT_HAVE_CUDA)
 #include "runtime/cuda/cuda_check.h"
@@ -180,10 +181,13 @@ struct CpuStep {
         }
         double begin = clock_ms();
         CompletionPtr completion;
-        if (node.work) {
-          completion = node.work(NodeContext(id, stream, Device::cpu(), nullptr, &CpuStep::fire, this));
+        {
+          NvtxRange range(node.name.c_str());  // the node on the NVTX timeline (its thread's row)
+          if (node.work) {
+            completion = node.work(NodeContext(id, stream, Device::cpu(), nullptr, &CpuStep::fire, this));
+          }
+          if (completion) completion->synchronize();
         }
-        if (completion) completion->synchronize();
         double finish = clock_ms();
         if (completion && completion->start_ms() >= 0.0 && completion->end_ms() >= completion->start_ms()) {
           begin = completion->start_ms();  // when the work itself ran (it may have been queued)
@@ -324,6 +328,8 @@ struct CudaStep {
       busy[s] = true;
       {
         cuda::StreamGuard guard(device, streams[s]);
+        // Host-side issue of the node's work, named on the NVTX timeline; its kernels run later.
+        NvtxRange range(node.name.c_str());
         start_events[id]->record(streams[s]);
         if (node.work) {
           CompletionPtr completion = node.work(

@@ -27,6 +27,9 @@
 // on the caller's thread after all streams have stopped. Work that never returns (a collective
 // whose peer died) is parallel/'s to time out; the executor does not interrupt running work.
 //
+// NVTX (runtime/nvtx_range.h): every node's work runs inside a range named after the node, on the
+// thread that calls it, so Nsight Systems shows the step graph's names over its kernels.
+//
 // One step at a time: execute() is not reentrant and an Executor is used by one thread.
 #pragma once
 

@@ -1,0 +1,69 @@
+// NvtxAnnotatedBackend: the CUDA backend with an NVTX range around every op, named after the op
+// ("matmul", "layer_norm_backward", "adamw_update", ...), so that Nsight Systems groups each op's
+// kernels under weft's name for it (runtime/nvtx_range.h; free without a tool attached).
+//
+// It forwards every Backend call to the backend it wraps, unchanged and on the same thread, so the
+// results are that backend's exactly. Every virtual of runtime/backend.h is forwarded, the defaulted
+// ones too (matmul_bias, add_layer_norm, ...): a call that fell to Backend's default here would skip
+// the wrapped backend's fused version. A virtual added to Backend must be added here as well.
+#pragma once
+
+#include "runtime/backend.h"
+
+namespace weft {
+
+class NvtxAnnotatedBackend final : public Backend {
+ public:
+  explicit NvtxAnnotatedBackend(Backend& inner) : inner_(inner) {}
+  DeviceType device_type() const override;
+  void synchronize(Device device) override;
+  DeviceMemory memory(Device device, bool reset_peak) override;
+  void fill(const Tensor& out, double value) override;
+  void copy(const Tensor& source, const Tensor& out) override;
+  void fill_random(const Tensor& out, RandomDistribution distribution, uint64_t seed, uint64_t offset, double a,
+                   double b) override;
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out) override;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad_out, const Tensor& grad_x) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void affine(const Tensor& x, double scale, double shift, const Tensor& out) override;
+  void reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t> dims, const Tensor& out,
+              const Tensor& indices) override;
+  void squared_norms(absl::Span<const Tensor> tensors, const Tensor& out) override;
+  void scale_in_place(absl::Span<const Tensor> tensors, double factor) override;
+  void clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) override;
+  void adamw_update(absl::Span<const AdamWTensorUpdate> updates, const AdamWHyperparameters& hyperparameters) override;
+  void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) override;
+  void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
+  void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;
+  void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
+                        const Tensor& pre_activation) override;
+  void softmax(const Tensor& x, const Tensor& out, bool log) override;
+  void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, bool log) override;
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                  const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
+                           const Tensor& grad_bias) override;
+  void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
+                      const Tensor& sum_out, const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) override;
+  void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
+                         const Tensor& grad_x, const Tensor& grad_weight) override;
+  void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
+                 const Tensor& lse) override;
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                          const Tensor& grad_out, double scale, const Tensor& grad_q, const Tensor& grad_k,
+                          const Tensor& grad_v) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
+                     const Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
+                              const Tensor& grad_losses, const Tensor& grad_logits) override;
+  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) override;
+
+ private:
+  Backend& inner_;
+};
+
+}  // namespace weft
