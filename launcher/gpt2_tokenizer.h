@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,7 +41,12 @@ class Gpt2Tokenizer {
 
  private:
   Gpt2Tokenizer() = default;
-  // (implementation's tables)
+  // The tables read from the two files (token bytes by id, ids by token bytes), shared by copies
+  // of the tokenizer and never changed after load().
+  struct Tables;
+  std::shared_ptr<const Tables> tables_;
+  // Appends the ids of one pre-tokenizer piece (BPE merges by rank) to `ids`.
+  void encode_piece(std::string_view piece, std::vector<int32_t>& ids) const;
 };
 
 }  // namespace weft

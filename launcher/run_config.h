@@ -42,6 +42,10 @@ struct DataConfig {
   double val_fraction = 0.05;         // for text without a val path
   int64_t val_every = 50;             // steps between validation losses (0: never)
   int64_t val_batches = 4;
+  // How weft-generate turns text into the model's ids and back: auto | bytes | gpt2 | ids (auto:
+  // bytes for format text, gpt2 for format tokens with model.vocab >= 50257, ids otherwise).
+  std::string tokenizer = "auto";
+  std::string tokenizer_dir;          // gpt2's encoder.json + vocab.bpe (empty: Gpt2Tokenizer::default_directory)
 };
 
 struct ParallelConfig {

@@ -77,7 +77,7 @@ TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
     RunConfig config;
     EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
   }
-  EXPECT_EQ(keys.size(), 71u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(keys.size(), 73u);  // every field of RunConfig; update with run_config.h
   EXPECT_EQ(find_config_option("train.lrr"), nullptr);
   EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
   EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);
@@ -276,6 +276,15 @@ TEST_F(ConfigTest, CrossFieldErrorsNameBothKeysValuesAndOrigins) {
                   {"checkpoint.every_minutes = 30.0", "needs checkpoint.dir"});
   expect_contains(error_message([] { load_config({}, {"checkpoint.every_minutes=-1"}); }),
                   {"checkpoint.every_minutes"});
+  // The GPT-2 tokenizer needs its 50257 ids in the vocabulary, and token shards.
+  expect_contains(error_message([] { load_config({}, {"data.format=tokens", "data.tokenizer=gpt2"}); }),
+                  {"data.tokenizer = gpt2 (--set data.tokenizer=gpt2)", "model.vocab = 256 (default)",
+                   "model.vocab: 50257"});
+  expect_contains(error_message([] { load_config({}, {"data.tokenizer=gpt2", "model.vocab=50257"}); }),
+                  {"data.tokenizer = gpt2", "data.format = text (default)", "trains on bytes"});
+  expect_contains(error_message([] { load_config({}, {"data.tokenizer=bpe"}); }),
+                  {"data.tokenizer", "one of auto|bytes|gpt2|ids"});
+  EXPECT_NO_THROW(load_config({}, {"data.format=tokens", "data.tokenizer=gpt2", "model.vocab=50304"}));
   // The origin is where the key was set last.
   const std::string heads = write("heads.yaml", "model:\n  heads: 5\n");
   expect_contains(error_message([&] { load_config({heads}, {"model.dim=96"}); }),
