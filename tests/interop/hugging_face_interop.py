@@ -4,7 +4,8 @@ Written from Hugging Face's semantics (GPT2LMHeadModel, LlamaForCausalLM) withou
 the safetensors package, neither of which Debian ships: GPT-2's Conv1D weights are [in, out], its
 GELU is gelu_new (tanh); Llama's RoPE is the rotate-half form, with grouped-query attention.
 
-  write KIND DIR [--dtype F32|BF16]            random weights: DIR/model.safetensors + DIR/config.json
+  write KIND DIR [--dtype F32|BF16] [--shards N]
+      random weights: DIR/model.safetensors (or N shards and their index) + DIR/config.json
   ids KIND COUNT                               the token ids the tests feed, comma-separated
   check DIR WEFT_JSON [--export] [--differs-from DIR2]
       the logits of DIR's model for the first T ids (T = rows of WEFT_JSON) against weft's; with
@@ -178,7 +179,18 @@ def main(argv):
         kind, folder = argv[1], argv[2]
         dtype = argv[argv.index("--dtype") + 1] if "--dtype" in argv else "F32"
         weights = random_weights(kind, torch.Generator().manual_seed(1234 if kind == "gpt2" else 4321))
-        write_safetensors(f"{folder}/model.safetensors", weights, dtype)
+        if "--shards" in argv:  # model-0000N-of-0000M.safetensors and the index naming each tensor's file
+            count, names = int(argv[argv.index("--shards") + 1]), sorted(weights)
+            weight_map = {}
+            for shard in range(count):
+                file = f"model-{shard + 1:05d}-of-{count:05d}.safetensors"
+                part = names[shard * len(names) // count:(shard + 1) * len(names) // count]
+                write_safetensors(f"{folder}/{file}", {name: weights[name] for name in part}, dtype)
+                weight_map.update({name: file for name in part})
+            with open(f"{folder}/model.safetensors.index.json", "w") as out:
+                json.dump({"metadata": {}, "weight_map": weight_map}, out)
+        else:
+            write_safetensors(f"{folder}/model.safetensors", weights, dtype)
         with open(f"{folder}/config.json", "w") as out:
             json.dump(dict(SIZES[kind], architectures=["GPT2LMHeadModel" if kind == "gpt2" else "LlamaForCausalLM"],
                            torch_dtype="float32", bos_token_id=0), out, indent=2)

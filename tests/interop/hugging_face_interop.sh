@@ -4,8 +4,9 @@
 #
 #   usage: hugging_face_interop.sh MODE BIN_DIR LOGITS_PROGRAM WORK_DIR [MPIRUN...]
 #   MODE gpt2 | llama   weft's logits from the files (model.init_from's loading) match PyTorch's;
-#                       weft-train runs 3 steps from them (model.seq_len below the file's positions),
-#                       weft-export writes the checkpoint, and PyTorch's logits of the export match
+#                       so do a sharded set's (an index and two files); weft-train runs 3 steps
+#                       from them (model.seq_len below the file's positions), weft-export writes
+#                       the checkpoint, and PyTorch's logits of the export match
 #                       weft's of the checkpoint. The Llama file is BF16 (read, converted to f32).
 #   MODE tp             model.init_from under mpirun -np 2 with parallel.tp 2, both comm modes,
 #                       starts from the one-process run's first loss (GPT-2 and Llama)
@@ -39,6 +40,11 @@ case "$mode" in
     grep -q "model.init_from: .* parameters from .* tensors of $work/hf/model.safetensors ($dtype" "$work/init.log" ||
       { echo "FAIL: no start-up line naming the file, the count and the dtype"; exit 1; }
     "$python" "$script" check "$work/hf" "$work/init.json"
+    # The same weights as a sharded set (model.safetensors.index.json and two files).
+    write "$kind" "$work/sharded" --dtype "$dtype" --shards 2
+    "$logits" init_from "$work/sharded" "$("$python" "$script" ids "$kind" 20)" "$work/sharded.json" 2> "$work/sharded.log"
+    grep -q "model.safetensors.index.json (2 files)" "$work/sharded.log" || { cat "$work/sharded.log"; exit 1; }
+    "$python" "$script" check "$work/hf" "$work/sharded.json"
     # A shorter context: GPT-2's position table is cut to its first 16 rows, and says so.
     "$logits" init_from "$work/hf" "$("$python" "$script" ids "$kind" 12)" "$work/short.json" 16 2> "$work/short.log"
     "$python" "$script" check "$work/hf" "$work/short.json"
