@@ -80,37 +80,40 @@ struct Gpt2Tokenizer::Tables {
   std::vector<std::string> token_bytes;                  // [kVocabSize] the bytes of each id
   absl::flat_hash_map<absl::string_view, int32_t> ids;   // token bytes -> id; keys point into token_bytes
   std::array<int32_t, 256> byte_ids;                      // the id of each single byte
+  // (left id << 32 | right id) -> the id of the two tokens' bytes joined, for every pair whose join
+  // is a token: BPE then merges ids without hashing or comparing bytes.
+  absl::flat_hash_map<uint64_t, int32_t> joined_ids;
 
   // A token's id is also its BPE rank: the merge that made it is line id - 256 of vocab.bpe.
   int32_t rank(std::string_view bytes) const {
     const auto found = ids.find(absl::string_view(bytes.data(), bytes.size()));
     return found == ids.end() ? kNoRank : found->second;
   }
+  int32_t joined(int32_t left, int32_t right) const {
+    const auto found = joined_ids.find(static_cast<uint64_t>(left) << 32 | static_cast<uint32_t>(right));
+    return found == joined_ids.end() ? kNoRank : found->second;
+  }
 
   // Repeatedly merges the adjacent pair whose union has the lowest rank (the leftmost among equal
   // ranks), as tiktoken does, then appends the final parts' ids.
   void merge_by_scanning(std::string_view piece, std::vector<int32_t>& out) const {
-    // parts[i]: (start of part i, rank of part i joined with part i + 1); the last is the end.
-    thread_local std::vector<std::pair<uint32_t, int32_t>> parts;
+    // parts[i]: (id of part i, rank of part i joined with part i + 1).
+    thread_local std::vector<std::pair<int32_t, int32_t>> parts;
     parts.clear();
-    for (uint32_t i = 0; i <= piece.size(); ++i) parts.emplace_back(i, kNoRank);
-    auto pair_rank = [&](size_t i) {
-      return i + 2 < parts.size() ? rank(piece.substr(parts[i].first, parts[i + 2].first - parts[i].first)) : kNoRank;
-    };
-    for (size_t i = 0; i + 2 < parts.size(); ++i) parts[i].second = pair_rank(i);
+    for (unsigned char byte : piece) parts.emplace_back(byte_ids[byte], kNoRank);
+    for (size_t i = 0; i + 1 < parts.size(); ++i) parts[i].second = joined(parts[i].first, parts[i + 1].first);
     while (true) {
       size_t best = 0;
       for (size_t i = 1; i + 1 < parts.size(); ++i) {
         if (parts[i].second < parts[best].second) best = i;
       }
       if (parts[best].second == kNoRank) break;
+      parts[best].first = parts[best].second;  // the joined token's id is its rank
       parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-      parts[best].second = pair_rank(best);
-      if (best > 0) parts[best - 1].second = pair_rank(best - 1);
+      parts[best].second = best + 1 < parts.size() ? joined(parts[best].first, parts[best + 1].first) : kNoRank;
+      if (best > 0) parts[best - 1].second = joined(parts[best - 1].first, parts[best].first);
     }
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      out.push_back(rank(piece.substr(parts[i].first, parts[i + 1].first - parts[i].first)));
-    }
+    for (const auto& part : parts) out.push_back(part.first);
   }
 
   // The same merges in the same order (lowest rank, then leftmost), with the candidate pairs in a
@@ -118,7 +121,7 @@ struct Gpt2Tokenizer::Tables {
   // merged into another pair; it is recognised by its part no longer ending where it did.
   void merge_with_heap(std::string_view piece, std::vector<int32_t>& out) const {
     struct Candidate {
-      int32_t rank;
+      int32_t rank;   // also the joined token's id
       uint32_t left;  // start of the left part
       uint32_t end;   // end of the right part
       bool operator>(const Candidate& other) const {
@@ -128,23 +131,26 @@ struct Gpt2Tokenizer::Tables {
     constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
     const auto size = static_cast<uint32_t>(piece.size());
     thread_local std::vector<uint32_t> next, previous;  // [size] part boundaries, by a part's start
+    thread_local std::vector<int32_t> part_ids;          // [size] the id of the part starting there
     thread_local std::vector<uint8_t> alive;             // [size] 1 where a part starts
     thread_local std::vector<Candidate> heap;
     next.resize(size);
     previous.resize(size);
+    part_ids.resize(size);
     alive.assign(size, 1);
     heap.clear();
-    auto push = [&](uint32_t left, uint32_t end) {
-      const int32_t pair_rank = rank(piece.substr(left, end - left));
+    auto push = [&](uint32_t left, uint32_t right) {
+      const int32_t pair_rank = joined(part_ids[left], part_ids[right]);
       if (pair_rank == kNoRank) return;
-      heap.push_back({pair_rank, left, end});
+      heap.push_back({pair_rank, left, next[right]});
       std::push_heap(heap.begin(), heap.end(), std::greater<>());
     };
     for (uint32_t i = 0; i < size; ++i) {
       next[i] = i + 1;
       previous[i] = i == 0 ? kNone : i - 1;
+      part_ids[i] = byte_ids[static_cast<unsigned char>(piece[i])];
     }
-    for (uint32_t i = 0; i + 1 < size; ++i) push(i, i + 2);
+    for (uint32_t i = 0; i + 1 < size; ++i) push(i, i + 1);
     while (!heap.empty()) {
       std::pop_heap(heap.begin(), heap.end(), std::greater<>());
       const Candidate candidate = heap.back();
@@ -153,11 +159,12 @@ struct Gpt2Tokenizer::Tables {
       if (!alive[left] || next[left] >= size || next[next[left]] != candidate.end) continue;
       alive[next[left]] = 0;
       next[left] = candidate.end;
+      part_ids[left] = candidate.rank;
       if (candidate.end < size) previous[candidate.end] = left;
-      if (previous[left] != kNone) push(previous[left], candidate.end);
-      if (candidate.end < size) push(left, next[candidate.end]);
+      if (previous[left] != kNone) push(previous[left], left);
+      if (candidate.end < size) push(left, candidate.end);
     }
-    for (uint32_t i = 0; i < size; i = next[i]) out.push_back(rank(piece.substr(i, next[i] - i)));
+    for (uint32_t i = 0; i < size; i = next[i]) out.push_back(part_ids[i]);
   }
 };
 
@@ -213,6 +220,19 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& directory) {
   for (int byte = 0; byte < 256; ++byte) {
     WEFT_CHECK(tables->byte_ids[byte] >= 0, "the GPT-2 tokenizer file ", encoder_path.string(), " has no token for byte ",
                byte, "; ", kHowToInstall);
+  }
+  // Every way to cut every token in two tokens: tiktoken merges any adjacent pair whose bytes
+  // joined are a token, not only vocab.bpe's pairs, so the table holds them all.
+  for (int32_t id = 0; id < kVocabSize; ++id) {
+    if (id == kEndOfTextId) continue;
+    const std::string_view bytes = tables->token_bytes[id];
+    for (size_t cut = 1; cut < bytes.size(); ++cut) {
+      const int32_t left = tables->rank(bytes.substr(0, cut));
+      const int32_t right = tables->rank(bytes.substr(cut));
+      if (left != kNoRank && right != kNoRank) {
+        tables->joined_ids.emplace(static_cast<uint64_t>(left) << 32 | static_cast<uint32_t>(right), id);
+      }
+    }
   }
 
   // vocab.bpe: "#version: 0.2", then one merge "left right" a line, by rank. A token's id must be
