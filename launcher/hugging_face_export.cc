@@ -7,9 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
-#include "launcher/config_loader.h"
 #include "launcher/hugging_face_config.h"
 #include "launcher/safetensors.h"
 #include "runtime/error.h"
@@ -35,21 +33,6 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
-
-RunConfig checkpoint_run_config(const LoadedCheckpoint& checkpoint) {
-  WEFT_CHECK(checkpoint.state.contains("config") && checkpoint.state.at("config").is_string(), "checkpoint ",
-             checkpoint.path, " has no stored config in state.json; it was not written by weft-train");
-  const fs::path file = fs::temp_directory_path() / str("weft-checkpoint-config-", ::getpid(), ".yaml");
-  std::ofstream(file) << checkpoint.state.at("config").get<std::string>();
-  try {
-    RunConfig config = load_config({file.string()}, {"model.init_from="});
-    fs::remove(file);
-    return config;
-  } catch (...) {
-    fs::remove(file);
-    throw;
-  }
-}
 
 std::map<std::string, Tensor> checkpoint_model_parameters(const LoadedCheckpoint& checkpoint) {
   std::map<std::string, Tensor> parameters;

@@ -14,14 +14,11 @@
 #include <string>
 
 #include "launcher/checkpoint.h"
+#include "launcher/checkpoint_run_config.h"
 #include "launcher/hugging_face_names.h"
 #include "launcher/run_config.h"
 
 namespace weft {
-
-// The run config stored in `checkpoint`, with model.init_from cleared. Throws weft::Error when the
-// checkpoint holds none.
-RunConfig checkpoint_run_config(const LoadedCheckpoint& checkpoint);
 
 // The model's parameters of `checkpoint` (its "model." tensors without the prefix), as f32.
 std::map<std::string, Tensor> checkpoint_model_parameters(const LoadedCheckpoint& checkpoint);

@@ -3,43 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <sstream>
-#include <unistd.h>
 
-#include "launcher/config_loader.h"
+#include "launcher/checkpoint_run_config.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/error.h"
 #include "runtime/ops/softmax.h"
 #include "runtime/random.h"
 
 namespace weft {
-namespace {
-
-// The run config saved in a checkpoint, parsed with the same loader as a YAML file.
-RunConfig stored_config(const LoadedCheckpoint& checkpoint) {
-  WEFT_CHECK(checkpoint.state.contains("config") && checkpoint.state.at("config").is_string(), "checkpoint ",
-             checkpoint.path, " has no stored config in state.json; it was not written by weft-train");
-  const std::filesystem::path file =
-      std::filesystem::temp_directory_path() / ("weft-generate-config-" + std::to_string(getpid()) + ".yaml");
-  {
-    std::ofstream out(file);
-    out << checkpoint.state.at("config").get<std::string>();
-  }
-  RunConfig config;
-  try {
-    config = load_config({file.string()}, {});
-  } catch (...) {
-    std::filesystem::remove(file);
-    throw;
-  }
-  std::filesystem::remove(file);
-  return config;
-}
-
-}  // namespace
 
 void check_sampling_options(const SamplingOptions& options) {
   WEFT_CHECK(options.tokens >= 0, "tokens must be >= 0, got ", options.tokens);
@@ -83,7 +56,7 @@ void keep_top_p(std::vector<double>& logits, double p) {
 }
 
 Sampler::Sampler(const LoadedCheckpoint& checkpoint, const std::string& tokenizer)
-    : config_(stored_config(checkpoint)), tokenizer_(tokenizer.empty() ? resolved_tokenizer(config_) : tokenizer) {
+    : config_(checkpoint_run_config(checkpoint)), tokenizer_(tokenizer.empty() ? resolved_tokenizer(config_) : tokenizer) {
   WEFT_CHECK(tokenizer_ == "bytes" || tokenizer_ == "gpt2" || tokenizer_ == "ids",
              "the tokenizer must be bytes, gpt2 or ids, got '", tokenizer_, "'");
   if (tokenizer_ == "gpt2") {
