@@ -25,15 +25,29 @@ namespace {
 
 #if defined(WEFT_HAVE_CUDA) && defined(WEFT_NVTX_RECORDER_PATH)
 
+// The recorder library: beside this program when it is there (tools/device/build-for-gpu packs the
+// two together for the GPU machine, where the build folder's path does not exist), else where the
+// build put it.
+const std::string& recorder_path() {
+  static const std::string path = [] {
+    std::error_code error;
+    const std::filesystem::path beside =
+        std::filesystem::read_symlink("/proc/self/exe", error).parent_path() /
+        std::filesystem::path(WEFT_NVTX_RECORDER_PATH).filename();
+    return !error && std::filesystem::exists(beside) ? beside.string() : std::string(WEFT_NVTX_RECORDER_PATH);
+  }();
+  return path;
+}
+
 // Before any NVTX call of the process (NVTX reads the variable at its first call, per module).
 const bool injection_configured = [] {
-  setenv("NVTX_INJECTION64_PATH", WEFT_NVTX_RECORDER_PATH, 1);
+  setenv("NVTX_INJECTION64_PATH", recorder_path().c_str(), 1);
   return true;
 }();
 
 // Every range name pushed so far, in order (empty when the recorder was never loaded).
 std::vector<std::string> recorded_names() {
-  void* library = dlopen(WEFT_NVTX_RECORDER_PATH, RTLD_NOW | RTLD_NOLOAD);
+  void* library = dlopen(recorder_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (library == nullptr) return {};
   const auto count = reinterpret_cast<size_t (*)()>(dlsym(library, "weft_nvtx_recorded_count"));
   const auto name = reinterpret_cast<const char* (*)(size_t)>(dlsym(library, "weft_nvtx_recorded_name"));
@@ -68,7 +82,7 @@ TEST(NvtxRanges, CpuExecutorPushesEveryNodeName) {
   executor.execute(graph, Scheduler::plan(graph, CommMode::kAuto));
   const std::vector<std::string> names = names_since(before);
   ASSERT_FALSE(recorded_names().empty()) << "NVTX did not load the recorder from NVTX_INJECTION64_PATH="
-                                         << WEFT_NVTX_RECORDER_PATH;
+                                         << recorder_path();
   EXPECT_EQ(ran, 3);
   const std::set<std::string> pushed(names.begin(), names.end());
   for (const char* node : {"forward mb0", "backward mb0", "all_reduce bucket 0"}) {
