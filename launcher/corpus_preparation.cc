@@ -29,19 +29,20 @@ bool is_shard_of(const std::string& file, const std::string& name) {
          (ends_with(file, ".bin") || ends_with(file, ".bin.tmp"));
 }
 
-void prepare_output_folder(const std::string& folder, const std::string& name, bool overwrite) {
+// Makes `folder` ready for the shards of `name`; true when it had to create it.
+bool prepare_output_folder(const std::string& folder, const std::string& name, bool overwrite) {
   std::error_code error;
   if (!fs::exists(folder, error)) {
     fs::create_directories(folder, error);
     WEFT_CHECK(!error, "cannot create the output folder '", folder, "': ", error.message());
-    return;
+    return true;
   }
   WEFT_CHECK(fs::is_directory(folder, error), "--out '", folder, "' exists and is not a folder");
   std::vector<std::string> entries;
   for (const fs::directory_entry& entry : fs::directory_iterator(folder)) {
     entries.push_back(entry.path().filename().string());
   }
-  if (entries.empty()) return;
+  if (entries.empty()) return false;
   WEFT_CHECK(overwrite, "the output folder '", folder, "' is not empty (it holds ", entries.size(),
              entries.size() == 1 ? " entry" : " entries", ", such as '", entries.front(),
              "'); choose a new --out folder, or pass --overwrite to replace the shards named '", name, "_*' in it");
@@ -52,6 +53,18 @@ void prepare_output_folder(const std::string& folder, const std::string& name, b
     WEFT_CHECK(!error, "--overwrite: cannot remove '", (fs::path(folder) / entry).string(),
                "': ", error.message());
   }
+  return false;
+}
+
+// After a failed run: removes the shards of `name` it wrote (earlier ones were removed before it
+// began, or there were none), and the folder when the run created it, so nothing half-done is left
+// for a data.train glob to pick up.
+void remove_failed_output(const std::string& folder, const std::string& name, bool created) {
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, error)) {
+    if (is_shard_of(entry.path().filename().string(), name)) fs::remove(entry.path(), error);
+  }
+  if (created) fs::remove(folder, error);  // only when empty: a file someone put there stays
 }
 
 // Tokenizes texts[i] into tokens[i] for every i on `threads` threads; the first error is rethrown.
@@ -79,29 +92,10 @@ void tokenize_batch(const std::vector<std::string>& texts, std::vector<std::vect
   if (failure) std::rethrow_exception(failure);
 }
 
-}  // namespace
-
-std::string default_shard_name(const std::string& input) {
-  const std::string stem = fs::path(input).stem().string();
-  return stem.empty() || stem == "." || stem == ".." ? "data" : stem;
-}
-
-PreparationSummary prepare_token_shards(const PreparationOptions& options, const Tokenize& tokenize,
-                                        int32_t end_of_text,
-                                        const std::function<void(const PreparationProgress&)>& on_progress) {
-  const auto start = std::chrono::steady_clock::now();
-  WEFT_CHECK(options.threads >= 1, "--threads must be at least 1, got ", options.threads);
-  WEFT_CHECK(!options.output_folder.empty(), "give the output folder with --out DIR");
-  TextDocumentReader reader(options.inputs, options.documents);
-
-  PreparationSummary summary;
-  summary.name = options.name.empty() ? default_shard_name(options.inputs.front()) : options.name;
-  std::string folder = options.output_folder;
-  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
-  // Checked before the folder is touched, so that a bad name or size changes nothing on disk.
-  TokenShardWriter writer({folder, summary.name, options.shard_tokens, options.val_tokens});
-  prepare_output_folder(folder, summary.name, options.overwrite);
-
+// Reads, tokenizes and writes every document; fills the summary's counts and shards.
+void write_shards(const PreparationOptions& options, const Tokenize& tokenize, int32_t end_of_text,
+                  const std::function<void(const PreparationProgress&)>& on_progress, TextDocumentReader& reader,
+                  TokenShardWriter& writer, PreparationSummary& summary) {
   PreparationProgress progress;
   progress.total_bytes = reader.total_bytes();
   std::vector<std::string> texts;
@@ -137,6 +131,36 @@ PreparationSummary prepare_token_shards(const PreparationOptions& options, const
   summary.tokens = writer.token_count();
   for (const TokenShardFile& shard : summary.shards) {
     (shard.validation ? summary.val_tokens : summary.train_tokens) += shard.tokens;
+  }
+}
+
+}  // namespace
+
+std::string default_shard_name(const std::string& input) {
+  const std::string stem = fs::path(input).stem().string();
+  return stem.empty() || stem == "." || stem == ".." ? "data" : stem;
+}
+
+PreparationSummary prepare_token_shards(const PreparationOptions& options, const Tokenize& tokenize,
+                                        int32_t end_of_text,
+                                        const std::function<void(const PreparationProgress&)>& on_progress) {
+  const auto start = std::chrono::steady_clock::now();
+  WEFT_CHECK(options.threads >= 1, "--threads must be at least 1, got ", options.threads);
+  WEFT_CHECK(!options.output_folder.empty(), "give the output folder with --out DIR");
+  TextDocumentReader reader(options.inputs, options.documents);
+
+  PreparationSummary summary;
+  summary.name = options.name.empty() ? default_shard_name(options.inputs.front()) : options.name;
+  std::string folder = options.output_folder;
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+  // Checked before the folder is touched, so that a bad name or size changes nothing on disk.
+  TokenShardWriter writer({folder, summary.name, options.shard_tokens, options.val_tokens});
+  const bool created = prepare_output_folder(folder, summary.name, options.overwrite);
+  try {
+    write_shards(options, tokenize, end_of_text, on_progress, reader, writer, summary);
+  } catch (...) {
+    remove_failed_output(folder, summary.name, created);
+    throw;
   }
   summary.train_pattern = folder + "/" + summary.name + "_train_*.bin";
   summary.val_pattern = folder + "/" + summary.name + "_val_*.bin";

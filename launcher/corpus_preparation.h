@@ -8,7 +8,9 @@
 //
 // The output folder is created when missing. An existing folder must be empty, unless `overwrite`:
 // then the shards of this name (NAME_val_*.bin, NAME_train_*.bin and leftover .tmp files) are
-// removed first and any other file is left alone.
+// removed first and any other file is left alone. A run that fails (a bad JSON line, a tokenizer
+// error, an empty corpus) removes the shards it wrote, and the folder when it created it, so that
+// no data.train glob picks up half a corpus.
 #pragma once
 
 #include <cstdint>

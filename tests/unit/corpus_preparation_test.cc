@@ -169,12 +169,31 @@ TEST_F(CorpusPreparationTest, ANonEmptyOutputFolderNeedsOverwriteWhichReplacesOn
   EXPECT_NO_THROW(TokenShardFiles(summary.train_pattern, 0, "train"));
 }
 
+TEST_F(CorpusPreparationTest, AFailedRunRemovesTheShardsItWroteAndLeavesOtherFiles) {
+  // The tokenizer fails on the last document, after several shards were written.
+  const auto failing = [](std::string_view text) -> std::vector<int32_t> {
+    if (text.find("line 49") != std::string_view::npos) throw Error("tokenizer failed on purpose");
+    return byte_tokens(text);
+  };
+  fs::create_directories(folder_ / "kept");
+  std::ofstream(folder_ / "kept" / "README") << "mine";
+  PreparationOptions kept = options("kept", 2);
+  kept.overwrite = true;
+  expect_contains(error_message([&] { prepare_token_shards(kept, failing, kEndOfText, {}); }),
+                  {"tokenizer failed on purpose"});
+  EXPECT_EQ(file_names("kept"), std::vector<std::string>{"README"});
+  expect_contains(error_message([&] { prepare_token_shards(options("new", 2), failing, kEndOfText, {}); }),
+                  {"tokenizer failed on purpose"});
+  EXPECT_FALSE(fs::exists(folder_ / "new"));
+}
+
 TEST_F(CorpusPreparationTest, AnEmptyCorpusAndBadOptionsAreNamedErrors) {
   std::ofstream(folder_ / "in" / "blank.txt") << "\n  \n";
   PreparationOptions blank = options("out", 2);
   blank.inputs = {(folder_ / "in" / "blank.txt").string()};
   blank.documents.separator_line.clear();
   expect_contains(error_message([&] { prepare(blank); }), {"the corpus is empty", "1 empty or white-space-only"});
+  EXPECT_FALSE(fs::exists(folder_ / "out")) << "a failed run left the folder it created";
 
   PreparationOptions no_threads = options("out", 0);
   expect_contains(error_message([&] { prepare(no_threads); }), {"--threads"});
