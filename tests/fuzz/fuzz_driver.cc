@@ -225,7 +225,18 @@ int main(int argc, char** argv) {
   for (const auto& file : files) seeds.push_back(read_file(file));
   if (seeds.empty()) seeds.emplace_back();  // an empty corpus still fuzzes, from the empty input
 
-  for (const int signal_number : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) ::signal(signal_number, on_crash);
+  // The handler runs on a stack of its own: a stack overflow (a reader recursing once per level of a
+  // deeply nested input) leaves none on the thread's stack, and the input would not be saved.
+  static std::vector<char> handler_stack(1 << 16);
+  stack_t alternate_stack{};
+  alternate_stack.ss_sp = handler_stack.data();
+  alternate_stack.ss_size = handler_stack.size();
+  ::sigaltstack(&alternate_stack, nullptr);
+  struct sigaction action {};
+  action.sa_handler = on_crash;
+  action.sa_flags = SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  for (const int signal_number : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) ::sigaction(signal_number, &action, nullptr);
 
   const auto start = std::chrono::steady_clock::now();
   for (const Bytes& input : seeds) run(input);
