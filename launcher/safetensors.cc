@@ -20,6 +20,10 @@ namespace {
 
 // The safetensors library refuses headers above 100 MB; a larger length is a damaged file.
 constexpr uint64_t kMaximumHeaderBytes = 100'000'000;
+// A header nests 3 deep (header, entry, shape). The JSON parser takes any depth, but printing a
+// value (the error messages do) recurses once per level, so a damaged header of a million '[' would
+// overflow the stack: deeper than this is an error at parse time.
+constexpr int kMaximumHeaderDepth = 64;
 constexpr char kMetadataKey[] = "__metadata__";
 
 struct DTypeName {
@@ -99,8 +103,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 
     nlohmann::json header;
     try {
-      header = nlohmann::json::parse(reinterpret_cast<const char*>(mapped_) + 8,
-                                     reinterpret_cast<const char*>(mapped_) + data_start_);
+      header = nlohmann::json::parse(
+          reinterpret_cast<const char*>(mapped_) + 8, reinterpret_cast<const char*>(mapped_) + data_start_,
+          [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+            WEFT_CHECK(depth <= kMaximumHeaderDepth, "safetensors file '", path, "': the header nests deeper than ",
+                       kMaximumHeaderDepth, " levels (a safetensors header nests 3): the file is damaged or not a "
+                       "safetensors file");
+            return true;
+          });
     } catch (const nlohmann::json::exception& error) {
       WEFT_FAIL("safetensors file '", path, "': the header is not valid JSON (", error.what(),
                 "): the file is damaged or not a safetensors file");
@@ -133,11 +143,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       const nlohmann::json& shape = value.at("shape");
       WEFT_CHECK(shape.is_array(), what, ": shape must be a list of sizes, got ", shape.dump());
       int64_t elements = 1;
+      // The sizes' product with each 0 taken as 1, in bytes: what the tensor's strides reach. A
+      // shape such as [0, 2^62, 2^62] holds no element, yet its strides would overflow int64.
+      int64_t extent = dtype_size(dtype);
       for (const nlohmann::json& size : shape) {
         const int64_t dimension = header_integer(size, what + " shape entry");
-        WEFT_CHECK(dimension == 0 || elements <= std::numeric_limits<int64_t>::max() / 8 / dimension, what,
-                   ": shape ", shape.dump(), " is too large");
-        elements *= dimension;
+        WEFT_CHECK(!__builtin_mul_overflow(extent, std::max<int64_t>(dimension, 1), &extent), what, ": shape ",
+                   shape.dump(), " is too large for any tensor: the file is damaged");
+        elements *= dimension;  // at most extent / dtype size, so it cannot overflow
         entry.shape.push_back(dimension);
       }
       const nlohmann::json& offsets = value.at("data_offsets");
