@@ -14,6 +14,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// config.json files nest a few levels (task_specific_params, rope_scaling, text_config).
+constexpr int kMaximumDepth = 64;
+
 // Typed access to config.json's fields, each error naming the file and the field.
 class ConfigFields {
  public:
@@ -76,6 +79,12 @@ std::vector<HuggingFaceSetting> gpt2_settings(const ConfigFields& fields) {
   }
   if (fields.boolean("add_cross_attention", false)) fields.unsupported("add_cross_attention", "false only");
   const int64_t dim = fields.integer("n_embd", 768);
+  int64_t hidden = 0;
+  if (fields.has("n_inner")) {
+    hidden = fields.integer("n_inner", 0);
+  } else if (__builtin_mul_overflow(dim, 4, &hidden)) {
+    fields.unsupported("n_embd", "n_inner, which defaults to 4 x n_embd, must fit in 64 bits");
+  }
   return {{"model.type", "gpt", "model_type"},
           {"model.dim", std::to_string(dim), "n_embd"},
           {"model.layers", std::to_string(fields.integer("n_layer", 12)), "n_layer"},
@@ -83,7 +92,7 @@ std::vector<HuggingFaceSetting> gpt2_settings(const ConfigFields& fields) {
           {"model.kv_heads", "0", "n_head"},
           {"model.vocab", std::to_string(fields.integer("vocab_size", 50257)), "vocab_size"},
           {"model.seq_len", std::to_string(fields.integer("n_positions", 1024)), "n_positions"},
-          {"model.hidden_dim", std::to_string(fields.integer("n_inner", 4 * dim)), "n_inner"},
+          {"model.hidden_dim", std::to_string(hidden), "n_inner"},
           {"model.norm_eps", format_number(fields.number("layer_norm_epsilon", 1e-5)), "layer_norm_epsilon"},
           {"model.norm", "layer_norm", "model_type"},
           {"model.mlp", "gelu_mlp", "activation_function"},
@@ -100,7 +109,8 @@ std::vector<HuggingFaceSetting> llama_settings(const ConfigFields& fields) {
   if (fields.boolean("mlp_bias", false)) fields.unsupported("mlp_bias", "false only");
   const int64_t dim = fields.integer("hidden_size", 4096);
   const int64_t heads = fields.integer("num_attention_heads", 32);
-  if (fields.has("head_dim") && fields.integer("head_dim", 0) * heads != dim) {
+  // head_dim x heads == hidden_size, written without the product, which a damaged file could overflow.
+  if (fields.has("head_dim") && (dim % heads != 0 || fields.integer("head_dim", 0) != dim / heads)) {
     fields.unsupported("head_dim", str("hidden_size / num_attention_heads = ", dim / heads, " only"));
   }
   const int64_t kv_heads = fields.integer("num_key_value_heads", heads);
@@ -140,7 +150,13 @@ std::vector<HuggingFaceSetting> read_hugging_face_config(const std::string& conf
   WEFT_CHECK(file, "cannot read '", config_path, "'");
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(file);
+    // Printing a value (the error messages do) recurses once per level of nesting, so a damaged file
+    // of a million '[' would overflow the stack: deeper than any config.json nests is an error here.
+    json = nlohmann::json::parse(file, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      WEFT_CHECK(depth <= kMaximumDepth, config_path, " nests deeper than ", kMaximumDepth,
+                 " levels, which no config.json does: the file is damaged");
+      return true;
+    });
   } catch (const nlohmann::json::exception& error) {
     WEFT_FAIL(config_path, " is not valid JSON: ", error.what());
   }
