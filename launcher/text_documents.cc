@@ -172,7 +172,7 @@ bool TextDocumentReader::next_json_line(TextDocument& document) {
     nlohmann::json object;
     try {
       object = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& error) {
+    } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number like 1e999
       WEFT_FAIL("", where, ": the line is not valid JSON (", error.what(),
                 "); JSON lines input holds one object per line (use --format plain to read the file as text)");
     }
