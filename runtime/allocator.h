@@ -1,8 +1,9 @@
 // Memory allocators behind tensor storage.
 //
 // An Allocator hands out raw blocks for one device type. The CPU allocator returns 64-byte aligned
-// host memory (so vector loads never straddle a cache line). The CUDA backend (a later issue) adds a
-// caching device allocator behind the same interface. Blocks are returned to the allocator that
+// host memory (so vector loads never straddle a cache line) and keeps freed large blocks for reuse
+// (runtime/cpu_caching_allocator.h); the CUDA backend's caching device allocator
+// (runtime/cuda/caching_allocator.h) sits behind the same interface. Neither zeroes memory. Blocks are returned to the allocator that
 // made them; Storage guarantees this.
 #pragma once
 
@@ -21,7 +22,7 @@ class Allocator {
   virtual void deallocate(void* pointer, size_t bytes, Device device) = 0;
 };
 
-// The process-wide allocator for host memory.
+// The process-wide allocator for host memory (the caching one of runtime/cpu_caching_allocator.h).
 Allocator& cpu_allocator();
 
 // The allocator for a device: the CPU allocator, or the registered CUDA allocator (weft::Error when
