@@ -6,6 +6,7 @@
 #include "runtime/cpu_caching_allocator.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <string>
 
@@ -43,10 +44,33 @@ int64_t cache_cap_from_environment() {
 #endif
 }
 
+// WEFT_CPU_FILL_FRESH=1: every block handed out, fresh or reused, is filled with 0xFF bytes (a NaN
+// in every float type), so a reader of memory that was never written shows in the results.
+bool fill_fresh_from_environment() {
+  const char* value = std::getenv("WEFT_CPU_FILL_FRESH");
+  return value != nullptr && std::string(value) == "1";
+}
+
 CpuCachingAllocator& instance() {
   // Leaked on purpose: tensors held in static objects may be freed after static destructors ran.
   static CpuCachingAllocator* allocator =
       new CpuCachingAllocator(SystemMemory{system_allocate, system_release}, cache_cap_from_environment());
+  return *allocator;
+}
+
+class FillingAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes, Device device) override {
+    void* pointer = instance().allocate(bytes, device);
+    if (pointer != nullptr) std::memset(pointer, 0xFF, bytes);
+    return pointer;
+  }
+  void deallocate(void* pointer, size_t bytes, Device device) override { instance().deallocate(pointer, bytes, device); }
+};
+
+Allocator& process_allocator() {
+  static Allocator* allocator =
+      fill_fresh_from_environment() ? static_cast<Allocator*>(new FillingAllocator) : &instance();
   return *allocator;
 }
 
@@ -175,6 +199,6 @@ CpuMemoryStats cpu_memory_stats() { return instance().stats(); }
 void reset_cpu_peak() { instance().reset_peak(); }
 void empty_cpu_cache() { instance().empty_cache(); }
 
-Allocator& cpu_allocator() { return instance(); }
+Allocator& cpu_allocator() { return process_allocator(); }
 
 }  // namespace weft

@@ -20,7 +20,8 @@
 // the bytes cached.
 //
 // Reused memory is not zeroed (as with malloc): a reader of memory that was never written is a bug
-// that fresh, zeroed mmap pages would have hidden.
+// that fresh, zeroed mmap pages would have hidden. WEFT_CPU_FILL_FRESH=1 fills every block handed
+// out with 0xFF bytes (NaN as a float), which makes such a reader show.
 //
 // AddressSanitizer: under ASan (tools/sanitize) the process-wide allocator does not cache, so a use
 // of a freed tensor is still reported, not hidden by the block being handed out again. The class
