@@ -27,7 +27,9 @@
 // of a freed tensor is still reported, not hidden by the block being handed out again. The class
 // itself (and its unit test) works the same under ASan.
 //
-// Thread-safe: one mutex, held for a few container operations; system calls run outside it.
+// Thread-safe: one mutex, held for a few container operations. New system allocations run outside
+// it; the frees of evicted or uncached blocks run under it (a free of a block above glibc's mmap
+// threshold is one munmap, and a steady step frees none).
 #pragma once
 
 #include <cstddef>
