@@ -110,10 +110,6 @@ MpiEnvironment::~MpiEnvironment() {
   if (initialized_here_ && mpi_is_active()) MPI_Finalize();
 }
 
-int MpiEnvironment::gpu_index(int device_count) const {
-  return device_count > 0 ? local_rank_ % device_count : 0;
-}
-
 MpiEnvironment* MpiEnvironment::current() { return live_environment.load(); }
 
 }  // namespace weft

@@ -10,7 +10,7 @@
 // those paths or to run with an MPI whose threads misbehave.
 //
 // Local rank: the rank among the processes of the same host (MPI_Comm_split_type with
-// MPI_COMM_TYPE_SHARED), which picks the GPU: gpu_index() = local rank modulo the visible GPUs.
+// MPI_COMM_TYPE_SHARED), from which parallel/comm/gpu_assignment.h picks the rank's GPU.
 //
 // WEFT_MPI_CHECK(call) throws weft::Error naming the file, the line, the call and MPI's own error
 // string (MPI_COMM_WORLD returns errors instead of aborting once an MpiEnvironment exists).
@@ -43,8 +43,6 @@ class MpiEnvironment {
   // The thread level MPI granted (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE).
   int thread_level() const { return thread_level_; }
   bool thread_multiple() const { return thread_level_ >= MPI_THREAD_MULTIPLE; }
-  // The GPU of this rank among `device_count` visible ones: local_rank % device_count (0 if none).
-  int gpu_index(int device_count) const;
 
   // The live environment, or nullptr when none was created.
   static MpiEnvironment* current();
