@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "launcher/config_options.h"
+#include "launcher/gpt2_tokenizer.h"
 #include "launcher/hugging_face_config.h"
 #include "runtime/error.h"
 #include "yaml-cpp/yaml.h"
@@ -441,8 +442,9 @@ void check_related_fields(const RunConfig& config,
              show("checkpoint.every_minutes"), " needs checkpoint.dir, the folder to save into; set "
              "checkpoint.dir or checkpoint.every_minutes: 0");
   if (config.data.tokenizer == "gpt2") {
-    WEFT_CHECK(model.vocab >= 50257, show("data.tokenizer"), " gives ids up to 50256, beyond ", show("model.vocab"),
-               "; set model.vocab: 50257 (or more), or data.tokenizer: ids");
+    WEFT_CHECK(model.vocab >= Gpt2Tokenizer::kVocabSize, show("data.tokenizer"), " gives ids up to ",
+               Gpt2Tokenizer::kVocabSize - 1, ", beyond ", show("model.vocab"), "; set model.vocab: ",
+               Gpt2Tokenizer::kVocabSize, " (or more), or data.tokenizer: ids");
     WEFT_CHECK(config.data.format == "tokens", show("data.tokenizer"), " is for GPT-2 token shards, but ",
                show("data.format"), " trains on bytes; use data.tokenizer: bytes (or auto)");
   }

@@ -19,7 +19,7 @@
 namespace weft {
 namespace {
 
-constexpr int32_t kVocabSize = 50257;
+constexpr int32_t kVocabSize = Gpt2Tokenizer::kVocabSize;
 constexpr int32_t kEndOfTextId = 50256;
 constexpr int32_t kMergeCount = kVocabSize - 1 - 256;  // vocab.bpe's lines after its version line
 constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();

@@ -36,8 +36,12 @@ class Gpt2Tokenizer {
   // The bytes of `ids`; throws weft::Error naming an id outside [0, vocab_size()).
   std::string decode(const std::vector<int32_t>& ids) const;
 
-  int32_t end_of_text() const { return 50256; }  // "<|endoftext|>"
-  int64_t vocab_size() const;                    // 50257
+  // GPT-2's vocabulary: 256 bytes, 50000 merges and "<|endoftext|>". A model that samples GPT-2
+  // text needs model.vocab >= kVocabSize (llm.c pads it to 50304).
+  static constexpr int32_t kVocabSize = 50257;
+
+  int32_t end_of_text() const { return kVocabSize - 1; }  // "<|endoftext|>"
+  int64_t vocab_size() const;                             // kVocabSize
 
  private:
   Gpt2Tokenizer() = default;

@@ -26,7 +26,7 @@ void check_sampling_options(const SamplingOptions& options) {
 std::string resolved_tokenizer(const RunConfig& config) {
   if (config.data.tokenizer != "auto") return config.data.tokenizer;
   if (config.data.format == "text") return "bytes";
-  return config.model.vocab >= 50257 ? "gpt2" : "ids";  // GPT-2's vocabulary, padded or not
+  return config.model.vocab >= Gpt2Tokenizer::kVocabSize ? "gpt2" : "ids";  // GPT-2's vocabulary, padded or not
 }
 
 void keep_top_k(std::vector<double>& logits, int64_t k) {
@@ -60,7 +60,8 @@ Sampler::Sampler(const LoadedCheckpoint& checkpoint, const std::string& tokenize
   WEFT_CHECK(tokenizer_ == "bytes" || tokenizer_ == "gpt2" || tokenizer_ == "ids",
              "the tokenizer must be bytes, gpt2 or ids, got '", tokenizer_, "'");
   if (tokenizer_ == "gpt2") {
-    WEFT_CHECK(config_.model.vocab >= 50257, "the gpt2 tokenizer gives ids up to 50256, but this model has model.vocab = ",
+    WEFT_CHECK(config_.model.vocab >= Gpt2Tokenizer::kVocabSize, "the gpt2 tokenizer gives ids up to ",
+               Gpt2Tokenizer::kVocabSize - 1, ", but this model has model.vocab = ",
                config_.model.vocab, "; use the ids tokenizer");
     gpt2_ = Gpt2Tokenizer::load(config_.data.tokenizer_dir.empty() ? Gpt2Tokenizer::default_directory()
                                                                     : config_.data.tokenizer_dir);
