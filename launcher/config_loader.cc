@@ -422,8 +422,6 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(train.batch_size % train.micro_batches == 0, show("train.batch_size"),
              " is not a multiple of ", show("train.micro_batches"),
              ": every micro-batch holds batch_size / micro_batches sequences");
-  WEFT_CHECK(train.warmup_steps <= train.steps, show("train.warmup_steps"), " is more than ",
-             show("train.steps"), ": warmup must end within the run");
   const ParallelConfig& parallel = config.parallel;
   check_pipeline_fields(config, show);
   WEFT_CHECK(!parallel.sp || parallel.tp > 1, show("parallel.sp"), " splits the sequence over the tensor-parallel "

@@ -36,7 +36,7 @@ RunConfig load_config(const std::vector<std::string>& yaml_files,
 
 // The checks load_config makes, for a config built in code: each value within its option's limits,
 // then the fields that constrain each other (dim % heads, batch_size % micro_batches, one process
-// only, warmup_steps <= steps, ...). Throws weft::Error naming the keys and values.
+// only, ...). Throws weft::Error naming the keys and values.
 void validate_config(const RunConfig& config);
 
 // The config as YAML with every key of every section, sections in config_sections() order and keys

@@ -357,7 +357,7 @@ std::vector<ConfigOption> build_options() {
   add(make_option("train.lr", &R::train, &TrainConfig::lr, "peak learning rate", above(0)));
   add(make_option("train.min_lr_ratio", &R::train, &TrainConfig::min_lr_ratio, "final lr as a fraction of lr (cosine, linear)", between(0, 1)));
   add(make_option("train.schedule", &R::train, &TrainConfig::schedule, "learning-rate schedule after warmup", one_of({"cosine", "linear", "constant"})));
-  add(make_option("train.warmup_steps", &R::train, &TrainConfig::warmup_steps, "steps of linear warmup (at most train.steps)", at_least(0)));
+  add(make_option("train.warmup_steps", &R::train, &TrainConfig::warmup_steps, "steps of linear warmup (cut to train.steps when longer, with a warning)", at_least(0)));
   add(make_option("train.weight_decay", &R::train, &TrainConfig::weight_decay, "decoupled weight decay (adamw)", at_least(0)));
   add(make_option("train.beta1", &R::train, &TrainConfig::beta1, "adamw first-moment decay", between(0, 1, /*maximum_exclusive=*/true)));
   add(make_option("train.beta2", &R::train, &TrainConfig::beta2, "adamw second-moment decay", between(0, 1, /*maximum_exclusive=*/true)));

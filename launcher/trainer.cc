@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -224,7 +225,10 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   };
   s.strategy = make_strategy(mesh, s.world_rank, *model_, options);
   s.fault = FaultInjection::from_environment();
-  s.schedule = std::make_unique<LearningRateSchedule>(config_.train.lr, config_.train.warmup_steps,
+  // A warm-up longer than the run (a short smoke test of a long run's config) is cut to the run;
+  // run() says so in the log.
+  s.schedule = std::make_unique<LearningRateSchedule>(config_.train.lr,
+                                                      std::min(config_.train.warmup_steps, config_.train.steps),
                                                       config_.train.steps, config_.train.schedule,
                                                       config_.train.min_lr_ratio);
 
@@ -287,6 +291,12 @@ TrainResult Trainer::run() {
                                    static_cast<long long>(config_.parallel.tp), config_.parallel.sp ? " with sp" : "",
                                    static_cast<long long>(config_.parallel.pp),
                                    static_cast<long long>(config_.parallel.zero), config_.comm.mode, optimizer_mb));
+  if (train.warmup_steps > train.steps) {
+    logger.log_event(absl::StrFormat("warning: train.warmup_steps = %lld is more than train.steps = %lld; the warm-up "
+                                     "is cut to %lld steps",
+                                     static_cast<long long>(train.warmup_steps), static_cast<long long>(train.steps),
+                                     static_cast<long long>(train.steps)));
+  }
   TrainResult result;
   result.first_step = s.start_step + 1;
   result.description = s.strategy->description();

@@ -61,6 +61,27 @@ TEST_F(TrainerTest, LossFallsOnRepetitiveText) {
   EXPECT_LT(result.losses.back(), result.losses.front() - 1.5) << "the loss did not fall by 1.5 nats in 40 steps";
 }
 
+TEST_F(TrainerTest, WarmupLongerThanTheRunIsCutWithAWarning) {
+  // A smoke test of a long run's config (--set train.steps=3) keeps its warm-up key: the run trains,
+  // warms up over its own 3 steps, and says so.
+  RunConfig config = tiny_config();
+  config.train.steps = 3;
+  config.train.warmup_steps = 10;
+  config.train.schedule = "constant";
+  EXPECT_NO_THROW(validate_config(config));
+  testing::internal::CaptureStdout();
+  const TrainResult result = Trainer(config).run();
+  const std::string log = testing::internal::GetCapturedStdout();
+  EXPECT_NE(log.find("warning: train.warmup_steps = 10 is more than train.steps = 3; the warm-up is cut to 3 steps"),
+            std::string::npos)
+      << log;
+  ASSERT_EQ(result.steps.size(), 3u);
+  // Warm-up over 3 steps: lr/3, 2lr/3, lr (not lr/10, 2lr/10, 3lr/10).
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_DOUBLE_EQ(result.steps[i].lr, config.train.lr * static_cast<double>(i + 1) / 3.0) << "step " << i + 1;
+  }
+}
+
 TEST_F(TrainerTest, ResumedRunContinuesBitExactly) {
   RunConfig straight = tiny_config();
   straight.checkpoint.dir = (root_ / "checkpoints").string();
