@@ -111,8 +111,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     }
     // A node that received no gradient at all (a custom op returned none for this path) passes none
     // on: built-in backwards expect at least one gradient, and zeros would only cost time.
+    // (An AccumulateGrad whose gradient an op added in place runs all the same, to fire its hooks.)
     const bool any_gradient = std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined(); });
-    std::vector<Tensor> outputs = any_gradient ? node->run_backward(std::move(inputs)) : std::vector<Tensor>();
+    std::vector<Tensor> outputs = any_gradient || node->has_pending_gradient() ? node->run_backward(std::move(inputs))
+                                                                               : std::vector<Tensor>();
     if (!retain_graph) node->release_saved();
     WEFT_CHECK(outputs.size() == node->next_edges.size() || outputs.empty(), node->name(), " returned ",
                outputs.size(), " gradients for ", node->next_edges.size(), " inputs");

@@ -12,23 +12,39 @@ std::atomic<uint64_t> next_sequence_number{0};
 Node::Node() : sequence_number_(next_sequence_number.fetch_add(1, std::memory_order_relaxed)) {}
 
 std::vector<Tensor> AccumulateGrad::run_backward(std::vector<Tensor> grad_outputs) {
+  const bool added_in_place = added_in_place_;
+  added_in_place_ = false;
   std::shared_ptr<TensorImpl> impl = leaf_.lock();
-  if (impl == nullptr || !grad_outputs[0].defined()) return {};
-  Tensor leaf(impl);
   const Tensor& incoming = grad_outputs[0];
-  WEFT_CHECK(incoming.shape() == leaf.shape(), "backward: the gradient for leaf ", leaf.describe(), " has shape ",
-             shape_string(incoming.shape()), "; a custom op's backward returned a gradient of the wrong shape");
+  if (impl == nullptr || (!incoming.defined() && !added_in_place)) return {};
+  Tensor leaf(impl);
   AutogradMeta& meta = *impl->autograd;
-  if (!meta.grad.defined()) {
-    // Own the buffer: the incoming gradient may be shared with other branches of the graph.
-    Tensor grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
-    grad.copy_(incoming);
-    meta.grad = grad;
-  } else {
-    backend_for(leaf.device()).binary(BinaryOp::kAdd, meta.grad, incoming.to(meta.grad.dtype()), meta.grad);
+  if (incoming.defined()) {
+    WEFT_CHECK(incoming.shape() == leaf.shape(), "backward: the gradient for leaf ", leaf.describe(), " has shape ",
+               shape_string(incoming.shape()), "; a custom op's backward returned a gradient of the wrong shape");
+    if (!meta.grad.defined()) {
+      // Own the buffer: the incoming gradient may be shared with other branches of the graph.
+      Tensor grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
+      grad.copy_(incoming);
+      meta.grad = grad;
+    } else {
+      backend_for(leaf.device()).binary(BinaryOp::kAdd, meta.grad, incoming.to(meta.grad.dtype()), meta.grad);
+    }
   }
   for (auto& hook : meta.grad_ready_hooks) hook(leaf);
   return {};
+}
+
+Tensor AccumulateGrad::gradient_storage(DType dtype) const {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (impl == nullptr || impl->autograd == nullptr) return Tensor();
+  const Tensor leaf(impl);
+  const Tensor& grad = impl->autograd->grad;
+  if (!grad.defined() || !grad.is_contiguous() || grad.dtype() != dtype || grad.shape() != leaf.shape() ||
+      grad.device() != leaf.device()) {
+    return Tensor();
+  }
+  return grad;
 }
 
 Edge gradient_edge(const Tensor& tensor) {

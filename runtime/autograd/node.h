@@ -43,6 +43,9 @@ class Node {
   virtual std::vector<Tensor> run_backward(std::vector<Tensor> grad_outputs) = 0;
   // Frees saved tensors once a backward pass no longer needs them.
   virtual void release_saved() {}
+  // True when the node must run even though no gradient arrived through its edges (an
+  // AccumulateGrad whose gradient an op added in place: its hooks must still fire).
+  virtual bool has_pending_gradient() const { return false; }
 
   int num_outputs() const { return num_outputs_; }
   void set_num_outputs(int count) { num_outputs_ = count; }
@@ -72,8 +75,20 @@ class AccumulateGrad final : public Node {
   uint64_t priority() const override { return UINT64_MAX; }
   std::vector<Tensor> run_backward(std::vector<Tensor> grad_outputs) override;
 
+  // For an op that can add its gradient into the leaf's .grad itself (a GEMM with beta = 1: one
+  // kernel instead of a product into a new tensor and an add): the leaf's .grad when it exists, is
+  // contiguous and has the leaf's shape and `dtype`; else undefined, and the op returns its
+  // gradient as usual. An op that wrote into it calls gradient_added_in_place() and returns an
+  // undefined gradient for this edge; the engine still runs this node once all its edges are done
+  // (has_pending_gradient), so the grad-ready hooks fire once per pass with every contribution in,
+  // as for gradients that arrive through the edges (a tied weight's other use, for one).
+  Tensor gradient_storage(DType dtype) const;
+  void gradient_added_in_place() { added_in_place_ = true; }
+  bool has_pending_gradient() const override { return added_in_place_; }
+
  private:
   std::weak_ptr<TensorImpl> leaf_;
+  bool added_in_place_ = false;  // since the last run_backward
 };
 
 struct AutogradMeta {

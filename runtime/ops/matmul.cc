@@ -69,15 +69,28 @@ class MatmulFunction final : public autograd::Function {
 };
 
 // The parameter gradients of linear from dY ([R, N]) and its input rows X ([R, K]): dW = dY^T X
-// ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]). One function for the
+// ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]). Where the weight's
+// accumulator offers its .grad (AccumulateGrad::gradient_storage: the gradient buffer's slot, or an
+// earlier micro-batch's gradient), dW is added into it by the GEMM itself (beta = 1) and returned
+// undefined: one kernel instead of a product into a new tensor and an add. One function for the
 // backward and for deferred weight-gradient work, so that both give bitwise the same gradients.
 struct LinearParameterGradients {
   Tensor weight;
   Tensor bias;
 };
 
-LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tensor& rows, bool with_bias) {
-  return {product(g.transpose(0, 1), rows), with_bias ? sum_to_shape(g, {g.size(1)}) : Tensor()};
+LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tensor& rows, bool with_bias,
+                                                    autograd::AccumulateGrad* weight_accumulator) {
+  LinearParameterGradients gradients;
+  const Tensor storage = weight_accumulator != nullptr ? weight_accumulator->gradient_storage(g.dtype()) : Tensor();
+  if (storage.defined()) {
+    backend_for(g.device()).matmul(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), storage.unsqueeze(0), 1.0, 1.0);
+    weight_accumulator->gradient_added_in_place();
+  } else {
+    gradients.weight = product(g.transpose(0, 1), rows);
+  }
+  if (with_bias) gradients.bias = sum_to_shape(g, {g.size(1)});
+  return gradients;
 }
 
 // The edge's node as an AccumulateGrad (the edge leads straight to a leaf), or null.
@@ -155,14 +168,17 @@ class LinearFunction final : public autograd::Function {
       if (weight_accumulator != nullptr && (bias_accumulator != nullptr || !next_edges[2].valid())) {
         // g and rows are captured by value: the engine frees this node's saved tensors after backward.
         deferred->add([g, rows, weight_accumulator, bias_accumulator] {
-          LinearParameterGradients gradients = linear_parameter_gradients(g, rows, bias_accumulator != nullptr);
+          LinearParameterGradients gradients =
+              linear_parameter_gradients(g, rows, bias_accumulator != nullptr, weight_accumulator.get());
+          // Accumulates a returned dW, or fires the hooks of one added in place.
           weight_accumulator->run_backward({gradients.weight});
           if (bias_accumulator != nullptr) bias_accumulator->run_backward({gradients.bias});
         });
         return {grad_x, Tensor(), Tensor()};
       }
     }
-    LinearParameterGradients gradients = linear_parameter_gradients(g, rows, with_bias_);
+    const std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = leaf_accumulator(next_edges[1]);
+    LinearParameterGradients gradients = linear_parameter_gradients(g, rows, with_bias_, weight_accumulator.get());
     return {grad_x, gradients.weight, gradients.bias};
   }
 

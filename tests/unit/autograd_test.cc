@@ -237,6 +237,35 @@ TEST(AutogradHooks, TiedWeightFiresOnceWithTheSumOfBothUses) {
                          {random_leaf({3, 3}, 21)});
 }
 
+TEST(AutogradHooks, LinearAddsItsWeightGradientInPlaceAndTheHookFiresOnceWithEveryUse) {
+  // A weight whose .grad exists (the gradient buffer's slot) gets linear's dW added by the GEMM
+  // itself; a second, tied use of the weight still lands in the same .grad, and the hook fires once,
+  // after both.
+  Tensor x = random_leaf({4, 3}, 30, false);
+  Tensor bias = random_leaf({5}, 32);
+  const Tensor earlier = Tensor::normal({5, 3}, 33).to(kFloat64);
+  const auto loss_of = [&](const Tensor& w) { return sum(matmul(tanh(linear(x, w, bias)), w)); };
+
+  Tensor fresh = random_leaf({5, 3}, 31);
+  loss_of(fresh).backward();  // no .grad yet: dW is returned and accumulated as usual
+  const Tensor expected = fresh.grad() + earlier;
+
+  Tensor w = random_leaf({5, 3}, 31);
+  w.set_grad(earlier.clone());
+  const void* storage = w.grad().raw_data();
+  int calls = 0;
+  Tensor seen;
+  w.register_grad_ready_hook([&](Tensor& leaf) {
+    ++calls;
+    seen = leaf.grad().clone();
+  });
+  loss_of(w).backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(w.grad().raw_data(), storage) << "the gradient was not added in place";
+  EXPECT_EQ(max_abs_difference(seen, w.grad()), 0.0) << "the hook ran before every use was in";
+  EXPECT_LT(max_abs_difference(w.grad(), expected), 1e-12);
+}
+
 TEST(AutogradHooks, OnlyLeavesThatRequireGradTakeHooks) {
   Tensor plain = Tensor::ones({2});
   EXPECT_THROW(plain.register_grad_ready_hook([](Tensor&) {}), Error);
