@@ -4,7 +4,9 @@
 // transfer; block b handles chunks[b]. A tensor's chunks are consecutive in the table.
 //
 // Elements are f32, bf16 or f16, tagged per tensor (StorageKind) and read and written as f32
-// through load_kind / store_kind, so one kernel serves every mix of dtypes.
+// through load_kind / store_kind, so one kernel serves every mix of dtypes; load4_kind / store4_kind
+// move four elements per access for tensors that four_aligned() accepts (vector loads keep many
+// bytes in flight per thread, which a memory-bound pass needs to approach the memory's bandwidth).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -82,6 +84,60 @@ __device__ __forceinline__ void store_kind(void* base, int32_t kind, int64_t i, 
     case kStorageBF16: static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(value); return;
     case kStorageF16: static_cast<__half*>(base)[i] = __float2half_rn(value); return;
     default: static_cast<float*>(base)[i] = value;
+  }
+}
+
+// --- Four elements at a time ------------------------------------------------------------------
+// A tensor whose base address is aligned to four of its elements is read and written in 16-byte
+// (f32) or 8-byte (bf16, f16) words at indices that are multiples of four: chunks start at
+// multiples of kChunkElements, so a thread stepping by 4 stays aligned. Rounding is per element
+// (round to nearest even), as store_kind does, so results are bitwise those of the scalar path.
+
+inline bool four_aligned(const Tensor& tensor) {
+  return reinterpret_cast<uintptr_t>(tensor.raw_data()) % (4 * static_cast<uintptr_t>(tensor.element_size())) == 0;
+}
+
+__device__ __forceinline__ void load4_kind(const void* base, int32_t kind, int64_t i, float out[4]) {
+  switch (kind) {
+    case kStorageBF16: {
+      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(base) + i);
+      const float2 low = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+      const float2 high = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+      out[0] = low.x, out[1] = low.y, out[2] = high.x, out[3] = high.y;
+      return;
+    }
+    case kStorageF16: {
+      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const __half*>(base) + i);
+      const float2 low = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+      const float2 high = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+      out[0] = low.x, out[1] = low.y, out[2] = high.x, out[3] = high.y;
+      return;
+    }
+    default: {
+      const float4 raw = *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+      out[0] = raw.x, out[1] = raw.y, out[2] = raw.z, out[3] = raw.w;
+    }
+  }
+}
+
+__device__ __forceinline__ void store4_kind(void* base, int32_t kind, int64_t i, const float value[4]) {
+  switch (kind) {
+    case kStorageBF16: {
+      uint2 raw;
+      *reinterpret_cast<__nv_bfloat162*>(&raw.x) = __floats2bfloat162_rn(value[0], value[1]);
+      *reinterpret_cast<__nv_bfloat162*>(&raw.y) = __floats2bfloat162_rn(value[2], value[3]);
+      *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(base) + i) = raw;
+      return;
+    }
+    case kStorageF16: {
+      uint2 raw;
+      *reinterpret_cast<__half2*>(&raw.x) = __floats2half2_rn(value[0], value[1]);
+      *reinterpret_cast<__half2*>(&raw.y) = __floats2half2_rn(value[2], value[3]);
+      *reinterpret_cast<uint2*>(static_cast<__half*>(base) + i) = raw;
+      return;
+    }
+    default:
+      *reinterpret_cast<float4*>(static_cast<float*>(base) + i) = make_float4(value[0], value[1], value[2], value[3]);
   }
 }
 

@@ -3,7 +3,8 @@
 // exactly as the CPU loops of runtime/cpu/optimizer_update.cc do, in f32, with each per-parameter
 // scalar rounded once to f32 on the host. One slot per parameter in a multi_tensor_table.cuh
 // table; each block updates one chunk of 64K elements, so one launch covers a whole model whatever
-// the parameter sizes. Parameters are f32, bf16 or f16; gradients f32, bf16 or f16 (read as they
+// the parameter sizes. AdamW moves four elements per access where a parameter's arrays allow
+// (multi_tensor_table.cuh: four_aligned), with per-element arithmetic unchanged. Parameters are f32, bf16 or f16; gradients f32, bf16 or f16 (read as they
 // are, not converted); state is f32.
 #include "runtime/cuda/cuda_backend.h"
 
@@ -37,51 +38,83 @@ struct TensorSlot {
   float decay;
   int32_t parameter_kind;
   int32_t grad_kind;
+  int32_t four_aligned;  // every array of the slot four_aligned(): the kernel moves 4 elements per access
+  int32_t unused;        // keeps the slot a multiple of 8 bytes
 };
 
 // The value an update starts from: the f32 master of a 16-bit parameter, unless an outside write
 // to the parameter (a weight load) left the master stale, in which case the stored parameter wins
-// (as load_parameter_value does in runtime/cpu/optimizer_update.cc).
-__device__ __forceinline__ float starting_value(const void* parameter, int32_t parameter_kind, const float* master,
-                                                int64_t i) {
-  if (master == nullptr) return static_cast<const float*>(parameter)[i];
-  const float stored = load_kind(parameter, parameter_kind, i);
-  const float kept = master[i];
+// (as load_parameter_value does in runtime/cpu/optimizer_update.cc). `stored` is the parameter's
+// value, `kept` the master's (ignored without a master).
+__device__ __forceinline__ float starting_value(float stored, float kept, int32_t parameter_kind, bool has_master) {
+  if (!has_master) return stored;
   const float rounded = parameter_kind == kStorageBF16 ? __bfloat162float(__float2bfloat16_rn(kept))
                                                        : __half2float(__float2half_rn(kept));
   return (rounded == stored || (isnan(rounded) && isnan(stored))) ? kept : stored;
-}
-
-// Writes the updated value to the master (when there is one) and, rounded once, to the parameter.
-__device__ __forceinline__ void store_value(void* parameter, int32_t parameter_kind, float* master, int64_t i,
-                                            float value) {
-  if (master != nullptr) master[i] = value;
-  store_kind(parameter, parameter_kind, i, value);
 }
 
 // Whether the step goes ahead: no guard, or a finite one (optimizer_update.h). Read by every block,
 // so a skipped step costs one load per block and no host read.
 __device__ __forceinline__ bool guard_allows(const float* guard) { return guard == nullptr || isfinite(*guard); }
 
-__global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, float beta1,
-                                    float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
+struct AdamWConstants {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+};
+
+// One element's AdamW step: updates m and v in place and returns the new parameter value.
+__device__ __forceinline__ float adamw_step(float value, float g, float& m, float& v, const TensorSlot& slot,
+                                            const AdamWConstants& c) {
+  value = value * slot.decay;
+  m = m * c.beta1 + g * c.one_minus_beta1;
+  v = v * c.beta2 + g * g * c.one_minus_beta2;
+  const float denominator = sqrtf(v) / slot.bias_correction2_sqrt + c.eps;
+  return value - slot.step_size * (m / denominator);
+}
+
+// Element i alone (tails, and tensors that are not four_aligned).
+__device__ __forceinline__ void adamw_one(const TensorSlot& slot, int64_t i, const AdamWConstants& c) {
+  const bool has_master = slot.master != nullptr;
+  const float stored = load_kind(slot.parameter, slot.parameter_kind, i);
+  float value = starting_value(stored, has_master ? slot.master[i] : 0.0f, slot.parameter_kind, has_master);
+  float m = slot.exp_avg[i], v = slot.exp_avg_sq[i];
+  value = adamw_step(value, load_kind(slot.grad, slot.grad_kind, i), m, v, slot, c);
+  slot.exp_avg[i] = m;
+  slot.exp_avg_sq[i] = v;
+  if (has_master) slot.master[i] = value;
+  store_kind(slot.parameter, slot.parameter_kind, i, value);
+}
+
+__global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, AdamWConstants constants,
                                     const float* guard) {
   if (!guard_allows(guard)) return;
   const ChunkSlot chunk = chunks[blockIdx.x];
   const TensorSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
-  for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
-    float value = starting_value(slot.parameter, slot.parameter_kind, slot.master, i);
-    const float g = load_kind(slot.grad, slot.grad_kind, i);
-    value = value * slot.decay;
-    const float m = slot.exp_avg[i] * beta1 + g * one_minus_beta1;
-    const float v = slot.exp_avg_sq[i] * beta2 + g * g * one_minus_beta2;
-    slot.exp_avg[i] = m;
-    slot.exp_avg_sq[i] = v;
-    const float denominator = sqrtf(v) / slot.bias_correction2_sqrt + eps;
-    value = value - slot.step_size * (m / denominator);
-    store_value(slot.parameter, slot.parameter_kind, slot.master, i, value);
+  int64_t scalar_start = chunk.start;
+  if (slot.four_aligned) {
+    // Four elements per thread and access: the same arithmetic per element as adamw_one.
+    const bool has_master = slot.master != nullptr;
+    const int64_t vector_end = chunk.start + (end - chunk.start) / 4 * 4;
+    for (int64_t i = chunk.start + 4 * static_cast<int64_t>(threadIdx.x); i < vector_end; i += 4 * blockDim.x) {
+      float stored[4], kept[4] = {0.f, 0.f, 0.f, 0.f}, g[4], m[4], v[4], value[4];
+      load4_kind(slot.parameter, slot.parameter_kind, i, stored);
+      if (has_master) load4_kind(slot.master, kStorageF32, i, kept);
+      load4_kind(slot.grad, slot.grad_kind, i, g);
+      load4_kind(slot.exp_avg, kStorageF32, i, m);
+      load4_kind(slot.exp_avg_sq, kStorageF32, i, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        value[j] = adamw_step(starting_value(stored[j], kept[j], slot.parameter_kind, has_master), g[j], m[j], v[j],
+                              slot, constants);
+      }
+      store4_kind(slot.exp_avg, kStorageF32, i, m);
+      store4_kind(slot.exp_avg_sq, kStorageF32, i, v);
+      if (has_master) store4_kind(slot.master, kStorageF32, i, value);
+      store4_kind(slot.parameter, slot.parameter_kind, i, value);
+    }
+    scalar_start = vector_end;
   }
+  for (int64_t i = scalar_start + threadIdx.x; i < end; i += blockDim.x) adamw_one(slot, i, constants);
 }
 
 struct SgdSlot {
@@ -103,7 +136,9 @@ __global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunk
   const SgdSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
   for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
-    float value = starting_value(slot.parameter, slot.parameter_kind, slot.master, i);
+    const bool has_master = slot.master != nullptr;
+    float value = starting_value(load_kind(slot.parameter, slot.parameter_kind, i), has_master ? slot.master[i] : 0.0f,
+                                 slot.parameter_kind, has_master);
     float direction = load_kind(slot.grad, slot.grad_kind, i);
     if (slot.weight_decay != 0.0f) direction = direction + slot.weight_decay * value;
     if (slot.momentum_buffer != nullptr) {
@@ -112,7 +147,8 @@ __global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunk
       direction = nesterov ? direction + momentum * buffer : buffer;
     }
     value = value - slot.lr * direction;
-    store_value(slot.parameter, slot.parameter_kind, slot.master, i, value);
+    if (has_master) slot.master[i] = value;
+    store_kind(slot.parameter, slot.parameter_kind, i, value);
   }
 }
 
@@ -166,6 +202,8 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
     slot.decay = static_cast<float>(update.decay);
     slot.parameter_kind = storage_kind(update.parameter, "adamw_multi_tensor: parameter");
     slot.grad_kind = storage_kind(update.grad, "adamw_multi_tensor: grad");
+    slot.four_aligned = four_aligned(update.parameter) && four_aligned(update.grad) && four_aligned(update.exp_avg) &&
+                        four_aligned(update.exp_avg_sq) && (!sixteen_bit || four_aligned(update.master));
     add_chunks(chunks, static_cast<int64_t>(tensors.size()), slot.numel);
     tensors.push_back(slot);
   }
@@ -173,8 +211,10 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
   const DeviceTable<TensorSlot> table = upload_table(tensors, chunks, device);
   set_device(device.index);
   adamw_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, current_stream(device.index)>>>(
-      table.slots, table.chunks, static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
-      static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps), guard_data);
+      table.slots, table.chunks,
+      AdamWConstants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
+                     static_cast<float>(1.0 - beta2), static_cast<float>(eps)},
+      guard_data);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
