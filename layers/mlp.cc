@@ -4,6 +4,7 @@
 #include "runtime/error.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/matmul.h"
+#include "runtime/ops/swiglu.h"
 
 namespace weft {
 int64_t swiglu_hidden_dim(int64_t dim, int64_t hidden_dim) {
@@ -52,7 +53,7 @@ SwigluMlp::SwigluMlp(const LayerContext& context)
 std::string SwigluMlp::settings() const { return str(dim_, " -> 2 x ", hidden_dim_, " -> ", dim_); }
 
 Tensor SwigluMlp::forward(const Tensor& x) {
-  const Tensor hidden = mul(silu(gate_->call(x)), up_->call(x));  // [..., hidden]
+  const Tensor hidden = swiglu(gate_->call(x), up_->call(x));  // silu(gate) * up [..., hidden], one op
   return dropout_.apply(down_->call(hidden), is_training());
 }
 

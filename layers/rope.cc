@@ -5,8 +5,7 @@
 #include <vector>
 
 #include "runtime/error.h"
-#include "runtime/ops/concat.h"
-#include "runtime/ops/elementwise.h"
+#include "runtime/ops/rotary.h"
 
 namespace weft {
 
@@ -33,15 +32,7 @@ std::pair<Tensor, Tensor> rotary_tables(int64_t seq_len, int64_t head_dim, doubl
 }
 
 Tensor apply_rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  WEFT_CHECK(x.dim() == 4, "apply_rotary_embedding: x must be [B, H, T, D], got ", x.describe());
-  const int64_t time = x.size(2), head_dim = x.size(3);
-  WEFT_CHECK(head_dim % 2 == 0, "apply_rotary_embedding: head dim must be even, got ", x.describe());
-  WEFT_CHECK(cos.dim() == 2 && cos.size(0) == time && cos.size(1) == head_dim && sin.shape() == cos.shape(),
-             "apply_rotary_embedding: cos ", cos.describe(), " and sin ", sin.describe(), " must be [T, D] = [",
-             time, ", ", head_dim, "] for x ", x.describe());
-  const std::vector<Tensor> halves = split(x, {head_dim / 2, head_dim / 2}, -1);  // 2 x [B, H, T, D/2]
-  const Tensor rotated = concat({neg(halves[1]), halves[0]}, -1);                  // [B, H, T, D]
-  return add(mul(x, cos), mul(rotated, sin));                                      // cos, sin broadcast
+  return rotary_embedding(x, cos, sin);  // [B, H, T, D]; checks shapes, dtypes and devices
 }
 
 }  // namespace weft

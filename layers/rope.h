@@ -4,8 +4,9 @@
 // Pair i of a head (i in [0, D/2)) is the coordinates (i, i + D/2), rotated by the angle
 // t * theta^(-2i/D) at position t:
 //   out = x * cos + rotate_half(x) * sin,   rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])
-// with cos/sin tables [T, D] whose two halves repeat the D/2 angles. apply_rotary_embedding is made
-// of differentiable ops (split, neg, concat, mul, add), so it needs no backward of its own.
+// with cos/sin tables [T, D] whose two halves repeat the D/2 angles. apply_rotary_embedding is the
+// fused op runtime/ops/rotary.h (one kernel each way, its result in x's memory order of heads and
+// positions); the formula above is what it computes, bit for bit in f32 and f64.
 #pragma once
 
 #include <cstdint>

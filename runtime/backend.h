@@ -151,6 +151,29 @@ class Backend {
   virtual void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
                                  const Tensor& grad_x, const Tensor& grad_weight) = 0;
 
+  // --- Llama's fused elementwise ops (runtime/ops/rotary.h, runtime/ops/swiglu.h) -----------
+  // Rotary position embedding, rotate-half form (layers/rope.h). x, out [B, H, T, D] with any
+  // strides whose last (D) is 1 (the heads of one projection; out may be in [B, T, H, D] order);
+  // cos, sin [T, D] contiguous, x's dtype. With h = D / 2 and i < h, at position t:
+  //   out[i]     = x[i] cos[t, i]         - x[i + h] sin[t, i]
+  //   out[i + h] = x[i + h] cos[t, i + h] + x[i] sin[t, i + h]
+  // each product rounded before the sum (no fused multiply-add), so in f32 and f64 the result is the
+  // unfused x * cos + rotate_half(x) * sin bit for bit; 16-bit dtypes round once, at the store.
+  virtual void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) = 0;
+  // The transpose (for the usual tables, whose halves repeat, the inverse rotation), same strides
+  // rules: grad_x[i] = g[i] cos[t, i] + g[i + h] sin[t, i + h], grad_x[i + h] = g[i + h] cos[t, i + h]
+  // - g[i] sin[t, i], products rounded as in the forward.
+  virtual void rotary_embedding_backward(const Tensor& grad_out, const Tensor& cos, const Tensor& sin,
+                                         const Tensor& grad_x) = 0;
+  // SwiGLU's activation: out = silu(gate) * up = gate / (1 + exp(-gate)) * up, in the expression
+  // order of unary kSilu then binary kMul (f32: the unfused result bit for bit; 16-bit dtypes round
+  // once). gate, up, out contiguous, one shape.
+  virtual void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // From gate and up alone (silu recomputed): grad_up = grad_out * silu(gate),
+  // grad_gate = (grad_out * up) * silu'(gate); all contiguous, one shape.
+  virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad_out, const Tensor& grad_gate,
+                               const Tensor& grad_up) = 0;
+
   // --- Embedding -------------------------------------------------------------------------
   // ids [N] (i32 or i64), weight [V, C], out [N, C]. Ids outside [0, V) raise weft::Error.
   virtual void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) = 0;

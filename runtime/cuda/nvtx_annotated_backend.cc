@@ -140,6 +140,29 @@ void NvtxAnnotatedBackend::rms_norm_backward(const Tensor& x, const Tensor& weig
   inner_.rms_norm_backward(x, weight, rstd, grad_out, grad_x, grad_weight);
 }
 
+void NvtxAnnotatedBackend::rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                            const Tensor& out) {
+  NvtxRange range("rotary_embedding");
+  inner_.rotary_embedding(x, cos, sin, out);
+}
+
+void NvtxAnnotatedBackend::rotary_embedding_backward(const Tensor& grad_out, const Tensor& cos, const Tensor& sin,
+                                                     const Tensor& grad_x) {
+  NvtxRange range("rotary_embedding_backward");
+  inner_.rotary_embedding_backward(grad_out, cos, sin, grad_x);
+}
+
+void NvtxAnnotatedBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  NvtxRange range("swiglu");
+  inner_.swiglu(gate, up, out);
+}
+
+void NvtxAnnotatedBackend::swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad_out,
+                                           const Tensor& grad_gate, const Tensor& grad_up) {
+  NvtxRange range("swiglu_backward");
+  inner_.swiglu_backward(gate, up, grad_out, grad_gate, grad_up);
+}
+
 void NvtxAnnotatedBackend::embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) {
   NvtxRange range("embedding");
   inner_.embedding(ids, weight, out);

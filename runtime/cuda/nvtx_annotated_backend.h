@@ -49,6 +49,12 @@ class NvtxAnnotatedBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) override;
   void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
                          const Tensor& grad_x, const Tensor& grad_weight) override;
+  void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) override;
+  void rotary_embedding_backward(const Tensor& grad_out, const Tensor& cos, const Tensor& sin,
+                                 const Tensor& grad_x) override;
+  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad_out, const Tensor& grad_gate,
+                       const Tensor& grad_up) override;
   void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,

@@ -1,0 +1,185 @@
+// Llama's fused ops on the CPU (the reference backend): rotary_embedding (runtime/ops/rotary.h)
+// and swiglu (runtime/ops/swiglu.h). Forward and backward equal the unfused compositions they
+// replace bit for bit in f32 and f64 (split/neg/concat/mul/add for the rotation; silu then mul);
+// 16-bit dtypes equal the f32 result rounded once; gradients match central finite differences in
+// f64, also for tables whose halves differ (the backward is the transpose, not only the inverse
+// rotation); the rotation's output keeps the [B, T, H, D] memory of a projection's heads; bad
+// arguments are weft::Error.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "layers/rope.h"
+#include "runtime/weft.h"
+#include "tests/support/gradient_check.h"
+
+namespace weft {
+namespace {
+
+using testing::expect_gradients_match;
+using testing::max_abs_difference;
+using testing::random_leaf;
+
+// What layers/rope.cc computed before the fused op: x * cos + rotate_half(x) * sin.
+Tensor unfused_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t half = x.size(3) / 2;
+  const std::vector<Tensor> halves = split(x, {half, half}, -1);  // 2 x [B, H, T, D/2]
+  return add(mul(x, cos), mul(concat({neg(halves[1]), halves[0]}, -1), sin));
+}
+
+Tensor unfused_swiglu(const Tensor& gate, const Tensor& up) { return mul(silu(gate), up); }
+
+// A leaf of `dtype` with the values of random_leaf(shape, seed) rounded to it.
+Tensor leaf_of(absl::Span<const int64_t> shape, uint64_t seed, DType dtype, bool requires_grad = true) {
+  return random_leaf(shape, seed, false).to(dtype).set_requires_grad(requires_grad);
+}
+
+// The heads of a [B, T, H, D] projection seen as [B, H, T, D], as the attention layer makes q and k.
+Tensor heads_view(const Tensor& projection) { return projection.permute({0, 2, 1, 3}); }
+
+constexpr int64_t kB = 2, kH = 3, kT = 5, kD = 8;
+
+TEST(RotaryEmbedding, EqualsTheUnfusedOpsBitForBit) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const auto [cos64, sin64] = rotary_tables(kT, kD, 10000.0);
+    const Tensor cos = cos64.to(dtype), sin = sin64.to(dtype);
+    for (bool projection_layout : {true, false}) {
+      const Tensor x = projection_layout ? leaf_of({kB, kT, kH, kD}, 1, dtype) : leaf_of({kB, kH, kT, kD}, 1, dtype);
+      const Tensor x_unfused = x.detach().set_requires_grad(true);
+      const auto input = [&](const Tensor& leaf) { return projection_layout ? heads_view(leaf) : leaf; };
+      const Tensor y = rotary_embedding(input(x), cos, sin);
+      const Tensor y_unfused = unfused_rotary(input(x_unfused), cos, sin);
+      ASSERT_EQ(y.shape(), Shape({kB, kH, kT, kD}));
+      EXPECT_EQ(y.to_vector(), y_unfused.to_vector());
+      const Tensor weights = leaf_of({kB, kH, kT, kD}, 2, dtype, false);
+      sum(mul(y, weights)).backward();
+      sum(mul(y_unfused, weights)).backward();
+      EXPECT_EQ(x.grad().to_vector(), x_unfused.grad().to_vector());
+    }
+  }
+}
+
+TEST(RotaryEmbedding, SixteenBitDtypesRoundTheF32ResultOnce) {
+  const auto [cos64, sin64] = rotary_tables(kT, kD, 10000.0);
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = leaf_of({kB, kH, kT, kD}, 3, dtype, false);
+    const Tensor cos = cos64.to(dtype), sin = sin64.to(dtype);
+    const Tensor expected = rotary_embedding(x.to(kFloat32), cos.to(kFloat32), sin.to(kFloat32)).to(dtype);
+    EXPECT_EQ(rotary_embedding(x, cos, sin).to_vector(), expected.to_vector());
+    const Tensor grad = leaf_of({kB, kH, kT, kD}, 4, dtype, false);
+    Tensor grad_x = Tensor::empty(x.shape(), dtype), grad_x_f32 = Tensor::empty(x.shape(), kFloat32);
+    backend_for(Device::cpu()).rotary_embedding_backward(grad, cos, sin, grad_x);
+    backend_for(Device::cpu()).rotary_embedding_backward(grad.to(kFloat32), cos.to(kFloat32), sin.to(kFloat32),
+                                                         grad_x_f32);
+    EXPECT_EQ(grad_x.to_vector(), grad_x_f32.to(dtype).to_vector());
+  }
+}
+
+TEST(RotaryEmbedding, KeepsTheProjectionMemoryOrder) {
+  const auto [cos, sin] = rotary_tables(kT, kD, 10000.0);
+  // Heads inner to positions in memory ([B, T, H, D]): the result and x's gradient are too, so the
+  // attention call and the projection's backward read them without a copy.
+  const Tensor x = heads_view(leaf_of({kB, kT, kH, kD}, 5, kFloat64)).detach().set_requires_grad(true);
+  const Tensor y = rotary_embedding(x, cos, sin);
+  EXPECT_EQ(y.strides(), x.strides());
+  EXPECT_TRUE(y.permute({0, 2, 1, 3}).is_contiguous());
+  const Tensor grad_y = leaf_of({kB, kH, kT, kD}, 15, kFloat64, false);
+  const std::vector<Tensor> grads = autograd::backward_to_inputs({y}, {grad_y}, {x});
+  ASSERT_TRUE(grads[0].defined());
+  EXPECT_EQ(grads[0].strides(), x.strides());
+  // A contiguous [B, H, T, D] input gives a contiguous result.
+  const Tensor plain = leaf_of({kB, kH, kT, kD}, 6, kFloat64);
+  EXPECT_TRUE(rotary_embedding(plain, cos, sin).is_contiguous());
+}
+
+TEST(RotaryEmbedding, GradientsMatchFiniteDifferences) {
+  const auto [cos, sin] = rotary_tables(kT, kD, 100.0);
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return rotary_embedding(in[0], cos, sin); },
+                         {random_leaf({kB, kH, kT, kD}, 7)});
+  // Through the heads of a projection, twice (the gradients of two uses add up).
+  expect_gradients_match(
+      [&](const std::vector<Tensor>& in) {
+        const Tensor q = rotary_embedding(heads_view(in[0]), cos, sin);
+        return mul(q, rotary_embedding(heads_view(in[0]), cos, sin));
+      },
+      {random_leaf({kB, kT, kH, kD}, 8)});
+  // Tables whose halves differ: the backward must be the transpose of the forward.
+  const Tensor any_cos = random_leaf({kT, kD}, 9, false), any_sin = random_leaf({kT, kD}, 10, false);
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return rotary_embedding(in[0], any_cos, any_sin); },
+                         {random_leaf({kB, kH, kT, kD}, 11)});
+  EXPECT_EQ(rotary_embedding(random_leaf({1, 1, kT, kD}, 12), any_cos, any_sin).to_vector(),
+            unfused_rotary(random_leaf({1, 1, kT, kD}, 12), any_cos, any_sin).to_vector());
+}
+
+TEST(RotaryEmbedding, RejectsBadArguments) {
+  const auto [cos, sin] = rotary_tables(kT, kD, 10000.0);
+  const Tensor x = random_leaf({kB, kH, kT, kD}, 13);
+  EXPECT_THROW(rotary_embedding(x.select(0, 0), cos, sin), Error);                      // not 4-D
+  EXPECT_THROW(rotary_embedding(x.narrow(3, 0, 7), cos.narrow(1, 0, 7), sin.narrow(1, 0, 7)), Error);  // odd D
+  EXPECT_THROW(rotary_embedding(x, cos.narrow(0, 0, kT - 1), sin.narrow(0, 0, kT - 1)), Error);        // too short
+  EXPECT_THROW(rotary_embedding(x, cos.to(kFloat32), sin.to(kFloat32)), Error);           // dtype
+  EXPECT_THROW(rotary_embedding(x, random_leaf({kT, kD}, 14), sin), Error);               // requires grad
+  try {
+    rotary_embedding(x, cos.narrow(0, 0, 2), sin.narrow(0, 0, 2));
+    FAIL() << "expected weft::Error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("must be [T, D] = [5, 8]"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Swiglu, EqualsSiluThenMulBitForBit) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // Gate values spread wide, so silu's tails (exp overflowing, underflowing) are covered too.
+    const Tensor gate = scale(leaf_of({4, 33}, 20, dtype, false), 8.0).detach().set_requires_grad(true);
+    const Tensor up = leaf_of({4, 33}, 21, dtype);
+    const Tensor gate_unfused = gate.detach().set_requires_grad(true), up_unfused = up.detach().set_requires_grad(true);
+    const Tensor y = swiglu(gate, up);
+    const Tensor y_unfused = unfused_swiglu(gate_unfused, up_unfused);
+    EXPECT_EQ(y.to_vector(), y_unfused.to_vector());
+    const Tensor weights = leaf_of({4, 33}, 22, dtype, false);
+    sum(mul(y, weights)).backward();
+    sum(mul(y_unfused, weights)).backward();
+    EXPECT_EQ(gate.grad().to_vector(), gate_unfused.grad().to_vector());
+    EXPECT_EQ(up.grad().to_vector(), up_unfused.grad().to_vector());
+  }
+}
+
+TEST(Swiglu, SixteenBitDtypesRoundTheF32ResultOnce) {
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor gate = leaf_of({3, 40}, 23, dtype, false), up = leaf_of({3, 40}, 24, dtype, false);
+    const Tensor grad = leaf_of({3, 40}, 25, dtype, false);
+    const Tensor gate32 = gate.to(kFloat32), up32 = up.to(kFloat32), grad32 = grad.to(kFloat32);
+    EXPECT_EQ(swiglu(gate, up).to_vector(), swiglu(gate32, up32).to(dtype).to_vector());
+    Backend& cpu = backend_for(Device::cpu());
+    Tensor grad_gate = Tensor::empty(gate.shape(), dtype), grad_up = Tensor::empty(gate.shape(), dtype);
+    Tensor grad_gate32 = Tensor::empty(gate.shape()), grad_up32 = Tensor::empty(gate.shape());
+    cpu.swiglu_backward(gate, up, grad, grad_gate, grad_up);
+    cpu.swiglu_backward(gate32, up32, grad32, grad_gate32, grad_up32);
+    EXPECT_EQ(grad_gate.to_vector(), grad_gate32.to(dtype).to_vector());
+    EXPECT_EQ(grad_up.to_vector(), grad_up32.to(dtype).to_vector());
+  }
+}
+
+TEST(Swiglu, GradientsMatchFiniteDifferences) {
+  expect_gradients_match([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); },
+                         {random_leaf({2, 3, 7}, 26), random_leaf({2, 3, 7}, 27)});
+  // Non-contiguous inputs, and one tensor as both gate and up.
+  expect_gradients_match([](const std::vector<Tensor>& in) { return swiglu(in[0].transpose(0, 1), in[1]); },
+                         {random_leaf({7, 4}, 28), random_leaf({4, 7}, 29)});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return swiglu(in[0], in[0]); },
+                         {random_leaf({5, 6}, 30)});
+}
+
+TEST(Swiglu, RejectsBadArguments) {
+  const Tensor gate = random_leaf({2, 6}, 31);
+  EXPECT_THROW(swiglu(gate, random_leaf({1, 6}, 32)), Error);              // no broadcasting
+  EXPECT_THROW(swiglu(gate, random_leaf({2, 6}, 33).to(kFloat32)), Error);  // dtype
+  EXPECT_THROW(swiglu(gate, Tensor::arange(12).view({2, 6})), Error);       // integer
+}
+
+}  // namespace
+}  // namespace weft
