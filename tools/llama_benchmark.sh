@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Llama training throughput on one GPU: weft-train (configs/llama-1b.yaml on random token shards)
+# next to PyTorch eager and torch.compile (tools/llama_peer.py) with the same shape, measured in the
+# same call, printed as one table with ratios (tokens/s, step time, MFU, peak memory), as
+# tools/gpt2_benchmark.sh does for GPT-2. Runs on the GPU machine after `source tools/device/env.sh`.
+#   usage: tools/llama_benchmark.sh [WEFT_TRAIN] [PYTHON] [STEPS]
+# The shape is the config's unless overridden: LAYERS, DIM, HEADS, KV_HEADS, VOCAB, SEQ, BATCH
+# (both sides get the same values); PEER_MODES (default eager,compile); RECOMPUTE sets
+# train.recompute for weft. MFU counts 6 * parameters + 6 * layers * T * C FLOPs per token on both
+# sides, against 989 TFLOP/s.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+weft_train=${1:-build/bin/weft-train}
+python=${2:-/opt/torch/.venv/bin/python}
+steps=${3:-30}
+[[ -x "$python" ]] || python=python3
+layers=${LAYERS:-16} dim=${DIM:-2048} heads=${HEADS:-16} kv_heads=${KV_HEADS:-8}
+vocab=${VOCAB:-32000} seq=${SEQ:-2048} batch=${BATCH:-8}
+work=$(mktemp -d /tmp/weft-llama.XXXXXX)
+
+# Random tokens in llm.c's shard format, enough for every step (throughput does not depend on them).
+"$python" - "$work/train.bin" "$vocab" $(((steps + 10) * batch * seq + 1)) <<'PYTHON'
+import sys, numpy as np
+vocab, count = int(sys.argv[2]), int(sys.argv[3])
+tokens = np.random.default_rng(0).integers(0, vocab, size=count, dtype=np.uint16)
+header = np.zeros(256, dtype=np.int32); header[0], header[1], header[2] = 20240520, 1, tokens.size
+with open(sys.argv[1], "wb") as f:
+    f.write(header.tobytes()); f.write(tokens.tobytes())
+PYTHON
+
+"$python" "$here/llama_peer.py" --layers "$layers" --dim "$dim" --heads "$heads" --kv-heads "$kv_heads" \
+  --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" --out "$work/peer.txt" \
+  ${PEER_MODES:+--modes "$PEER_MODES"} || echo "llama_peer.py failed" >&2
+
+"$weft_train" "$here/../configs/llama-1b.yaml" --set data.train="$work/train.bin" --set data.val= \
+  --set data.val_fraction=0 --set data.val_every=0 --set train.steps=$((steps + 5)) --set train.warmup_steps=5 \
+  --set model.layers="$layers" --set model.dim="$dim" --set model.heads="$heads" --set model.kv_heads="$kv_heads" \
+  --set model.vocab="$vocab" --set model.seq_len="$seq" --set train.batch_size="$batch" \
+  ${RECOMPUTE:+--set train.recompute="$RECOMPUTE"} \
+  --set checkpoint.dir= --set log.every=5 --set log.metrics_file="$work/weft.jsonl" --set log.progress=plain
+
+"$python" - "$work/weft.jsonl" "$work/peer.txt" <<'PYTHON'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l][5:]  # skip warm-up steps
+n = len(rows)
+weft = (sum(r["tokens_per_s"] for r in rows) / n, sum(r["step_ms"] for r in rows) / n,
+        sum(r["mfu"] or 0 for r in rows) / n, max(r["memory_mb"] for r in rows))  # no MFU on the CPU
+peers = {}
+try:
+    for line in open(sys.argv[2]):
+        name, tps, ms, mfu, mem = line.split()
+        peers[name] = (float(tps), float(ms), float(mfu), float(mem))
+except FileNotFoundError:
+    pass
+print(f"\n{'run':<18}{'tokens/s':>12}{'step ms':>10}{'MFU':>8}{'peak MB':>10}{'weft/peer':>11}{'mem/peer':>10}")
+print(f"{'weft':<18}{weft[0]:>12.0f}{weft[1]:>10.1f}{100*weft[2]:>7.1f}%{weft[3]:>10.0f}")
+for name, (tps, ms, mfu, mem) in peers.items():
+    memory_ratio = f"{weft[3]/mem:>10.2f}" if mem > 0 else f"{'':>10}"
+    print(f"{name:<18}{tps:>12.0f}{ms:>10.1f}{100*mfu:>7.1f}%{mem:>10.0f}{weft[0]/tps:>11.2f}{memory_ratio}")
+PYTHON
