@@ -181,13 +181,16 @@ class Backend {
   virtual void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight) = 0;
 
   // --- Causal self-attention -------------------------------------------------------------
-  // q, k, v, out [B, H, T, D] with any strides whose last (D) is 1, so that the heads of one
-  // [B, T, 3, H, D] projection (the layer's q, k, v) and an output in [B, T, H, D] order need no copy;
-  // lse [B, H, T] contiguous (f32; f64 for f64) = log-sum-exp of each scaled, causally masked score
-  // row. out = softmax(mask(q k^T * scale)) v.
+  // q, out [B, H, T, D] and k, v [B, KV, T, D] with any strides whose last (D) is 1, so that the
+  // heads of one [B, T, (H + 2 KV) D] projection (the layer's q, k, v) and an output in [B, T, H, D]
+  // order need no copy. Grouped-query attention: KV divides H and query head h reads kv head
+  // h / (H / KV) (KV = H: multi-head). lse [B, H, T] contiguous (f32; f64 for f64) = log-sum-exp of
+  // each scaled, causally masked score row. out = softmax(mask(q k^T * scale)) v. Any head dim on
+  // the CPU; 1..256 on CUDA.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                          const Tensor& lse) = 0;
-  // grad_q, grad_k, grad_v [B, H, T, D] written (strides as for q; grad_out likewise).
+  // grad_q [B, H, T, D] and grad_k, grad_v [B, KV, T, D] written (strides as for q; grad_out
+  // likewise); grad_k, grad_v of a kv head are the sums over its group of query heads.
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
                                   const Tensor& grad_k, const Tensor& grad_v) = 0;

@@ -4,7 +4,9 @@
 // time. With P = softmax(S), S = scale q k^T (masked above the diagonal), O = P v:
 //   dv = P^T dO,   dP = dO v^T,   dS = P * (dP - rowsum(dO * O)),   dq = scale dS k,   dk = scale dS^T q.
 // The row statistics are recomputed in backward from the saved log-sum-exp (as flash attention does).
-// Tensors are addressed through their strides (unit stride in D), so views need no copies.
+// Tensors are addressed through their strides (unit stride in D), so views need no copies. Any head
+// dim. Grouped-query attention: k, v have KV heads (H % KV == 0) and query head h reads kv head
+// h / (H / KV); dk, dv of a kv head are the sums over the query heads of its group.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -29,12 +31,20 @@ void check_rows_unit_stride(const char* op, std::initializer_list<const Tensor*>
   }
 }
 
+// H / KV: how many query heads share one kv head (k, v [B, KV, T, D]; backend.h).
+int64_t query_heads_per_kv_head(const char* op, const Tensor& q, const Tensor& k) {
+  WEFT_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, op, ": the kv heads of k (", k.describe(),
+             ") must divide the query heads of q (", q.describe(), ")");
+  return q.size(1) / k.size(1);
+}
+
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                            const Tensor& lse) {
   check_rows_unit_stride("attention", {&q, &k, &v, &out});
   const int64_t batch = q.size(0), heads = q.size(1), steps = q.size(2), head_dim = q.size(3);
+  const int64_t group = query_heads_per_kv_head("attention", q, k);
   cpu::dispatch_floating(q.dtype(), "attention", [&]<class T>() {
     using C = ComputeType<T>;
     auto* lse_data = lse.data<StatisticType<T>>();
@@ -46,7 +56,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, do
           const T* query = row_of<T>(q, b, h, t);
           C maximum = -std::numeric_limits<C>::infinity();
           for (int64_t s = 0; s <= t; ++s) {
-            const T* key = row_of<T>(k, b, h, s);
+            const T* key = row_of<T>(k, b, h / group, s);
             C dot = 0;
             for (int64_t d = 0; d < head_dim; ++d) dot += load_element(query[d]) * load_element(key[d]);
             scores[s] = dot * C(scale);
@@ -59,7 +69,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, do
           }
           std::fill(accumulator.begin(), accumulator.end(), C(0));
           for (int64_t s = 0; s <= t; ++s) {
-            const T* value = row_of<T>(v, b, h, s);
+            const T* value = row_of<T>(v, b, h / group, s);
             const C weight = scores[s] / total;
             for (int64_t d = 0; d < head_dim; ++d) accumulator[d] += weight * load_element(value[d]);
           }
@@ -77,18 +87,23 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& grad_k, const Tensor& grad_v) {
   check_rows_unit_stride("attention_backward", {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v});
   const int64_t batch = q.size(0), heads = q.size(1), steps = q.size(2), head_dim = q.size(3);
+  const int64_t group = query_heads_per_kv_head("attention_backward", q, k);
   cpu::dispatch_floating(q.dtype(), "attention_backward", [&]<class T>() {
     using C = ComputeType<T>;
     const auto* lse_data = lse.data<StatisticType<T>>();
-    // Accumulate in the compute type, then store once (bf16 outputs round once).
+    // Accumulate in the compute type, then store once (bf16 outputs round once); dk, dv over the
+    // whole group of query heads that share a kv head.
     const int64_t per_head = steps * head_dim;
     std::vector<C> dq(static_cast<size_t>(per_head)), dk(static_cast<size_t>(per_head)),
         dv(static_cast<size_t>(per_head));
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
+        const int64_t kv_head = h / group;
         std::fill(dq.begin(), dq.end(), C(0));
-        std::fill(dk.begin(), dk.end(), C(0));
-        std::fill(dv.begin(), dv.end(), C(0));
+        if (h % group == 0) {
+          std::fill(dk.begin(), dk.end(), C(0));
+          std::fill(dv.begin(), dv.end(), C(0));
+        }
         for (int64_t t = 0; t < steps; ++t) {
           const T* query = row_of<T>(q, b, h, t);
           const T* grad_row = row_of<T>(grad_out, b, h, t);
@@ -97,8 +112,8 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
           C delta = 0;  // rowsum(dO * O)
           for (int64_t d = 0; d < head_dim; ++d) delta += load_element(grad_row[d]) * load_element(output[d]);
           for (int64_t s = 0; s <= t; ++s) {
-            const T* key = row_of<T>(k, b, h, s);
-            const T* value = row_of<T>(v, b, h, s);
+            const T* key = row_of<T>(k, b, kv_head, s);
+            const T* value = row_of<T>(v, b, kv_head, s);
             C dot = 0, grad_probability = 0;
             for (int64_t d = 0; d < head_dim; ++d) {
               dot += load_element(query[d]) * load_element(key[d]);
@@ -115,10 +130,13 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
         }
         for (int64_t t = 0; t < steps; ++t) {
           T* gq = row_of<T>(grad_q, b, h, t);
-          T* gk = row_of<T>(grad_k, b, h, t);
-          T* gv = row_of<T>(grad_v, b, h, t);
+          for (int64_t d = 0; d < head_dim; ++d) gq[d] = store_element<T>(dq[t * head_dim + d]);
+        }
+        if (h % group != group - 1) continue;  // the group's last query head stores its kv head
+        for (int64_t t = 0; t < steps; ++t) {
+          T* gk = row_of<T>(grad_k, b, kv_head, t);
+          T* gv = row_of<T>(grad_v, b, kv_head, t);
           for (int64_t d = 0; d < head_dim; ++d) {
-            gq[d] = store_element<T>(dq[t * head_dim + d]);
             gk[d] = store_element<T>(dk[t * head_dim + d]);
             gv[d] = store_element<T>(dv[t * head_dim + d]);
           }

@@ -9,10 +9,15 @@
 //             E = exp(S); dV = E^T (io type) @ dO; dP = dO @ V^T; dS = (dP * 1 - sum) * E * scale;
 //             dK = dS^T (io type) @ Q; dQacc = dS @ K (f32, workspace); dQ = identity(dQacc)
 //
-// K (and V in the backward) enter as K^T = [B, H, D, T] views of the [B, H, T, D] tensors, as the
-// backend's attention engines expect. Heuristics mode A (then the fallback mode) give engine
+// K (and V in the backward) enter as K^T = [B, KV, D, T] views of the [B, KV, T, D] tensors, as the
+// backend's attention engines expect. Grouped-query attention (KV < H heads in k and v) is the
+// matmuls' broadcast over heads; in the backward dK and dV are first computed per query head (a
+// virtual [B, H, T, D] tensor) and then summed over each kv head's group by a reduction, as the
+// frontend's sdpa_backward lowers GQA. Head dims: multiples of 8 up to 256 (what cuDNN 9 takes on
+// Hopper for forward and backward); whether the linked library really runs a case is known when the
+// graph is built, and a failure there falls back to the flash kernels. Heuristics mode A (then the fallback mode) give engine
 // configs; the first one whose execution plan finalizes is kept. Everything is cached per device
-// (one cuDNN handle each, used under a lock) and per (direction, B, H, T, D, dtype).
+// (one cuDNN handle each, used under a lock) and per (direction, B, H, KV, T, D, dtype, strides).
 #include "runtime/cuda/cudnn_attention.h"
 
 #include <algorithm>
@@ -21,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -416,8 +422,8 @@ class GraphBuilder {
 // heads of one [B, T, 3, H, D] projection, an output in [B, T, H, D] order); the gradients' strides
 // are used by the backward only.
 struct Shape {
-  int64_t b, h, s, d;
-  Dims q, k, v, o, grad_out, grad_q, grad_k, grad_v;
+  int64_t b, h, kv, s, d;  // kv: the kv heads of k and v (h for multi-head attention)
+  Dims q = {}, k = {}, v = {}, o = {}, grad_out = {}, grad_q = {}, grad_k = {}, grad_v = {};
 };
 
 Dims strides_of(const Tensor& tensor) {
@@ -429,12 +435,12 @@ Dims transposed(const Dims& strides) { return {strides[0], strides[1], strides[3
 
 std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io) {
   GraphBuilder g(handle);
-  const Dims bhsd = {x.b, x.h, x.s, x.d}, bhds = {x.b, x.h, x.d, x.s};
+  const Dims bhsd = {x.b, x.h, x.s, x.d}, kv_bhsd = {x.b, x.kv, x.s, x.d}, kv_bhds = {x.b, x.kv, x.d, x.s};
   const Dims scores = {x.b, x.h, x.s, x.s}, score_strides = {x.h * x.s * x.s, x.s * x.s, x.s, 1};
   const Dims rows = {x.b, x.h, x.s, 1}, row_strides = {x.h * x.s, x.s, 1, 1};
   cudnnBackendDescriptor_t q = g.tensor(kQ, io, bhsd, x.q, false);
-  cudnnBackendDescriptor_t kt = g.tensor(kK, io, bhds, transposed(x.k), false);
-  cudnnBackendDescriptor_t v = g.tensor(kV, io, bhsd, x.v, false);
+  cudnnBackendDescriptor_t kt = g.tensor(kK, io, kv_bhds, transposed(x.k), false);
+  cudnnBackendDescriptor_t v = g.tensor(kV, io, kv_bhsd, x.v, false);
   cudnnBackendDescriptor_t o = g.tensor(kO, io, bhsd, x.o, false);
   cudnnBackendDescriptor_t stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rows, row_strides, false);
   cudnnBackendDescriptor_t scale = g.scalar(kScale);
@@ -467,19 +473,28 @@ std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape& x, cudnnD
 
 std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io) {
   GraphBuilder g(handle);
-  const Dims bhsd = {x.b, x.h, x.s, x.d}, bhds = {x.b, x.h, x.d, x.s};
+  const Dims bhsd = {x.b, x.h, x.s, x.d}, kv_bhsd = {x.b, x.kv, x.s, x.d}, kv_bhds = {x.b, x.kv, x.d, x.s};
   const Dims scores = {x.b, x.h, x.s, x.s}, score_strides = {x.h * x.s * x.s, x.s * x.s, x.s, 1};
   const Dims transposed_score_strides = {x.h * x.s * x.s, x.s * x.s, 1, x.s};
   const Dims rows = {x.b, x.h, x.s, 1}, row_strides = {x.h * x.s, x.s, 1, 1};
   cudnnBackendDescriptor_t q = g.tensor(kQ, io, bhsd, x.q, false);
-  cudnnBackendDescriptor_t kt = g.tensor(kK, io, bhds, transposed(x.k), false);
-  cudnnBackendDescriptor_t vt = g.tensor(kV, io, bhds, transposed(x.v), false);
+  cudnnBackendDescriptor_t kt = g.tensor(kK, io, kv_bhds, transposed(x.k), false);
+  cudnnBackendDescriptor_t vt = g.tensor(kV, io, kv_bhds, transposed(x.v), false);
   cudnnBackendDescriptor_t o = g.tensor(kO, io, bhsd, x.o, false);
   cudnnBackendDescriptor_t stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rows, row_strides, false);
   cudnnBackendDescriptor_t grad_out = g.tensor(kGradOut, io, bhsd, x.grad_out, false);
   cudnnBackendDescriptor_t grad_q = g.tensor(kGradQ, io, bhsd, x.grad_q, false);
-  cudnnBackendDescriptor_t grad_k = g.tensor(kGradK, io, bhsd, x.grad_k, false);
-  cudnnBackendDescriptor_t grad_v = g.tensor(kGradV, io, bhsd, x.grad_v, false);
+  cudnnBackendDescriptor_t grad_k = g.tensor(kGradK, io, kv_bhsd, x.grad_k, false);
+  cudnnBackendDescriptor_t grad_v = g.tensor(kGradV, io, kv_bhsd, x.grad_v, false);
+  // Grouped-query attention: dK and dV per query head, then summed over each kv head's group.
+  const bool grouped = x.kv != x.h;
+  const auto per_query_head = [&](cudnnBackendDescriptor_t gradient) {
+    return grouped ? g.virtual_tensor(io, bhsd, bhsd_strides(x)) : gradient;
+  };
+  const auto sum_over_group = [&](cudnnBackendDescriptor_t full, cudnnBackendDescriptor_t gradient,
+                                  const char* name) {
+    if (grouped) g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, gradient, name);
+  };
   cudnnBackendDescriptor_t scale = g.scalar(kScale);
   cudnnBackendDescriptor_t mask_value = g.scalar(kMaskValue);
   cudnnBackendDescriptor_t one = g.scalar(kOne);
@@ -508,7 +523,9 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnn
   // dV = P^T @ dO
   cudnnBackendDescriptor_t probs_t = g.virtual_tensor(io, scores, transposed_score_strides);
   g.reshape(probs, probs_t, "reshape P^T");
-  g.matmul(probs_t, grad_out, grad_v, "matmul P^T dO");
+  cudnnBackendDescriptor_t grad_v_full = per_query_head(grad_v);
+  g.matmul(probs_t, grad_out, grad_v_full, "matmul P^T dO");
+  sum_over_group(grad_v_full, grad_v, "reduce dV over the group");
 
   // dS = (dO @ V^T * 1 - softmax_sum) * P * scale
   cudnnBackendDescriptor_t dp = g.virtual_tensor(CUDNN_DATA_FLOAT, scores, score_strides);
@@ -526,10 +543,12 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnn
   // dK = dS^T @ Q
   cudnnBackendDescriptor_t ds_t = g.virtual_tensor(io, scores, transposed_score_strides);
   g.reshape(ds, ds_t, "reshape dS^T");
-  g.matmul(ds_t, q, grad_k, "matmul dS^T Q");
+  cudnnBackendDescriptor_t grad_k_full = per_query_head(grad_k);
+  g.matmul(ds_t, q, grad_k_full, "matmul dS^T Q");
+  sum_over_group(grad_k_full, grad_k, "reduce dK over the group");
 
   // dQ = identity(dS @ K), accumulated in f32
-  cudnnBackendDescriptor_t k = g.virtual_tensor(io, bhsd, x.k);  // K itself: the view kt transposes
+  cudnnBackendDescriptor_t k = g.virtual_tensor(io, kv_bhsd, x.k);  // K itself: the view kt transposes
   g.reshape(kt, k, "reshape K");
   g.matmul(ds, k, grad_q_accum, "matmul dS K");
   g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, grad_q_accum, nullptr, nullptr, grad_q, "identity dQ");
@@ -538,8 +557,8 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnn
 
 // --- Per-device state -----------------------------------------------------------------------------
 
-// backward, B, H, T, D, dtype, and the strides of the graph's tensors in role order (Shape)
-using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int, Dims>;
+// backward, B, H, KV, T, D, dtype, and the strides of the graph's tensors in role order (Shape)
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int, Dims>;
 
 struct DeviceState {
   std::mutex mutex;
@@ -571,7 +590,9 @@ std::string unsupported_reason(std::initializer_list<const Tensor*> tensors, con
   if (q.dtype() != kBFloat16 && q.dtype() != kFloat16) {
     return std::string("dtype ") + std::string(dtype_name(q.dtype())) + " (cuDNN path runs bf16 and f16)";
   }
-  if (q.dim() != 4 || (q.size(3) != 64 && q.size(3) != 128)) return "head dim must be 64 or 128";
+  if (q.dim() != 4 || q.size(3) % 8 != 0 || q.size(3) > 256) {
+    return "head dim " + std::to_string(q.size(3)) + " (cuDNN takes multiples of 8 up to 256)";
+  }
   for (const Tensor* tensor : tensors) {
     // Rows of D elements, each 16-byte aligned: unit stride in D, the other strides whole 16 bytes.
     const int64_t pack = 16 / static_cast<int64_t>(dtype_size(tensor->dtype()));
@@ -608,9 +629,10 @@ Plan* get_plan(DeviceState& state, const PlanKey& key, const Shape& shape, cudnn
     if (verbose()) {
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      std::fprintf(stderr, "weft: cuDNN %s B%lld H%lld T%lld D%lld: %s (%.0f ms)\n",
+      std::fprintf(stderr, "weft: cuDNN %s B%lld H%lld KV%lld T%lld D%lld: %s (%.0f ms)\n",
                    std::get<0>(key) ? "sdpa backward" : "sdpa forward", static_cast<long long>(shape.b),
-                   static_cast<long long>(shape.h), static_cast<long long>(shape.s), static_cast<long long>(shape.d),
+                   static_cast<long long>(shape.h), static_cast<long long>(shape.kv), static_cast<long long>(shape.s),
+                   static_cast<long long>(shape.d),
                    plan->failure.empty() ? ("engine " + std::to_string(plan->engine) + ", workspace " +
                                             std::to_string(plan->workspace_bytes) + " bytes")
                                                .c_str()
@@ -680,7 +702,8 @@ Plan* plan_for(std::initializer_list<const Tensor*> tensors, const Tensor& q, bo
     note_fallback(reason);
     return nullptr;
   }
-  Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
+  const Tensor& k = **std::next(tensors.begin());  // tensors are in role order: q, k, ...
+  Shape shape{q.size(0), q.size(1), k.size(1), q.size(2), q.size(3)};
   Dims* const roles[] = {&shape.q, &shape.k, &shape.v, &shape.o, &shape.grad_out, &shape.grad_q, &shape.grad_k,
                          &shape.grad_v};
   Dims all_strides;
@@ -693,7 +716,8 @@ Plan* plan_for(std::initializer_list<const Tensor*> tensors, const Tensor& q, bo
   state = &device_state(q.device().index);
   lock = std::unique_lock<std::mutex>(state->mutex);
   return get_plan(*state,
-                  {backward, shape.b, shape.h, shape.s, shape.d, static_cast<int>(q.dtype()), std::move(all_strides)},
+                  {backward, shape.b, shape.h, shape.kv, shape.s, shape.d, static_cast<int>(q.dtype()),
+                   std::move(all_strides)},
                   shape, io_type(q));
 }
 
@@ -720,7 +744,7 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   std::unique_lock<std::mutex> lock;
   Plan* plan = plan_for({&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q, true, state, lock);
   if (plan == nullptr) return false;
-  const Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
+  const Shape shape{q.size(0), q.size(1), k.size(1), q.size(2), q.size(3)};
   const Device device = q.device();
   float scale_value = static_cast<float>(scale);
   float mask_value = std::numeric_limits<float>::lowest();

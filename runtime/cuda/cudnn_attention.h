@@ -1,14 +1,15 @@
 // Causal scaled-dot-product attention through cuDNN 9's backend (graph) API, and the switch that
 // chooses between it and weft's own flash-attention kernels (flash_attention.cuh).
 //
-// CudaBackend::attention / attention_backward (attention.cu) try cuDNN first for bf16 / f16 with
-// head dim 64 or 128 when weft was built with cuDNN (WEFT_HAVE_CUDNN) and the implementation is not
-// "flash"; on any failure to build a graph, find an engine or finalize a plan they fall back to the
+// CudaBackend::attention / attention_backward (attention.cu) try cuDNN first for bf16 / f16 with a
+// head dim that is a multiple of 8 up to 256 when weft was built with cuDNN (WEFT_HAVE_CUDNN) and the
+// implementation is not "flash"; grouped-query attention (k, v with KV < H heads) goes to cuDNN as it
+// is. On any failure to build a graph, find an engine or finalize a plan they fall back to the
 // flash kernels, and the first failure's reason is written once to stderr. f32 always runs flash.
 //
 // The graphs are the ones cudnn-frontend's composite sdpa / sdpa_backward nodes lower to (matmul,
 // pointwise, reduction and reshape operations, causal mask from gen-index + compare + select);
-// plans are built once per (device, B, H, T, D, dtype, strides of the tensors) and kept for the process (the scale is a
+// plans are built once per (device, B, H, KV, T, D, dtype, strides of the tensors) and kept for the process (the scale is a
 // by-value scalar of the variant pack, so one plan serves every scale). The forward's "stats"
 // output is max + log(sum(exp(s - max))) of the scaled masked scores in natural log: exactly
 // weft's lse contract (runtime/backend.h).
@@ -39,8 +40,9 @@ const char* attention_impl_name(AttentionImpl impl);
 bool cudnn_attention_built();
 
 // Run the cuDNN forward / backward for the (already checked) contract of runtime/backend.h with
-// bf16 / f16 [B, H, T, D] views (unit stride in D, 16-byte aligned rows; read and written in place),
-// D 64 or 128, on the current stream. Return false
+// bf16 / f16 views (q, out, grad_out, grad_q [B, H, T, D]; k, v, grad_k, grad_v [B, KV, T, D]; unit
+// stride in D, 16-byte aligned rows; read and written in place), D a multiple of 8 up to 256, on the
+// current stream. Return false
 // without touching the outputs when cuDNN cannot run the call (not built, unsupported dtype or head
 // dim, no engine, ...); the reason is then in cudnn_attention_last_error() and was logged once.
 // Errors while executing a finalized plan throw weft::Error.

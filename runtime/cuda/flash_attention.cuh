@@ -1,9 +1,18 @@
-// Causal flash attention on tensor cores (bf16 / f16, head dim 64 or 128), forward and backward,
-// plus a simple f32 path (any head dim <= 128, no tensor cores). Never writes T x T scores.
+// Causal flash attention on tensor cores (bf16 / f16), forward and backward, plus a simple f32 path
+// (no tensor cores). Never writes T x T scores.
 //
-// Layout: q, k, v, o, dO, dq, dk, dv are [BH, T, D] contiguous (BH = batch * heads); lse, delta are
-// [BH, T] f32. Causal: query t attends keys 0..t. lse is the natural log-sum-exp of each scaled,
-// masked score row (the contract of runtime/backend.h).
+// Layout: q, o, dO, dq are [BH, T, D] contiguous (BH = batch * heads) and k, v, dk, dv are
+// [BKV, T, D] (BKV = batch * kv heads, grouped-query attention: `group` = H / KV query heads share a
+// kv head, and query head row bh reads kv head row bh / group, which is b * KV + h / group); lse,
+// delta are [BH, T] f32. Causal: query t attends keys 0..t. lse is the natural log-sum-exp of each
+// scaled, masked score row (the contract of runtime/backend.h).
+//
+// Head dims. The tensor-core kernels are instantiated for the tile widths of kFlashWidths (64 and
+// 128, GPT-2's, exactly as before; 32, 96, 192, 256 for the others); the caller (attention.cu)
+// zero-pads any other head dim 1..256 to the next width, which changes no dot product and leaves
+// zero columns in O, dQ, dK, dV. Widths above 128 keep Q in shared memory rather than registers
+// and their backward spills accumulators (correct, not fast: cuDNN is the fast path there). The
+// f32 kernels take any head dim <= 256 (lanes hold 4 or 8 columns; kSimpleMaxDim).
 //
 // Tensor-core kernels (FlashAttention-2 style, mma.sync.m16n8k16 with f32 accumulation):
 // - Blocks of kBlock = 64 query rows and 64 key rows, 4 warps (128 threads); each warp owns 16 rows.
@@ -13,12 +22,14 @@
 // - Forward: one block per (query block, head), heaviest (last) query blocks first. Q fragments
 //   stay in registers; K/V tiles are double-buffered; online softmax in the exp2 domain; O is
 //   accumulated in f32 registers and normalised at the end.
-// - Backward: delta = rowsum(dO * O) by a small kernel; then one block per (key block, head)
-//   iterates the query blocks at or after its diagonal. Each warp owns 16 keys and keeps their dK
+// - Backward: delta = rowsum(dO * O) by a small kernel; then one block per (key block, kv head)
+//   iterates, for each query head of the kv head's group, the query blocks at or after its diagonal
+//   (so dK and dV of a shared kv head are summed in registers, no atomics and no scratch). Each warp owns 16 keys and keeps their dK
 //   and dV in f32 registers; it computes S^T = K Q^T and dP^T = V dO^T, P^T from the saved lse,
 //   dS^T = P^T (dP^T - delta) * scale; dV += P^T dO and dK += dS^T Q. dS^T goes through shared
-//   memory so that each warp then computes 16 query rows of dQ = dS K, added with f32 atomics to
-//   an f32 scratch [BH, T, D]; a last kernel rounds it to the output dtype.
+//   memory so that each warp then computes 16 query rows of dQ = dS K (in column chunks of 64, or
+//   32 when D is no multiple of 64), added with f32 atomics to an f32 scratch [BH, T, D]; a last
+//   kernel rounds it to the output dtype.
 //
 // Fragment conventions of mma.m16n8k16 (row.col), lane = threadIdx.x % 32, g = lane / 4,
 // c = lane % 4:  A (16x16): a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..);
@@ -45,6 +56,16 @@ constexpr int kThreads = 128; // 4 warps
 constexpr int kPad = 8;       // elements of padding per shared-memory row
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kFlashWidths[] = {32, 64, 96, 128, 192, 256};  // tile widths the kernels are built for
+constexpr int kFlashMaxDim = 256;
+
+// The smallest tile width >= head_dim (head_dim in 1..kFlashMaxDim).
+constexpr int flash_width_for(int head_dim) {
+  for (int width : kFlashWidths) {
+    if (head_dim <= width) return width;
+  }
+  return 0;
+}
 
 // --- PTX wrappers -----------------------------------------------------------------------------
 
@@ -158,8 +179,12 @@ constexpr int forward_smem_bytes() {
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                         T* __restrict__ o, float* __restrict__ lse, int seq, float scale_log2) {
-  static_assert(D % 16 == 0 && D <= 128);
+                         T* __restrict__ o, float* __restrict__ lse, int seq, int group, float scale_log2) {
+  static_assert(D % 16 == 0 && D <= kFlashMaxDim);
+  // Up to 128 columns Q's fragments stay in registers; wider, they are read from shared memory at
+  // each key block (registers then hold the larger O accumulator).
+  constexpr bool kQInRegisters = D <= 128;
+  constexpr int kQFragments = kQInRegisters ? D / 16 : 1;
   constexpr int kStride = D + kPad;
   constexpr int kTile = kBlock * kStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -169,9 +194,10 @@ __global__ void __launch_bounds__(kThreads)
 
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest blocks first
   const int64_t head = static_cast<int64_t>(blockIdx.y) * seq * D;
+  const int64_t kv_head = static_cast<int64_t>(blockIdx.y / group) * seq * D;
   const T* qh = q + head;
-  const T* kh = k + head;
-  const T* vh = v + head;
+  const T* kh = k + kv_head;
+  const T* vh = v + kv_head;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n_blocks = m_block + 1;  // key blocks 0..m_block (equal block sizes)
 
@@ -180,7 +206,7 @@ __global__ void __launch_bounds__(kThreads)
   load_tile<T, D>(s_v, vh, 0, seq, tid);
   cp_async_commit();
 
-  uint32_t q_frag[D / 16][4];
+  uint32_t q_frag[kQFragments][4];
   float o_acc[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
@@ -198,10 +224,12 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<1>();
     __syncthreads();
 
-    if (j == 0) {
+    if constexpr (kQInRegisters) {
+      if (j == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        ldmatrix_x4(q_frag[kk], a_address(s_q, kStride, warp * 16, kk * 16, lane, sizeof(T)));
+        for (int kk = 0; kk < D / 16; ++kk) {
+          ldmatrix_x4(q_frag[kk], a_address(s_q, kStride, warp * 16, kk * 16, lane, sizeof(T)));
+        }
       }
     }
     const T* k_tile = s_k + stage * kTile;
@@ -213,12 +241,16 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      const int fragment = kQInRegisters ? kk : 0;
+      if constexpr (!kQInRegisters) {
+        ldmatrix_x4(q_frag[0], a_address(s_q, kStride, warp * 16, kk * 16, lane, sizeof(T)));
+      }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, b_nk_address(k_tile, kStride, np * 16, kk * 16, lane, sizeof(T)));
-        mma_16816<T>(s[2 * np], q_frag[kk], b[0], b[1]);
-        mma_16816<T>(s[2 * np + 1], q_frag[kk], b[2], b[3]);
+        mma_16816<T>(s[2 * np], q_frag[fragment], b[0], b[1]);
+        mma_16816<T>(s[2 * np + 1], q_frag[fragment], b[2], b[3]);
       }
     }
 
@@ -362,9 +394,10 @@ __global__ void __launch_bounds__(kThreads)
     flash_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const T* __restrict__ grad_out, const float* __restrict__ lse,
                           const float* __restrict__ delta, float* __restrict__ dq_accum, T* __restrict__ dk,
-                          T* __restrict__ dv, int seq, float scale, float scale_log2) {
-  static_assert(D % 64 == 0 && D <= 128);
+                          T* __restrict__ dv, int seq, int group, float scale, float scale_log2) {
+  static_assert(D % 32 == 0 && D <= kFlashMaxDim);
   constexpr int kStages = backward_stages<D>();
+  constexpr int kDqChunk = D % 64 == 0 ? 64 : 32;  // dQ columns per pass of the dQ product
   constexpr int kStride = D + kPad;
   constexpr int kTile = kBlock * kStride;
   constexpr int kDsStride = kBlock + kPad;
@@ -378,23 +411,32 @@ __global__ void __launch_bounds__(kThreads)
   float* s_delta = s_lse + kStages * kBlock;                            // kStages x 64
 
   const int n_block = blockIdx.x;  // key block; the first ones have the most query blocks
-  const int64_t head = static_cast<int64_t>(blockIdx.y) * seq * D;
-  const T* qh = q + head;
+  const int64_t head = static_cast<int64_t>(blockIdx.y) * seq * D;  // the kv head
   const T* kh = k + head;
   const T* vh = v + head;
-  const T* doh = grad_out + head;
-  const float* lse_h = lse + static_cast<int64_t>(blockIdx.y) * seq;
-  const float* delta_h = delta + static_cast<int64_t>(blockIdx.y) * seq;
-  float* dq_h = dq_accum + head;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m_blocks = (seq + kBlock - 1) / kBlock;
   const int first = n_block;  // query blocks before the diagonal see none of these keys
+  // Steps: the query blocks first..m_blocks-1 of each of the group's query heads in turn.
+  const int blocks_per_head = m_blocks - first;
+  const int steps = group * blocks_per_head;
+  const auto query_head_of = [&](int step) {
+    return static_cast<int64_t>(blockIdx.y) * group + step / blocks_per_head;
+  };
+  const auto query_block_of = [&](int step) { return first + step % blocks_per_head; };
+  // Loads step's Q and dO tiles and row statistics into `stage`.
+  const auto load_step = [&](int step, int stage) {
+    const int64_t query_head = query_head_of(step);
+    const int row0 = query_block_of(step) * kBlock;
+    load_tile<T, D>(s_q + stage * kTile, q + query_head * seq * D, row0, seq, tid);
+    load_tile<T, D>(s_do + stage * kTile, grad_out + query_head * seq * D, row0, seq, tid);
+    load_stats(s_lse + stage * kBlock, s_delta + stage * kBlock, lse + query_head * seq, delta + query_head * seq,
+               row0, seq, tid);
+  };
 
   load_tile<T, D>(s_k, kh, n_block * kBlock, seq, tid);
   load_tile<T, D>(s_v, vh, n_block * kBlock, seq, tid);
-  load_tile<T, D>(s_q, qh, first * kBlock, seq, tid);
-  load_tile<T, D>(s_do, doh, first * kBlock, seq, tid);
-  load_stats(s_lse, s_delta, lse_h, delta_h, first * kBlock, seq, tid);
+  load_step(0, 0);
   cp_async_commit();
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
@@ -405,22 +447,17 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int key_row[2] = {n_block * kBlock + warp * 16 + lane / 4, n_block * kBlock + warp * 16 + lane / 4 + 8};
 
-  for (int i = first; i < m_blocks; ++i) {
-    const int stage = kStages == 2 ? (i - first) & 1 : 0;
+  for (int step = 0; step < steps; ++step) {
+    const int i = query_block_of(step);
+    float* dq_h = dq_accum + query_head_of(step) * seq * D;
+    const int stage = kStages == 2 ? step & 1 : 0;
     if constexpr (kStages == 2) {
-      if (i + 1 < m_blocks) {
-        load_tile<T, D>(s_q + (stage ^ 1) * kTile, qh, (i + 1) * kBlock, seq, tid);
-        load_tile<T, D>(s_do + (stage ^ 1) * kTile, doh, (i + 1) * kBlock, seq, tid);
-        load_stats(s_lse + (stage ^ 1) * kBlock, s_delta + (stage ^ 1) * kBlock, lse_h, delta_h, (i + 1) * kBlock,
-                   seq, tid);
-      }
+      if (step + 1 < steps) load_step(step + 1, stage ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
-      if (i > first) {
-        load_tile<T, D>(s_q, qh, i * kBlock, seq, tid);
-        load_tile<T, D>(s_do, doh, i * kBlock, seq, tid);
-        load_stats(s_lse, s_delta, lse_h, delta_h, i * kBlock, seq, tid);
+      if (step > 0) {
+        load_step(step, 0);
         cp_async_commit();
       }
       cp_async_wait<0>();
@@ -513,16 +550,17 @@ __global__ void __launch_bounds__(kThreads)
       }
       const int row0 = i * kBlock + warp * 16 + lane / 4;
 #pragma unroll
-      for (int chunk = 0; chunk < D / 64; ++chunk) {
-        float dq[8][4];
+      for (int chunk = 0; chunk < D / kDqChunk; ++chunk) {
+        float dq[kDqChunk / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
+        for (int nt = 0; nt < kDqChunk / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) {
 #pragma unroll
-          for (int dpair = 0; dpair < 4; ++dpair) {
+          for (int dpair = 0; dpair < kDqChunk / 16; ++dpair) {
             uint32_t b[4];
-            ldmatrix_x4_trans(b, b_kn_address(s_k, kStride, kc * 16, chunk * 64 + dpair * 16, lane, sizeof(T)));
+            ldmatrix_x4_trans(b, b_kn_address(s_k, kStride, kc * 16, chunk * kDqChunk + dpair * 16, lane,
+                                              sizeof(T)));
             mma_16816<T>(dq[2 * dpair], ds_a[kc], b[0], b[1]);
             mma_16816<T>(dq[2 * dpair + 1], ds_a[kc], b[2], b[3]);
           }
@@ -531,9 +569,9 @@ __global__ void __launch_bounds__(kThreads)
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + 8 * h;
           if (row < seq) {
-            float* dq_row = dq_h + static_cast<int64_t>(row) * D + chunk * 64 + 2 * (lane % 4);
+            float* dq_row = dq_h + static_cast<int64_t>(row) * D + chunk * kDqChunk + 2 * (lane % 4);
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
+            for (int nt = 0; nt < kDqChunk / 8; ++nt) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
               atomicAdd(reinterpret_cast<float2*>(dq_row + nt * 8), make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]));
 #else
@@ -564,13 +602,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// --- Simple f32 path (no tensor cores; any head dim <= 128) ------------------------------------
-// Each warp owns one row (4 rows per block of 128 threads); lane l holds elements l, l + 32, l + 64,
-// l + 96 of the row. The other operand is streamed through shared memory in tiles of 32 rows.
+// --- Simple f32 path (no tensor cores; any head dim <= 256) ------------------------------------
+// Each warp owns one row (4 rows per block of 128 threads); lane l holds elements l, l + 32, ... of
+// the row (kMaxDim / 32 of them: kMaxDim 128 for head dims up to 128, 256 above). The other operand
+// is streamed through shared memory in tiles of SimpleTile<kMaxDim> rows (32 rows of 128, 16 of 256:
+// 32 KiB for two tiles either way).
 
 constexpr int kSimpleRows = 4;
-constexpr int kSimpleTile = 32;
-constexpr int kSimpleMaxDim = 128;
+constexpr int kSimpleMaxDim = 256;
+
+template <int kMaxDim>
+constexpr int simple_tile_rows() {
+  return 32 * 128 / kMaxDim;
+}
 
 __device__ __forceinline__ float warp_sum(float value) {
 #pragma unroll
@@ -578,55 +622,63 @@ __device__ __forceinline__ float warp_sum(float value) {
   return value;
 }
 
-// Loads rows [row0, row0 + 32) of a [T, D] f32 matrix into tile[32][128]: zeros past the end and in
-// the columns past D (the lanes read all 128 columns, and 0 * garbage could be NaN).
+// Loads rows [row0, row0 + tile rows) of a [T, D] f32 matrix into tile[rows][kMaxDim]: zeros past
+// the end and in the columns past D (the lanes read all kMaxDim columns, and 0 * garbage could be NaN).
+template <int kMaxDim>
 __device__ __forceinline__ void load_simple_tile(float* tile, const float* source, int row0, int seq, int head_dim) {
-  for (int index = threadIdx.x; index < kSimpleTile * kSimpleMaxDim; index += blockDim.x) {
-    const int row = index / kSimpleMaxDim, d = index % kSimpleMaxDim;
+  for (int index = threadIdx.x; index < simple_tile_rows<kMaxDim>() * kMaxDim; index += blockDim.x) {
+    const int row = index / kMaxDim, d = index % kMaxDim;
     tile[index] = row0 + row < seq && d < head_dim ? source[static_cast<int64_t>(row0 + row) * head_dim + d] : 0.f;
   }
 }
 
+// Grid (query rows / 4, BH); query head row blockIdx.y reads kv head row blockIdx.y / group.
+template <int kMaxDim>
 __global__ void __launch_bounds__(128)
     simple_forward_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                          float* __restrict__ o, float* __restrict__ lse, int seq, int head_dim, float scale) {
-  __shared__ float s_k[kSimpleTile * kSimpleMaxDim];
-  __shared__ float s_v[kSimpleTile * kSimpleMaxDim];
+                          float* __restrict__ o, float* __restrict__ lse, int seq, int head_dim, int group,
+                          float scale) {
+  constexpr int kTile = simple_tile_rows<kMaxDim>();
+  constexpr int kPerLane = kMaxDim / 32;
+  __shared__ float s_k[kTile * kMaxDim];
+  __shared__ float s_v[kTile * kMaxDim];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t head = static_cast<int64_t>(blockIdx.y) * seq * head_dim;
+  const int64_t kv_head = static_cast<int64_t>(blockIdx.y / group) * seq * head_dim;
   const int row = blockIdx.x * kSimpleRows + warp;
   const int last_row = min(blockIdx.x * kSimpleRows + kSimpleRows - 1, seq - 1);
-  float query[4], acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float query[kPerLane], acc[kPerLane];
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
+  for (int c = 0; c < kPerLane; ++c) {
     const int d = lane + 32 * c;
     query[c] = row < seq && d < head_dim ? q[head + static_cast<int64_t>(row) * head_dim + d] : 0.f;
+    acc[c] = 0.f;
   }
   float maximum = -INFINITY, total = 0.f;
-  for (int tile0 = 0; tile0 <= last_row; tile0 += kSimpleTile) {
+  for (int tile0 = 0; tile0 <= last_row; tile0 += kTile) {
     __syncthreads();
-    load_simple_tile(s_k, k + head, tile0, seq, head_dim);
-    load_simple_tile(s_v, v + head, tile0, seq, head_dim);
+    load_simple_tile<kMaxDim>(s_k, k + kv_head, tile0, seq, head_dim);
+    load_simple_tile<kMaxDim>(s_v, v + kv_head, tile0, seq, head_dim);
     __syncthreads();
     if (row < seq) {
-      for (int s = 0; s < kSimpleTile && tile0 + s <= row; ++s) {
+      for (int s = 0; s < kTile && tile0 + s <= row; ++s) {
         float dot = 0.f;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) dot += query[c] * s_k[s * kSimpleMaxDim + lane + 32 * c];
+        for (int c = 0; c < kPerLane; ++c) dot += query[c] * s_k[s * kMaxDim + lane + 32 * c];
         const float score = warp_sum(dot) * scale;
         const float new_max = fmaxf(maximum, score);
         const float correction = expf(maximum - new_max);
         const float weight = expf(score - new_max);
         total = total * correction + weight;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) acc[c] = acc[c] * correction + weight * s_v[s * kSimpleMaxDim + lane + 32 * c];
+        for (int c = 0; c < kPerLane; ++c) acc[c] = acc[c] * correction + weight * s_v[s * kMaxDim + lane + 32 * c];
         maximum = new_max;
       }
     }
   }
   if (row < seq) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < kPerLane; ++c) {
       const int d = lane + 32 * c;
       if (d < head_dim) o[head + static_cast<int64_t>(row) * head_dim + d] = acc[c] / total;
     }
@@ -634,117 +686,133 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-// dq[t] = scale * sum_{s <= t} P_ts (dP_ts - delta_t) k_s; one warp per query row.
+// dq[t] = scale * sum_{s <= t} P_ts (dP_ts - delta_t) k_s; one warp per query row; grid as the forward.
+template <int kMaxDim>
 __global__ void __launch_bounds__(128)
     simple_backward_dq_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                               const float* __restrict__ grad_out, const float* __restrict__ lse,
                               const float* __restrict__ delta, float* __restrict__ dq, int seq, int head_dim,
-                              float scale) {
-  __shared__ float s_k[kSimpleTile * kSimpleMaxDim];
-  __shared__ float s_v[kSimpleTile * kSimpleMaxDim];
+                              int group, float scale) {
+  constexpr int kTile = simple_tile_rows<kMaxDim>();
+  constexpr int kPerLane = kMaxDim / 32;
+  __shared__ float s_k[kTile * kMaxDim];
+  __shared__ float s_v[kTile * kMaxDim];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t head = static_cast<int64_t>(blockIdx.y) * seq * head_dim;
+  const int64_t kv_head = static_cast<int64_t>(blockIdx.y / group) * seq * head_dim;
   const int64_t stat = static_cast<int64_t>(blockIdx.y) * seq;
   const int row = blockIdx.x * kSimpleRows + warp;
   const int last_row = min(blockIdx.x * kSimpleRows + kSimpleRows - 1, seq - 1);
-  float query[4], grad[4], acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float query[kPerLane], grad[kPerLane], acc[kPerLane];
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
+  for (int c = 0; c < kPerLane; ++c) {
     const int d = lane + 32 * c;
     const bool inside = row < seq && d < head_dim;
     query[c] = inside ? q[head + static_cast<int64_t>(row) * head_dim + d] : 0.f;
     grad[c] = inside ? grad_out[head + static_cast<int64_t>(row) * head_dim + d] : 0.f;
+    acc[c] = 0.f;
   }
   const float row_lse = row < seq ? lse[stat + row] : 0.f;
   const float row_delta = row < seq ? delta[stat + row] : 0.f;
-  for (int tile0 = 0; tile0 <= last_row; tile0 += kSimpleTile) {
+  for (int tile0 = 0; tile0 <= last_row; tile0 += kTile) {
     __syncthreads();
-    load_simple_tile(s_k, k + head, tile0, seq, head_dim);
-    load_simple_tile(s_v, v + head, tile0, seq, head_dim);
+    load_simple_tile<kMaxDim>(s_k, k + kv_head, tile0, seq, head_dim);
+    load_simple_tile<kMaxDim>(s_v, v + kv_head, tile0, seq, head_dim);
     __syncthreads();
     if (row < seq) {
-      for (int s = 0; s < kSimpleTile && tile0 + s <= row; ++s) {
+      for (int s = 0; s < kTile && tile0 + s <= row; ++s) {
         float dot = 0.f, dot_grad = 0.f;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          dot += query[c] * s_k[s * kSimpleMaxDim + lane + 32 * c];
-          dot_grad += grad[c] * s_v[s * kSimpleMaxDim + lane + 32 * c];
+        for (int c = 0; c < kPerLane; ++c) {
+          dot += query[c] * s_k[s * kMaxDim + lane + 32 * c];
+          dot_grad += grad[c] * s_v[s * kMaxDim + lane + 32 * c];
         }
         const float probability = expf(warp_sum(dot) * scale - row_lse);
         const float grad_score = probability * (warp_sum(dot_grad) - row_delta) * scale;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) acc[c] += grad_score * s_k[s * kSimpleMaxDim + lane + 32 * c];
+        for (int c = 0; c < kPerLane; ++c) acc[c] += grad_score * s_k[s * kMaxDim + lane + 32 * c];
       }
     }
   }
   if (row < seq) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < kPerLane; ++c) {
       const int d = lane + 32 * c;
       if (d < head_dim) dq[head + static_cast<int64_t>(row) * head_dim + d] = acc[c];
     }
   }
 }
 
-// dv[s] = sum_{t >= s} P_ts dO_t, dk[s] = scale * sum_{t >= s} P_ts (dP_ts - delta_t) q_t; one warp per key.
+// dv[s] = sum_{h in group} sum_{t >= s} P_ts dO_t, dk[s] = scale * sum_{h in group} sum_{t >= s}
+// P_ts (dP_ts - delta_t) q_t; one warp per key. Grid (keys / 4, BKV): kv head row blockIdx.y sums
+// over query head rows blockIdx.y * group + 0..group-1.
+template <int kMaxDim>
 __global__ void __launch_bounds__(128)
     simple_backward_dkdv_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                 const float* __restrict__ v, const float* __restrict__ grad_out,
                                 const float* __restrict__ lse, const float* __restrict__ delta,
-                                float* __restrict__ dk, float* __restrict__ dv, int seq, int head_dim, float scale) {
-  __shared__ float s_q[kSimpleTile * kSimpleMaxDim];
-  __shared__ float s_do[kSimpleTile * kSimpleMaxDim];
-  __shared__ float s_lse[kSimpleTile];
-  __shared__ float s_delta[kSimpleTile];
+                                float* __restrict__ dk, float* __restrict__ dv, int seq, int head_dim, int group,
+                                float scale) {
+  constexpr int kTile = simple_tile_rows<kMaxDim>();
+  constexpr int kPerLane = kMaxDim / 32;
+  __shared__ float s_q[kTile * kMaxDim];
+  __shared__ float s_do[kTile * kMaxDim];
+  __shared__ float s_lse[kTile];
+  __shared__ float s_delta[kTile];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t head = static_cast<int64_t>(blockIdx.y) * seq * head_dim;
-  const int64_t stat = static_cast<int64_t>(blockIdx.y) * seq;
+  const int64_t kv_head = static_cast<int64_t>(blockIdx.y) * seq * head_dim;
   const int row = blockIdx.x * kSimpleRows + warp;  // key
   const int first_row = blockIdx.x * kSimpleRows;
-  float key[4], value[4], acc_k[4] = {0.f, 0.f, 0.f, 0.f}, acc_v[4] = {0.f, 0.f, 0.f, 0.f};
+  float key[kPerLane], value[kPerLane], acc_k[kPerLane], acc_v[kPerLane];
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
+  for (int c = 0; c < kPerLane; ++c) {
     const int d = lane + 32 * c;
     const bool inside = row < seq && d < head_dim;
-    key[c] = inside ? k[head + static_cast<int64_t>(row) * head_dim + d] : 0.f;
-    value[c] = inside ? v[head + static_cast<int64_t>(row) * head_dim + d] : 0.f;
+    key[c] = inside ? k[kv_head + static_cast<int64_t>(row) * head_dim + d] : 0.f;
+    value[c] = inside ? v[kv_head + static_cast<int64_t>(row) * head_dim + d] : 0.f;
+    acc_k[c] = acc_v[c] = 0.f;
   }
-  for (int tile0 = first_row; tile0 < seq; tile0 += kSimpleTile) {
-    __syncthreads();
-    load_simple_tile(s_q, q + head, tile0, seq, head_dim);
-    load_simple_tile(s_do, grad_out + head, tile0, seq, head_dim);
-    if (threadIdx.x < kSimpleTile) {
-      const int t = tile0 + threadIdx.x;
-      s_lse[threadIdx.x] = t < seq ? lse[stat + t] : 0.f;
-      s_delta[threadIdx.x] = t < seq ? delta[stat + t] : 0.f;
-    }
-    __syncthreads();
-    if (row < seq) {
-      for (int s = 0; s < kSimpleTile && tile0 + s < seq; ++s) {
-        if (tile0 + s < row) continue;
-        float dot = 0.f, dot_grad = 0.f;
+  for (int member = 0; member < group; ++member) {
+    const int64_t query_head = static_cast<int64_t>(blockIdx.y) * group + member;
+    const int64_t head = query_head * seq * head_dim;
+    const int64_t stat = query_head * seq;
+    for (int tile0 = first_row; tile0 < seq; tile0 += kTile) {
+      __syncthreads();
+      load_simple_tile<kMaxDim>(s_q, q + head, tile0, seq, head_dim);
+      load_simple_tile<kMaxDim>(s_do, grad_out + head, tile0, seq, head_dim);
+      if (threadIdx.x < kTile) {
+        const int t = tile0 + threadIdx.x;
+        s_lse[threadIdx.x] = t < seq ? lse[stat + t] : 0.f;
+        s_delta[threadIdx.x] = t < seq ? delta[stat + t] : 0.f;
+      }
+      __syncthreads();
+      if (row < seq) {
+        for (int s = 0; s < kTile && tile0 + s < seq; ++s) {
+          if (tile0 + s < row) continue;
+          float dot = 0.f, dot_grad = 0.f;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          dot += key[c] * s_q[s * kSimpleMaxDim + lane + 32 * c];
-          dot_grad += value[c] * s_do[s * kSimpleMaxDim + lane + 32 * c];
-        }
-        const float probability = expf(warp_sum(dot) * scale - s_lse[s]);
-        const float grad_score = probability * (warp_sum(dot_grad) - s_delta[s]) * scale;
+          for (int c = 0; c < kPerLane; ++c) {
+            dot += key[c] * s_q[s * kMaxDim + lane + 32 * c];
+            dot_grad += value[c] * s_do[s * kMaxDim + lane + 32 * c];
+          }
+          const float probability = expf(warp_sum(dot) * scale - s_lse[s]);
+          const float grad_score = probability * (warp_sum(dot_grad) - s_delta[s]) * scale;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          acc_v[c] += probability * s_do[s * kSimpleMaxDim + lane + 32 * c];
-          acc_k[c] += grad_score * s_q[s * kSimpleMaxDim + lane + 32 * c];
+          for (int c = 0; c < kPerLane; ++c) {
+            acc_v[c] += probability * s_do[s * kMaxDim + lane + 32 * c];
+            acc_k[c] += grad_score * s_q[s * kMaxDim + lane + 32 * c];
+          }
         }
       }
     }
   }
   if (row < seq) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < kPerLane; ++c) {
       const int d = lane + 32 * c;
       if (d < head_dim) {
-        dk[head + static_cast<int64_t>(row) * head_dim + d] = acc_k[c];
-        dv[head + static_cast<int64_t>(row) * head_dim + d] = acc_v[c];
+        dk[kv_head + static_cast<int64_t>(row) * head_dim + d] = acc_k[c];
+        dv[kv_head + static_cast<int64_t>(row) * head_dim + d] = acc_v[c];
       }
     }
   }
@@ -761,19 +829,19 @@ inline unsigned int blocks_for(int64_t count, int per_block) {
 }
 
 template <class T, int D>
-void launch_forward(const T* q, const T* k, const T* v, T* o, float* lse, int64_t bh, int seq, float scale,
-                    cudaStream_t stream, int device) {
+void launch_forward(const T* q, const T* k, const T* v, T* o, float* lse, int64_t bh, int group, int seq,
+                    float scale, cudaStream_t stream, int device) {
   constexpr int smem = forward_smem_bytes<D>();
   allow_dynamic_shared_memory<flash_forward_kernel<T, D>>(smem, device);
   const dim3 grid((seq + kBlock - 1) / kBlock, static_cast<unsigned int>(bh));
-  flash_forward_kernel<T, D><<<grid, kThreads, smem, stream>>>(q, k, v, o, lse, seq, scale * kLog2e);
+  flash_forward_kernel<T, D><<<grid, kThreads, smem, stream>>>(q, k, v, o, lse, seq, group, scale * kLog2e);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
-// delta and dq_accum are f32 scratch of bh * seq and bh * seq * D elements.
+// delta and dq_accum are f32 scratch of bh * seq and bh * seq * D elements; dk, dv [bh / group, T, D].
 template <class T, int D>
 void launch_backward(const T* q, const T* k, const T* v, const T* o, const T* grad_out, const float* lse,
-                     float* delta, float* dq_accum, T* dq, T* dk, T* dv, int64_t bh, int seq, float scale,
+                     float* delta, float* dq_accum, T* dq, T* dk, T* dv, int64_t bh, int group, int seq, float scale,
                      cudaStream_t stream, int device) {
   const int64_t rows = bh * seq;
   attention_delta_kernel<T><<<blocks_for(rows, 8), 256, 0, stream>>>(o, grad_out, delta, rows, D);
@@ -781,33 +849,48 @@ void launch_backward(const T* q, const T* k, const T* v, const T* o, const T* gr
   WEFT_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
   constexpr int smem = backward_smem_bytes<D>();
   allow_dynamic_shared_memory<flash_backward_kernel<T, D>>(smem, device);
-  const dim3 grid((seq + kBlock - 1) / kBlock, static_cast<unsigned int>(bh));
+  const dim3 grid((seq + kBlock - 1) / kBlock, static_cast<unsigned int>(bh / group));
   flash_backward_kernel<T, D><<<grid, kThreads, smem, stream>>>(q, k, v, grad_out, lse, delta, dq_accum, dk, dv,
-                                                                seq, scale, scale * kLog2e);
+                                                                seq, group, scale, scale * kLog2e);
   WEFT_CUDA_CHECK_LAUNCH();
   convert_from_f32_kernel<T><<<blocks_for(rows * D, 256), 256, 0, stream>>>(dq_accum, dq, rows * D);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
 inline void launch_simple_forward(const float* q, const float* k, const float* v, float* o, float* lse, int64_t bh,
-                                  int seq, int head_dim, float scale, cudaStream_t stream) {
+                                  int group, int seq, int head_dim, float scale, cudaStream_t stream) {
   const dim3 grid((seq + kSimpleRows - 1) / kSimpleRows, static_cast<unsigned int>(bh));
-  simple_forward_kernel<<<grid, 128, 0, stream>>>(q, k, v, o, lse, seq, head_dim, scale);
+  if (head_dim <= 128) {
+    simple_forward_kernel<128><<<grid, 128, 0, stream>>>(q, k, v, o, lse, seq, head_dim, group, scale);
+  } else {
+    simple_forward_kernel<256><<<grid, 128, 0, stream>>>(q, k, v, o, lse, seq, head_dim, group, scale);
+  }
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
-// delta is f32 scratch of bh * seq elements.
+// delta is f32 scratch of bh * seq elements; dk, dv [bh / group, T, head_dim].
 inline void launch_simple_backward(const float* q, const float* k, const float* v, const float* o,
                                    const float* grad_out, const float* lse, float* delta, float* dq, float* dk,
-                                   float* dv, int64_t bh, int seq, int head_dim, float scale, cudaStream_t stream) {
+                                   float* dv, int64_t bh, int group, int seq, int head_dim, float scale,
+                                   cudaStream_t stream) {
   const int64_t rows = bh * seq;
   attention_delta_kernel<float><<<blocks_for(rows, 8), 256, 0, stream>>>(o, grad_out, delta, rows, head_dim);
   WEFT_CUDA_CHECK_LAUNCH();
   const dim3 grid((seq + kSimpleRows - 1) / kSimpleRows, static_cast<unsigned int>(bh));
-  simple_backward_dq_kernel<<<grid, 128, 0, stream>>>(q, k, v, grad_out, lse, delta, dq, seq, head_dim, scale);
-  WEFT_CUDA_CHECK_LAUNCH();
-  simple_backward_dkdv_kernel<<<grid, 128, 0, stream>>>(q, k, v, grad_out, lse, delta, dk, dv, seq, head_dim, scale);
-  WEFT_CUDA_CHECK_LAUNCH();
+  const dim3 kv_grid((seq + kSimpleRows - 1) / kSimpleRows, static_cast<unsigned int>(bh / group));
+  const auto run = [&]<int kMaxDim>() {
+    simple_backward_dq_kernel<kMaxDim>
+        <<<grid, 128, 0, stream>>>(q, k, v, grad_out, lse, delta, dq, seq, head_dim, group, scale);
+    WEFT_CUDA_CHECK_LAUNCH();
+    simple_backward_dkdv_kernel<kMaxDim>
+        <<<kv_grid, 128, 0, stream>>>(q, k, v, grad_out, lse, delta, dk, dv, seq, head_dim, group, scale);
+    WEFT_CUDA_CHECK_LAUNCH();
+  };
+  if (head_dim <= 128) {
+    run.operator()<128>();
+  } else {
+    run.operator()<256>();
+  }
 }
 
 }  // namespace weft::cuda::flash

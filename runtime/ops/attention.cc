@@ -40,9 +40,9 @@ class AttentionFunction final : public autograd::Function {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const std::vector<Tensor>& s = saved();
-    // In [B, T, H, D] order, like the output: the layer's q, k, v gradients then merge into its
-    // projection's gradient from contiguous rows.
-    Tensor grad_q = empty_heads_last(s[0]), grad_k = empty_heads_last(s[0]), grad_v = empty_heads_last(s[0]);
+    // In [B, T, heads, D] order, like the output: the layer's q, k, v gradients then merge into its
+    // projection's gradient from contiguous rows. grad_k, grad_v have k's KV heads.
+    Tensor grad_q = empty_heads_last(s[0]), grad_k = empty_heads_last(s[1]), grad_v = empty_heads_last(s[2]);
     backend_for(s[0].device()).attention_backward(s[0], s[1], s[2], s[3], s[4], with_unit_row_stride(grads[0]),
                                                   scale_, grad_q, grad_k, grad_v);
     return {grad_q, grad_k, grad_v};
@@ -59,8 +59,13 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   ops::check_rank("causal_attention", q, "q", 4);
   ops::check_compatible("causal_attention", q, "q", k, "k");
   ops::check_compatible("causal_attention", q, "q", v, "v");
-  ops::check_shape("causal_attention", k, "k", q.shape());
-  ops::check_shape("causal_attention", v, "v", q.shape());
+  ops::check_rank("causal_attention", k, "k", 4);
+  const int64_t kv_heads = k.size(1);
+  ops::check_shape("causal_attention", k, "k", {q.size(0), kv_heads, q.size(2), q.size(3)});
+  ops::check_shape("causal_attention", v, "v", k.shape());
+  WEFT_CHECK(kv_heads >= 1 && q.size(1) % kv_heads == 0, "causal_attention: the ", kv_heads,
+             " kv heads of k ", k.describe(), " must divide the ", q.size(1), " query heads of q ", q.describe(),
+             " (grouped-query attention: query head h reads kv head h / (H / KV))");
   if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   return autograd::apply<AttentionFunction>({q, k, v}, scale)[0];
 }

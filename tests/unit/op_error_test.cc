@@ -169,6 +169,11 @@ TEST(OpError, CausalAttentionWithThreeDimensionalQ) {
                {"causal_attention", "k", "[2, 3, 9, 5]", "[2, 3, 8, 5]"});
   expect_error([&] { causal_attention(q, q, Tensor::zeros({2, 3, 9, 5}, kFloat16)); },
                {"causal_attention", "dtype", "f32", "f16"});
+  // Grouped-query attention: the kv heads of k must divide q's heads, and v must have k's shape.
+  expect_error([&] { causal_attention(q, Tensor::zeros({2, 2, 9, 5}), Tensor::zeros({2, 2, 9, 5})); },
+               {"causal_attention", "2 kv heads", "3 query heads", "h / (H / KV)"});
+  expect_error([&] { causal_attention(q, Tensor::zeros({2, 1, 9, 5}), Tensor::zeros({2, 3, 9, 5})); },
+               {"causal_attention", "v", "[2, 1, 9, 5]", "[2, 3, 9, 5]"});
 }
 
 // --- Concat, split, dropout ----------------------------------------------------------------

@@ -11,6 +11,7 @@ namespace {
 
 using testing::expect_gradients_match;
 using testing::random_leaf;
+using testing::relative_error;
 
 TEST(OpGradient, BinaryOpsWithBroadcasting) {
   for (auto op : {add, sub, mul, div}) {
@@ -88,6 +89,52 @@ TEST(OpGradient, CausalAttention) {
   Tensor q = random_leaf({2, 2, 5, 3}, 22), k = random_leaf({2, 2, 5, 3}, 23), v = random_leaf({2, 2, 5, 3}, 24);
   expect_gradients_match([](const std::vector<Tensor>& in) { return causal_attention(in[0], in[1], in[2]); },
                          {q, k, v});
+}
+
+// Grouped-query attention: k, v with KV heads (H % KV == 0), query head h reading kv head h / (H / KV);
+// k's and v's gradients sum over each group. Group 2 and multi-query (KV = 1), with odd sizes.
+TEST(OpGradient, CausalAttentionGroupedQuery) {
+  for (const int64_t kv_heads : {2, 1}) {
+    Tensor q = random_leaf({2, 4, 5, 3}, 30), k = random_leaf({2, kv_heads, 5, 3}, 31),
+           v = random_leaf({2, kv_heads, 5, 3}, 32);
+    expect_gradients_match([](const std::vector<Tensor>& in) { return causal_attention(in[0], in[1], in[2]); },
+                           {q, k, v});
+  }
+}
+
+// The same as multi-head attention on k, v expanded to H heads (what layers/attention.cc did before
+// the backends took kv heads): outputs equal and, through the expand's backward, every gradient.
+TEST(OpGradient, CausalAttentionGroupedQueryEqualsExpandedHeads) {
+  const int64_t batch = 2, heads = 6, kv_heads = 2, steps = 7, dim = 5;
+  const auto expand_heads = [&](const Tensor& t) {  // [B, KV, T, D] -> [B, H, T, D]
+    return t.unsqueeze(2).expand({batch, kv_heads, heads / kv_heads, steps, dim}).reshape({batch, heads, steps, dim});
+  };
+  const Tensor weights = random_leaf({batch, heads, steps, dim}, 33, false);
+  std::vector<Tensor> grouped_grads, expanded_grads;
+  Tensor grouped_out, expanded_out;
+  for (const bool expand : {false, true}) {
+    Tensor q = random_leaf({batch, heads, steps, dim}, 34), k = random_leaf({batch, kv_heads, steps, dim}, 35),
+           v = random_leaf({batch, kv_heads, steps, dim}, 36);
+    const Tensor out = expand ? causal_attention(q, expand_heads(k), expand_heads(v)) : causal_attention(q, k, v);
+    sum(mul(out, weights)).backward();
+    (expand ? expanded_out : grouped_out) = out;
+    (expand ? expanded_grads : grouped_grads) = {q.grad(), k.grad(), v.grad()};
+  }
+  EXPECT_LT(relative_error(grouped_out, expanded_out), 1e-14);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(grouped_grads[i].shape(), expanded_grads[i].shape()) << "input " << i;
+    EXPECT_LT(relative_error(grouped_grads[i], expanded_grads[i]), 1e-13) << "input " << i;
+  }
+}
+
+// Head dims with no special meaning on the CPU (1, and wider than any CUDA tile): the CPU kernel
+// takes any D.
+TEST(OpGradient, CausalAttentionAnyHeadDim) {
+  for (const int64_t dim : {1, 17}) {
+    Tensor q = random_leaf({1, 2, 4, dim}, 37), k = random_leaf({1, 1, 4, dim}, 38), v = random_leaf({1, 1, 4, dim}, 39);
+    expect_gradients_match([](const std::vector<Tensor>& in) { return causal_attention(in[0], in[1], in[2]); },
+                           {q, k, v});
+  }
 }
 
 // As the layer calls it: q, k, v are the heads of one projection (strided views the backend reads in
