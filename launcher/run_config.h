@@ -33,6 +33,7 @@ struct TrainConfig {
   double grad_clip = 1.0;             // global grad-norm clip (0: off)
   uint64_t seed = 1;
   std::string on_nan = "stop";        // stop | skip
+  std::string recompute = "none";     // none | selective | full: activations rerun in backward (ModelConfig::recompute)
 };
 
 struct DataConfig {

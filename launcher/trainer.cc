@@ -179,10 +179,16 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   s.cost = prepare_cost_model(config_, s.device, s.compute_dtype, s.world_rank);
 
   // The one-process model, or (tp > 1) this rank's part of it in the comm mode's form.
-  ParallelModel parallel_model = build_parallel_model(model_config, mesh, s.device, config_.comm.mode,
+  // train.recompute reaches the layers that own the activations through the config they are built from.
+  ModelConfig built_model_config = model_config;
+  built_model_config.recompute = config_.train.recompute;
+  ParallelModel parallel_model = build_parallel_model(built_model_config, mesh, s.device, config_.comm.mode,
                                                       config_.parallel.sp, config_.parallel.tp_plan);
   model_ = parallel_model.model;
   s.tensor_plan = parallel_model.plan;
+  if (config_.train.recompute != "none") {
+    s.choices.push_back(str("activation recomputation: ", config_.train.recompute, " (train.recompute)"));
+  }
   if (!model_config.init_from.empty() && resolve_resume_path(config_).empty()) {
     // Published weights, as full f32 tensors, each rank keeping its shards: before the cast, the
     // move to the device and the strategy, so every layout starts from the same weights. A resumed

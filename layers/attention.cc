@@ -2,6 +2,7 @@
 #include "layers/attention.h"
 
 #include "layers/rope.h"
+#include "runtime/autograd/recompute.h"
 #include "runtime/error.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/concat.h"
@@ -15,6 +16,7 @@ CausalSelfAttention::CausalSelfAttention(const LayerContext& context)
       head_dim_(heads_ > 0 ? dim_ / heads_ : 0),
       seq_len_(context.config.seq_len),
       rope_(context.config.positions == "rope"),
+      recompute_core_(context.config.recompute == "selective"),
       // Taken before any weight is drawn: unique to this layer, consumes no offsets.
       dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
   register_random_stream("dropout", &dropout_);
@@ -58,30 +60,31 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // and KV / tp key/value heads (whole heads of each, layers/parallel_plan.h's blocks).
   const int64_t shards = (heads_ + 2 * kv_heads_) * D / qkv.size(-1);
   const int64_t H = heads_ / shards, KV = kv_heads_ / shards;
-  const std::vector<Tensor> parts = split(qkv, {H * D, KV * D, KV * D}, -1);
-  const auto heads_first = [&](const Tensor& part, int64_t count) {                  // -> [B, count, T, D]
-    return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
-  };
-  Tensor q = heads_first(parts[0], H);   // [B, H, T, D]
-  Tensor k = heads_first(parts[1], KV);  // [B, KV, T, D]
-  Tensor v = heads_first(parts[2], KV);  // [B, KV, T, D]
-
-  if (rope_) {
-    const Tensor cos = buffer("rope_cos").narrow(0, 0, time);  // [T, D]
-    const Tensor sin = buffer("rope_sin").narrow(0, 0, time);  // [T, D]
-    q = apply_rotary_embedding(q, cos, sin);
-    k = apply_rotary_embedding(k, cos, sin);
-  }
-  if (KV != H) {
-    // [B, KV, T, D] -> [B, KV, H/KV, T, D] (stride-0 view) -> [B, H, T, D]: head h = kv head h / (H/KV).
-    const auto repeat = [&](const Tensor& t) {
-      return t.unsqueeze(2).expand({batch, KV, H / KV, time, D}).reshape({batch, H, time, D});
+  // The core of attention, qkv -> merged heads [B, T, H D]. train.recompute selective reruns it in
+  // backward (runtime/autograd/recompute.h) instead of keeping the rotated q, k, the output and its
+  // statistics; so it captures by value.
+  const auto attend = [this, batch, time, D, H, KV](const Tensor& projected) {
+    const std::vector<Tensor> parts = split(projected, {H * D, KV * D, KV * D}, -1);
+    const auto heads_first = [&](const Tensor& part, int64_t count) {                  // -> [B, count, T, D]
+      return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
     };
-    k = repeat(k);
-    v = repeat(v);
-  }
-  const Tensor attended = causal_attention(q, k, v);                                 // [B, H, T, D]
-  const Tensor merged = attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});  // [B, T, H D]
+    Tensor q = heads_first(parts[0], H);   // [B, H, T, D]
+    Tensor k = heads_first(parts[1], KV);  // [B, KV, T, D]
+    Tensor v = heads_first(parts[2], KV);  // [B, KV, T, D]
+
+    if (rope_) {
+      const Tensor cos = buffer("rope_cos").narrow(0, 0, time);  // [T, D]
+      const Tensor sin = buffer("rope_sin").narrow(0, 0, time);  // [T, D]
+      q = apply_rotary_embedding(q, cos, sin);
+      k = apply_rotary_embedding(k, cos, sin);
+    }
+    // Grouped-query attention without expanding k, v: query head h reads kv head h / (H / KV).
+    const Tensor attended = causal_attention(q, k, v);                                 // [B, H, T, D]
+    return attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});             // [B, T, H D]
+  };
+  if (!recompute_core_) return dropout_.apply(projection_->call(attend(qkv)), is_training());
+  const auto core = [attend](const std::vector<Tensor>& inputs) { return std::vector<Tensor>{attend(inputs[0])}; };
+  const Tensor merged = autograd::recompute(core, {qkv})[0];  // [B, T, H D]
   return dropout_.apply(projection_->call(merged), is_training());
 }
 

@@ -14,7 +14,8 @@
 // Tensor parallelism (auto mode, tensor_parallel_plan): qkv column-wise in three blocks, so each
 // rank holds whole heads of q, k and v (whole kv groups with GQA), proj row-wise; the head counts
 // the forward uses are read from qkv's width, so a shard attends over its own heads.
-// Registered as "causal_self_attention".
+// With config.recompute selective, the core (qkv -> merged heads) reruns in backward from qkv
+// (runtime/autograd/recompute.h). Registered as "causal_self_attention".
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,7 @@ class CausalSelfAttention : public Module {
   int64_t head_dim_;  // D
   int64_t seq_len_;   // the longest T the rope tables cover
   bool rope_;
+  bool recompute_core_;  // config.recompute == "selective": the core reruns in backward
   std::shared_ptr<Linear> qkv_;         // [(H + 2 KV) D, C]
   std::shared_ptr<Linear> projection_;  // [C, C]
   DropoutStream dropout_;

@@ -1,6 +1,7 @@
 // GeluMlp and SwigluMlp (mlp.h).
 #include "layers/mlp.h"
 
+#include "runtime/autograd/recompute.h"
 #include "runtime/error.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/matmul.h"
@@ -22,11 +23,14 @@ int64_t mlp_hidden_width(const ModelConfig& config) {
 GeluMlp::GeluMlp(const LayerContext& context)
     : dim_(context.config.dim),
       hidden_dim_(context.config.hidden_dim > 0 ? context.config.hidden_dim : 4 * context.config.dim),
+      release_hidden_(context.config.recompute == "selective"),
       dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
   fc_ = register_module("fc", std::make_shared<Linear>(dim_, hidden_dim_, config.bias, context));
-  fc_->set_gelu();  // fc and GELU as one op
+  // fc and GELU as one op, except when the hidden activation is rebuilt in backward: from the
+  // pre-activation, which the fused op keeps to itself.
+  fc_->set_gelu(!release_hidden_);
   projection_ = register_module(
       "proj", std::make_shared<Linear>(hidden_dim_, dim_, config.bias, context, residual_init_std(config)));
 }
@@ -34,6 +38,15 @@ GeluMlp::GeluMlp(const LayerContext& context)
 std::string GeluMlp::settings() const { return str(dim_, " -> ", hidden_dim_, " -> ", dim_); }
 
 Tensor GeluMlp::forward(const Tensor& x) {
+  if (release_hidden_) {
+    // train.recompute selective: the hidden activation is freed once proj has read it and rebuilt
+    // from the pre-activation (which gelu's backward keeps anyway) when proj's backward needs it.
+    const Tensor pre_activation = fc_->call(x);  // x fc^T + b [..., hidden]
+    const Tensor hidden = gelu(pre_activation);  // [..., hidden]
+    const Tensor out = autograd::release_until_backward(projection_->call(hidden), hidden,
+                                                        [pre_activation] { return gelu(pre_activation); });
+    return dropout_.apply(out, is_training());
+  }
   const Tensor hidden = fc_->call(x);  // gelu(x fc^T + b) [..., hidden]
   return dropout_.apply(projection_->call(hidden), is_training());
 }
@@ -41,6 +54,7 @@ Tensor GeluMlp::forward(const Tensor& x) {
 SwigluMlp::SwigluMlp(const LayerContext& context)
     : dim_(context.config.dim),
       hidden_dim_(swiglu_hidden_dim(context.config.dim, context.config.hidden_dim)),
+      release_hidden_(context.config.recompute == "selective"),
       dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
@@ -53,8 +67,14 @@ SwigluMlp::SwigluMlp(const LayerContext& context)
 std::string SwigluMlp::settings() const { return str(dim_, " -> 2 x ", hidden_dim_, " -> ", dim_); }
 
 Tensor SwigluMlp::forward(const Tensor& x) {
-  const Tensor hidden = swiglu(gate_->call(x), up_->call(x));  // silu(gate) * up [..., hidden], one op
-  return dropout_.apply(down_->call(hidden), is_training());
+  const Tensor gate = gate_->call(x), up = up_->call(x);  // [..., hidden]
+  const Tensor hidden = swiglu(gate, up);  // silu(gate) * up [..., hidden], one op
+  if (!release_hidden_) return dropout_.apply(down_->call(hidden), is_training());
+  // train.recompute selective: freed once down has read it, rebuilt from gate and up (which
+  // swiglu's backward keeps anyway) when down's backward needs it.
+  const Tensor out =
+      autograd::release_until_backward(down_->call(hidden), hidden, [gate, up] { return swiglu(gate, up); });
+  return dropout_.apply(out, is_training());
 }
 
 std::vector<ParallelPlanEntry> GeluMlp::tensor_parallel_plan() const {

@@ -9,7 +9,10 @@
 // the output (dropout) sequence-split under sequence parallelism; the hidden width is read from
 // the weights, so a shard computes with its part of it.
 // Both: biases per config.bias; the output projection is drawn with init_std / sqrt(2 * layers)
-// (GPT-2's residual scaling); dropout (config.dropout) on the output in training only.
+// (GPT-2's residual scaling); dropout (config.dropout) on the output in training only. With
+// config.recompute selective, the hidden activation is freed after the output projection has read it
+// and rebuilt in backward (runtime/autograd/recompute.h's release_until_backward); GeluMlp then runs
+// fc and GELU as two ops, to keep the pre-activation it rebuilds from.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,7 @@ class GeluMlp : public Module {
  private:
   int64_t dim_;
   int64_t hidden_dim_;
+  bool release_hidden_;                 // config.recompute == "selective"
   std::shared_ptr<Linear> fc_;          // [hidden, C]
   std::shared_ptr<Linear> projection_;  // [C, hidden]
   DropoutStream dropout_;
@@ -62,6 +66,7 @@ class SwigluMlp : public Module {
  private:
   int64_t dim_;
   int64_t hidden_dim_;
+  bool release_hidden_;           // config.recompute == "selective"
   std::shared_ptr<Linear> gate_;  // [hidden, C]
   std::shared_ptr<Linear> up_;    // [hidden, C]
   std::shared_ptr<Linear> down_;  // [C, hidden]

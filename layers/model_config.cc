@@ -32,6 +32,8 @@ void validate_model_config(const ModelConfig& config) {
   WEFT_CHECK(config.init_std >= 0, "model.init_std = ", config.init_std, " must not be negative");
   WEFT_CHECK(!config.mlp.empty(), "model.mlp must name a registered MLP layer (gelu_mlp, swiglu_mlp, or custom)");
   WEFT_CHECK(!config.norm.empty(), "model.norm must name a registered norm layer (layer_norm, rms_norm, or custom)");
+  WEFT_CHECK(config.recompute == "none" || config.recompute == "selective" || config.recompute == "full",
+             "train.recompute = '", config.recompute, "' is not one of: none, selective, full");
 }
 
 }  // namespace weft

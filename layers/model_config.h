@@ -34,6 +34,10 @@ struct ModelConfig {
   // Hugging Face weights to start from (launcher/pretrained_weights.h): a .safetensors file or a folder
   // holding one and config.json; empty: weights drawn from seed. Layers never read it.
   std::string init_from;
+  // Activation recomputation, set from train.recompute by the launcher (not a model.* key: it trades
+  // memory for time without changing the model): none | selective | full. The layers that own the
+  // activations read it when built (layers/transformer_block.h says what each setting reruns).
+  std::string recompute = "none";
   std::map<std::string, std::string> options;  // extra keys for custom layers
 };
 

@@ -7,8 +7,22 @@
 // [..., C] through Module::forward. Construction (and weight draw) order: norm1, attention, norm2,
 // mlp. Registered as "transformer_block". With a LayerNorm as norm2, the first residual add and norm2
 // run as one op (add_layer_norm, runtime/ops/normalization.h); the result is the same.
+//
+// Activation recomputation (config.recompute, from train.recompute; runtime/autograd/recompute.h):
+// - none: every op keeps what its backward needs.
+// - selective: the block runs as with none, but its attention reruns its core (heads split from
+//   qkv, rotary, attention, heads merged) in backward instead of keeping the rotated q, k, the
+//   output and its statistics, and the built-in MLPs free their hidden activation [B, T, hidden]
+//   once the output projection has read it and rebuild it from the pre-activation (GELU) or from
+//   gate and up (SwiGLU) in backward. No matmul and no collective runs twice.
+// - full: the block keeps only its input; backward reruns the whole block with autograd recording
+//   (its dropout masks replayed from the same Philox offsets) and backpropagates through it.
+// Gradients are bitwise those of none on the CPU. The setting lives in ModelConfig because the
+// layers that own the activations (attention, the MLPs, their tensor-parallel versions in
+// parallel/manual/) are built from it through the registry, and it is read once, at construction.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,14 +37,24 @@ class TransformerBlock : public Module {
   explicit TransformerBlock(const LayerContext& context);
 
   std::string type_name() const override { return "TransformerBlock"; }
+  std::string settings() const override;
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x) override;
 
  private:
+  // The block's computation, x [B, T, C] -> [B, T, C]: what forward runs, directly or recomputed.
+  Tensor compute(const Tensor& x);
+
   std::shared_ptr<Module> norm1_;                    // config.norm over C
   std::shared_ptr<CausalSelfAttention> attention_;
   std::shared_ptr<Module> norm2_;                    // config.norm over C
   std::shared_ptr<Module> mlp_;                      // config.mlp, C -> C
+  bool recompute_full_;                              // config.recompute == "full"
 };
+
+// recompute(...) of `module`'s forward `function` on x as one region (full recomputation): its
+// dropout streams are replayed and its parameters' gradients arrive in the rerun's backward.
+// ParallelTransformerBlock (parallel/manual/) shares it.
+Tensor recompute_module(Module& module, const std::function<Tensor(const Tensor&)>& function, const Tensor& x);
 
 }  // namespace weft

@@ -2,6 +2,10 @@
 //
 // Storage owns its bytes and frees them through the allocator that made them when the last tensor
 // (view) sharing it goes away. It knows nothing of dtype or shape.
+//
+// Activation recomputation (runtime/autograd/recompute.h) frees a saved activation's bytes while
+// the views that a backward will read remain, and puts recomputed bytes back before that backward
+// runs: release() and adopt(). Between the two, data() is null and nothing may read the views.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +27,12 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+
+  // Frees the bytes now; views stay, and data() is null until adopt().
+  void release();
+  bool released() const { return data_ == nullptr && bytes_ > 0; }
+  // Takes `other`'s bytes (same size and device) in place of released ones; `other` keeps none.
+  void adopt(Storage& other);
 
  private:
   void* data_ = nullptr;

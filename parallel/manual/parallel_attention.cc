@@ -3,6 +3,7 @@
 
 #include "layers/linear.h"
 #include "layers/rope.h"
+#include "runtime/autograd/recompute.h"
 #include "runtime/error.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/concat.h"
@@ -16,6 +17,7 @@ ParallelAttention::ParallelAttention(const LayerContext& context, const TensorPa
       head_dim_(context.config.dim / context.config.heads),
       seq_len_(context.config.seq_len),
       rope_(context.config.positions == "rope"),
+      recompute_core_(context.config.recompute == "selective"),
       dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {  // as CausalSelfAttention
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
@@ -50,28 +52,35 @@ Tensor ParallelAttention::forward(const Tensor& x) {
   WEFT_CHECK(!rope_ || time <= seq_len_, "ParallelAttention: sequence of ", time,
              " positions is longer than model.seq_len = ", seq_len_);
   const int64_t H = heads_, KV = kv_heads_, D = head_dim_;
-  const std::vector<Tensor> parts = split(qkv, {H * D, KV * D, KV * D}, -1);
-  const auto heads_first = [&](const Tensor& part, int64_t count) {  // -> [B, count, T, D]
-    return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
-  };
-  Tensor q = heads_first(parts[0], H);   // [B, H/N, T, D]
-  Tensor k = heads_first(parts[1], KV);  // [B, KV/N, T, D]
-  Tensor v = heads_first(parts[2], KV);  // [B, KV/N, T, D]
-  if (rope_) {
-    const Tensor cos = buffer("rope_cos").narrow(0, 0, time);  // [T, D]
-    const Tensor sin = buffer("rope_sin").narrow(0, 0, time);  // [T, D]
-    q = apply_rotary_embedding(q, cos, sin);
-    k = apply_rotary_embedding(k, cos, sin);
-  }
-  if (KV != H) {  // local query head h reads local kv head h / (H/KV), as in CausalSelfAttention
-    const auto repeat = [&](const Tensor& t) {
-      return t.unsqueeze(2).expand({batch, KV, H / KV, time, D}).reshape({batch, H, time, D});
+  // The core, qkv -> merged heads, between the two collectives: what train.recompute selective reruns
+  // in backward (as in CausalSelfAttention); it captures by value, since it may run then.
+  const auto attend = [this, batch, time, H, KV, D](const Tensor& projected) {
+    const std::vector<Tensor> parts = split(projected, {H * D, KV * D, KV * D}, -1);
+    const auto heads_first = [&](const Tensor& part, int64_t count) {  // -> [B, count, T, D]
+      return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
     };
-    k = repeat(k);
-    v = repeat(v);
-  }
-  const Tensor attended = causal_attention(q, k, v);                                     // [B, H/N, T, D]
-  const Tensor merged = attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});  // [B, T, C/N]
+    Tensor q = heads_first(parts[0], H);   // [B, H/N, T, D]
+    Tensor k = heads_first(parts[1], KV);  // [B, KV/N, T, D]
+    Tensor v = heads_first(parts[2], KV);  // [B, KV/N, T, D]
+    if (rope_) {
+      const Tensor cos = buffer("rope_cos").narrow(0, 0, time);  // [T, D]
+      const Tensor sin = buffer("rope_sin").narrow(0, 0, time);  // [T, D]
+      q = apply_rotary_embedding(q, cos, sin);
+      k = apply_rotary_embedding(k, cos, sin);
+    }
+    if (KV != H) {  // local query head h reads local kv head h / (H/KV), as in CausalSelfAttention
+      const auto repeat = [&](const Tensor& t) {
+        return t.unsqueeze(2).expand({batch, KV, H / KV, time, D}).reshape({batch, H, time, D});
+      };
+      k = repeat(k);
+      v = repeat(v);
+    }
+    const Tensor attended = causal_attention(q, k, v);                     // [B, H/N, T, D]
+    return attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});  // [B, T, C/N]
+  };
+  if (!recompute_core_) return dropout_.apply(projection_->forward(attend(qkv)), is_training());
+  const auto core = [attend](const std::vector<Tensor>& inputs) { return std::vector<Tensor>{attend(inputs[0])}; };
+  const Tensor merged = autograd::recompute(core, {qkv})[0];  // [B, T, C/N]
   return dropout_.apply(projection_->forward(merged), is_training());
 }
 

@@ -3,6 +3,7 @@
 
 #include "layers/linear.h"
 #include "layers/mlp.h"
+#include "runtime/autograd/recompute.h"
 #include "runtime/error.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/matmul.h"
@@ -10,7 +11,8 @@
 namespace weft {
 
 ParallelGeluMlp::ParallelGeluMlp(const LayerContext& context, const TensorParallelGroup& tp, bool sequence_parallel)
-    : dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
+    : release_hidden_(context.config.recompute == "selective"),
+      dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
   const int64_t hidden = mlp_hidden_width(config);
@@ -22,6 +24,15 @@ ParallelGeluMlp::ParallelGeluMlp(const LayerContext& context, const TensorParall
 }
 
 Tensor ParallelGeluMlp::forward(const Tensor& x) {
+  if (release_hidden_) {
+    // As GeluMlp under train.recompute selective: fc and GELU apart, the hidden freed once proj has
+    // read it and rebuilt from the pre-activation for proj's backward. No collective runs again.
+    const Tensor pre_activation = fc_->local_forward(fc_->input_region(x));  // [B, T, hidden/N]
+    const Tensor hidden = gelu(pre_activation);
+    const Tensor out = autograd::release_until_backward(projection_->forward(hidden), hidden,
+                                                        [pre_activation] { return gelu(pre_activation); });
+    return dropout_.apply(out, is_training());
+  }
   // fc and GELU as one op, as GeluMlp does (on CUDA the bias and GELU ride the GEMM's epilogue).
   const Tensor hidden = linear_gelu(fc_->input_region(x), fc_->weight(), fc_->bias());  // [B, T, hidden/N]
   return dropout_.apply(projection_->forward(hidden), is_training());
@@ -29,7 +40,8 @@ Tensor ParallelGeluMlp::forward(const Tensor& x) {
 
 ParallelSwigluMlp::ParallelSwigluMlp(const LayerContext& context, const TensorParallelGroup& tp,
                                      bool sequence_parallel)
-    : dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
+    : release_hidden_(context.config.recompute == "selective"),
+      dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
   const int64_t hidden = mlp_hidden_width(config);
@@ -44,8 +56,14 @@ ParallelSwigluMlp::ParallelSwigluMlp(const LayerContext& context, const TensorPa
 
 Tensor ParallelSwigluMlp::forward(const Tensor& x) {
   const Tensor input = gate_->input_region(x);  // gathered (its gradient reduced) once for both projections
-  const Tensor hidden = mul(silu(gate_->local_forward(input)), up_->local_forward(input));  // [B, T, hidden/N]
-  return dropout_.apply(down_->forward(hidden), is_training());
+  const Tensor gate = gate_->local_forward(input), up = up_->local_forward(input);  // [B, T, hidden/N]
+  const auto activation = [](const Tensor& gate, const Tensor& up) { return mul(silu(gate), up); };
+  const Tensor hidden = activation(gate, up);  // [B, T, hidden/N]
+  if (!release_hidden_) return dropout_.apply(down_->forward(hidden), is_training());
+  // train.recompute selective: freed once down has read it, rebuilt from gate and up for down's backward.
+  const Tensor out =
+      autograd::release_until_backward(down_->forward(hidden), hidden, [=] { return activation(gate, up); });
+  return dropout_.apply(out, is_training());
 }
 
 void check_parallel_mlp(const ModelConfig& config) {

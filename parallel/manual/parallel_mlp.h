@@ -7,6 +7,7 @@
 //                    -> silu(gate) * up [B, T, hidden/N] -> down: row [C, hidden/N] -> dropout
 // Sequence parallel: x and the output are [B, T/N, C]; the column layers gather the input and the
 // row layer reduce-scatters the output. N must divide the hidden width.
+// config.recompute selective: the hidden activation is rebuilt in backward, as in layers/mlp.h.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@ class ParallelGeluMlp : public Module {
   Tensor forward(const Tensor& x) override;
 
  private:
+  bool release_hidden_;                            // config.recompute == "selective"
   std::shared_ptr<ColumnParallelLinear> fc_;       // [hidden/N, C]
   std::shared_ptr<RowParallelLinear> projection_;  // [C, hidden/N]
   DropoutStream dropout_;
@@ -42,6 +44,7 @@ class ParallelSwigluMlp : public Module {
   Tensor forward(const Tensor& x) override;
 
  private:
+  bool release_hidden_;                         // config.recompute == "selective"
   std::shared_ptr<ColumnParallelLinear> gate_;  // [hidden/N, C]
   std::shared_ptr<ColumnParallelLinear> up_;    // [hidden/N, C]
   std::shared_ptr<RowParallelLinear> down_;     // [C, hidden/N]

@@ -4,6 +4,7 @@
 #include <typeinfo>
 
 #include "layers/layer_norm.h"
+#include "layers/transformer_block.h"
 #include "parallel/manual/parallel_mlp.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/normalization.h"
@@ -18,7 +19,8 @@ void mark_partial_gradients(Module& module) {
 }
 
 ParallelTransformerBlock::ParallelTransformerBlock(const LayerContext& context, const TensorParallelGroup& tp,
-                                                   bool sequence_parallel) {
+                                                   bool sequence_parallel)
+    : recompute_full_(context.config.recompute == "full") {
   const LayerRegistry& registry = LayerRegistry::global();
   norm1_ = register_module("norm1", registry.create(context.config.norm, context));
   attention_ = register_module("attention", std::make_shared<ParallelAttention>(context, tp, sequence_parallel));
@@ -31,6 +33,11 @@ ParallelTransformerBlock::ParallelTransformerBlock(const LayerContext& context, 
 }
 
 Tensor ParallelTransformerBlock::forward(const Tensor& x) {
+  if (!recompute_full_) return compute(x);
+  return recompute_module(*this, [this](const Tensor& input) { return compute(input); }, x);
+}
+
+Tensor ParallelTransformerBlock::compute(const Tensor& x) {
   const Tensor attention_out = attention_->call(norm1_->call(x));  // [B, T, C]
   if (typeid(*norm2_) == typeid(LayerNorm)) {  // as TransformerBlock: the residual add and norm2 as one op
     const auto* norm2 = static_cast<const LayerNorm*>(norm2_.get());

@@ -7,6 +7,8 @@
 // every rank computes the same) or, under sequence parallelism, to its [B, T/N, C] chunk, whose
 // norm gradients are then partial sums over tp (marked so). Names and draw order
 // (norm1, attention, norm2, mlp) are TransformerBlock's, as is the fused residual add + LayerNorm.
+// config.recompute full reruns the whole block in backward (layers/transformer_block.h), and with it
+// the block's forward collectives: each block's communication runs once more per micro-batch.
 #pragma once
 
 #include <memory>
@@ -31,6 +33,9 @@ class ParallelTransformerBlock : public Module {
   Tensor forward(const Tensor& x) override;
 
  private:
+  Tensor compute(const Tensor& x);  // the block, what forward runs directly or recomputed
+
+  bool recompute_full_;                            // config.recompute == "full"
   std::shared_ptr<Module> norm1_;                  // config.norm over C
   std::shared_ptr<ParallelAttention> attention_;
   std::shared_ptr<Module> norm2_;                  // config.norm over C

@@ -77,7 +77,7 @@ TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
     RunConfig config;
     EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
   }
-  EXPECT_EQ(keys.size(), 73u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(keys.size(), 74u);  // every field of RunConfig; update with run_config.h
   EXPECT_EQ(find_config_option("train.lrr"), nullptr);
   EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
   EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);
@@ -193,6 +193,8 @@ TEST_F(ConfigTest, ValuesOutOfRangeOrNotAllowedSayWhatIsAllowed) {
   expect_contains(error_message([] { load_config({}, {"comm.mode=magic"}); }), {"one of manual|auto"});
   expect_contains(error_message([] { load_config({}, {"log.progress=fancy"}); }), {"one of auto|bar|plain"});
   expect_contains(error_message([] { load_config({}, {"train.on_nan=ignore"}); }), {"one of stop|skip"});
+  expect_contains(error_message([] { load_config({}, {"train.recompute=some"}); }),
+                  {"train.recompute: must be one of none|selective|full, got 'some'"});
   expect_contains(error_message([] { load_config({}, {"parallel.zero=3"}); }),
                   {"parallel.zero: must be one of 0|1|2, got '3'"});
   expect_contains(error_message([] { load_config({}, {"data.val_fraction=0.6"}); }),
