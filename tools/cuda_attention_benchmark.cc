@@ -2,7 +2,9 @@
 // backward, through both of CudaBackend's implementations (runtime/cuda/cudnn_attention.h): weft's
 // flash kernels and cuDNN's fused attention (when weft was built with cuDNN and cuDNN finds an
 // engine; otherwise the cuDNN rows say why they are missing), and a bf16 8192^3 cuBLASLt matmul as
-// the machine's matrix ceiling.
+// the machine's matrix ceiling. Shapes: GPT-2's (D 64) and the D 128 ones, then a Llama-style
+// grouped-query one (16 query heads on 8 kv heads, k and v not expanded) and head dims 80 and 256
+// (cuDNN, and flash's zero-padded / wide tiles). GQA costs the same FLOPs as multi-head attention.
 //
 // TFLOP/s count causal FLOPs as half of the full T x T products: forward = 4*B*H*T*T*D / 2 (two
 // products, QK^T and PV); backward = 2.5x forward (five products, the usual convention), so
@@ -39,7 +41,18 @@ using weft::Tensor;
 
 struct Shape {
   int64_t batch, heads, seq, head_dim;
+  int64_t kv_heads = 0;  // 0: heads (multi-head attention)
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
 };
+
+std::string shape_name(const Shape& s) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "B%lld H%lld T%lld D%lld", static_cast<long long>(s.batch),
+                static_cast<long long>(s.heads), static_cast<long long>(s.seq), static_cast<long long>(s.head_dim));
+  std::string text = name;
+  if (s.kv() != s.heads) text += " KV" + std::to_string(s.kv());
+  return text;
+}
 
 struct PeerResult {
   std::string backend;
@@ -133,7 +146,8 @@ int main(int argc, char** argv) {
       std::printf("matmul bf16 8192^3 (cuBLASLt): %.3f ms, %.1f TFLOP/s\n\n", ms, matmul_tflops);
     }
 
-    const std::vector<Shape> shapes = {{16, 12, 1024, 64}, {8, 16, 1024, 128}, {4, 16, 4096, 128}};
+    const std::vector<Shape> shapes = {{16, 12, 1024, 64},    {8, 16, 1024, 128},    {4, 16, 4096, 128},
+                                       {4, 16, 2048, 128, 8}, {8, 20, 1024, 80},     {4, 8, 2048, 256}};
     struct Row {
       std::string impl;
       Shape shape;
@@ -142,7 +156,7 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     std::printf("cuDNN: %s (library version %d)\n\n",
                 weft::cuda::cudnn_attention_built() ? "built in" : "not built in", weft::cuda::cudnn_version());
-    std::printf("%-6s %-22s %9s %9s %9s %9s %9s\n", "impl", "shape (bf16, causal)", "fwd ms", "fwd TF/s", "f+b ms",
+    std::printf("%-6s %-26s %9s %9s %9s %9s %9s\n", "impl", "shape (bf16, causal)", "fwd ms", "fwd TF/s", "f+b ms",
                 "f+b TF/s", "bwd TF/s");
     const weft::cuda::AttentionImpl saved_impl = weft::cuda::attention_impl();
     using weft::cuda::AttentionImpl;
@@ -151,27 +165,26 @@ int main(int argc, char** argv) {
       weft::cuda::set_attention_impl(impl);
       for (const Shape& s : shapes) {
         const std::vector<int64_t> dims = {s.batch, s.heads, s.seq, s.head_dim};
+        const std::vector<int64_t> kv_dims = {s.batch, s.kv(), s.seq, s.head_dim};
         const Tensor q = Tensor::normal(dims, 11, 0, 0.0, 1.0, weft::kBFloat16, gpu);
-        const Tensor k = Tensor::normal(dims, 12, 0, 0.0, 1.0, weft::kBFloat16, gpu);
-        const Tensor v = Tensor::normal(dims, 13, 0, 0.0, 1.0, weft::kBFloat16, gpu);
+        const Tensor k = Tensor::normal(kv_dims, 12, 0, 0.0, 1.0, weft::kBFloat16, gpu);
+        const Tensor v = Tensor::normal(kv_dims, 13, 0, 0.0, 1.0, weft::kBFloat16, gpu);
         const Tensor grad_out = Tensor::normal(dims, 14, 0, 0.0, 1.0, weft::kBFloat16, gpu);
         const Tensor out = Tensor::empty(dims, weft::kBFloat16, gpu);
         const Tensor lse = Tensor::empty({s.batch, s.heads, s.seq}, weft::kFloat32, gpu);
         const Tensor gq = Tensor::empty(dims, weft::kBFloat16, gpu);
-        const Tensor gk = Tensor::empty(dims, weft::kBFloat16, gpu);
-        const Tensor gv = Tensor::empty(dims, weft::kBFloat16, gpu);
+        const Tensor gk = Tensor::empty(kv_dims, weft::kBFloat16, gpu);
+        const Tensor gv = Tensor::empty(kv_dims, weft::kBFloat16, gpu);
         const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-        char name[64];
-        std::snprintf(name, sizeof(name), "B%lld H%lld T%lld D%lld", static_cast<long long>(s.batch),
-                      static_cast<long long>(s.heads), static_cast<long long>(s.seq),
-                      static_cast<long long>(s.head_dim));
+        const std::string shape_text = shape_name(s);
+        const char* name = shape_text.c_str();
         if (impl == AttentionImpl::kCudnn) {
           // Only time cuDNN where it really runs (the backend would fall back to flash silently).
           const bool forward_ok = weft::cuda::cudnn_attention_forward(q, k, v, scale, out, lse);
           const bool backward_ok = forward_ok && weft::cuda::cudnn_attention_backward(q, k, v, out, lse, grad_out,
                                                                                       scale, gq, gk, gv);
           if (!backward_ok) {
-            std::printf("%-6s %-22s unavailable: %s\n", impl_name.c_str(), name,
+            std::printf("%-6s %-26s unavailable: %s\n", impl_name.c_str(), name,
                         weft::cuda::cudnn_attention_last_error().c_str());
             continue;
           }
@@ -184,7 +197,7 @@ int main(int argc, char** argv) {
         const double flops = causal_forward_flops(s);
         Row row{impl_name, s, fwd_ms, flops / fwd_ms / 1e9, fb_ms, 3.5 * flops / fb_ms / 1e9};
         const double bwd_tflops = fb_ms > fwd_ms ? 2.5 * flops / (fb_ms - fwd_ms) / 1e9 : NAN;
-        std::printf("%-6s %-22s %9.3f %9.1f %9.3f %9.1f %9.1f\n", impl_name.c_str(), name, fwd_ms, row.fwd_tflops,
+        std::printf("%-6s %-26s %9.3f %9.1f %9.3f %9.1f %9.1f\n", impl_name.c_str(), name, fwd_ms, row.fwd_tflops,
                     fb_ms, row.fb_tflops, bwd_tflops);
         rows.push_back(row);
       }
@@ -194,27 +207,25 @@ int main(int argc, char** argv) {
     if (!peer_path.empty()) {
       const auto peers = read_peer(peer_path);
       std::printf("\nweft vs PyTorch SDPA (best backend by forward+backward TFLOP/s), same call\n");
-      std::printf("%-6s %-22s %9s %9s %14s %9s %9s %11s %9s\n", "impl", "shape", "weft fwd", "weft f+b", "peer",
+      std::printf("%-6s %-26s %9s %9s %14s %9s %9s %11s %9s\n", "impl", "shape", "weft fwd", "weft f+b", "peer",
                   "peer fwd", "peer f+b", "fwd ratio", "f+b ratio");
       for (const Row& row : rows) {
         const Shape& s = row.shape;
-        char name[64];
-        std::snprintf(name, sizeof(name), "B%lld H%lld T%lld D%lld", static_cast<long long>(s.batch),
-                      static_cast<long long>(s.heads), static_cast<long long>(s.seq),
-                      static_cast<long long>(s.head_dim));
+        const std::string shape_text = shape_name(s);
+        const char* name = shape_text.c_str();
         auto found = peers.find({s.batch, s.heads, s.seq, s.head_dim});
         const PeerResult* best = nullptr;
-        if (found != peers.end()) {
+        if (found != peers.end() && s.kv() == s.heads) {  // the peer file's rows are multi-head
           for (const PeerResult& p : found->second) {
             if (std::isfinite(p.fwdbwd_tflops) && (best == nullptr || p.fwdbwd_tflops > best->fwdbwd_tflops)) best = &p;
           }
         }
         if (best == nullptr) {
-          std::printf("%-6s %-22s %9.1f %9.1f %14s\n", row.impl.c_str(), name, row.fwd_tflops, row.fb_tflops,
+          std::printf("%-6s %-26s %9.1f %9.1f %14s\n", row.impl.c_str(), name, row.fwd_tflops, row.fb_tflops,
                       "(no peer)");
           continue;
         }
-        std::printf("%-6s %-22s %9.1f %9.1f %14s %9.1f %9.1f %11.2f %9.2f\n", row.impl.c_str(), name, row.fwd_tflops,
+        std::printf("%-6s %-26s %9.1f %9.1f %14s %9.1f %9.1f %11.2f %9.2f\n", row.impl.c_str(), name, row.fwd_tflops,
                     row.fb_tflops, best->backend.c_str(), best->fwd_tflops, best->fwdbwd_tflops,
                     row.fwd_tflops / best->fwd_tflops, row.fb_tflops / best->fwdbwd_tflops);
       }
