@@ -8,7 +8,8 @@
 // the 50304-wide output head) and a 1.3B model (B*T = 8*1024, C = 2048).
 //
 // Shapes: [B*T, C] = [16*1024, 768] (GPT-2 124M at sequence 1024) and [8*1024, 2048] (a 1.3B model),
-// bf16; cross-entropy on [8*1024, 50304] bf16 logits. Each kernel is called through the backend
+// bf16; cross-entropy on [8*1024, 50304] bf16 logits; Llama 1B's rotary embedding (q heads of
+// [8, 2048, 4096] qkv) and SwiGLU ([8*2048, 5504]). Each kernel is called through the backend
 // (runtime/backend.h) with its outputs allocated once, warmed up, then timed with CUDA events over
 // --iters back-to-back calls on the current stream; the time is the mean per call.
 //
@@ -212,6 +213,45 @@ int main(int argc, char** argv) {
       rows.push_back({"cross_entropy forward", shape, forward_ms, forward_bytes});
       rows.push_back({"cross_entropy backward", shape, backward_ms, backward_bytes});
       rows.push_back({"cross_entropy fwd+bwd", shape, forward_ms + backward_ms, forward_bytes + backward_bytes});
+    }
+
+    {
+      // Llama at 1B (configs/llama-1b.yaml, batch 8 x 2048): rotary on the q heads of the qkv
+      // projection's output, a [B, T, H, D] view of [B, T, (H + 2 KV) D] memory, written in
+      // [B, T, H, D] order (what rotary_embedding does for the layer); SwiGLU on [B*T, 5504].
+      const int64_t b = 8, t = 2048, h = 16, kv = 8, d = 128, hidden = 5504;
+      const Tensor qkv = Tensor::normal({b, t, (h + 2 * kv) * d}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor q = qkv.narrow(2, 0, h * d).view({b, t, h, d}).permute({0, 2, 1, 3});
+      const Tensor cos = Tensor::normal({t, d}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor sin = Tensor::normal({t, d}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor rotated = Tensor::empty({b, t, h, d}, bf16, gpu).permute({0, 2, 1, 3});
+      const Tensor rotated_grad = Tensor::empty({b, t, h, d}, bf16, gpu).permute({0, 2, 1, 3});
+      const std::string q_shape = "[8,16,2048,128] bf16";
+      const double rotary_bytes = 2.0 * static_cast<double>(b * t * h * d) * kElement + 2.0 * t * d * kElement;
+      rows.push_back({"rotary forward", q_shape, mean_ms(device, warmup, iters, [&] {
+                        backend.rotary_embedding(q, cos, sin, rotated);
+                      }),
+                      rotary_bytes});
+      rows.push_back({"rotary backward", q_shape, mean_ms(device, warmup, iters, [&] {
+                        backend.rotary_embedding_backward(rotated, cos, sin, rotated_grad);
+                      }),
+                      rotary_bytes});
+      const Tensor gate = Tensor::normal({b * t, hidden}, ++seed, 0, 0.0, 2.0, bf16, gpu);
+      const Tensor up = Tensor::normal({b * t, hidden}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor grad = Tensor::normal({b * t, hidden}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor activated = Tensor::empty({b * t, hidden}, bf16, gpu);
+      const Tensor grad_gate = Tensor::empty({b * t, hidden}, bf16, gpu);
+      const Tensor grad_up = Tensor::empty({b * t, hidden}, bf16, gpu);
+      const std::string swiglu_shape = "[16384, 5504] bf16";
+      const double swiglu_tensor = static_cast<double>(b * t * hidden) * kElement;
+      rows.push_back({"swiglu forward", swiglu_shape, mean_ms(device, warmup, iters, [&] {
+                        backend.swiglu(gate, up, activated);
+                      }),
+                      3 * swiglu_tensor});
+      rows.push_back({"swiglu backward", swiglu_shape, mean_ms(device, warmup, iters, [&] {
+                        backend.swiglu_backward(gate, up, grad, grad_gate, grad_up);
+                      }),
+                      5 * swiglu_tensor});
     }
 
     std::printf("%-24s %-22s %10s %10s %9s\n", "op", "shape", "time (us)", "GB/s", "of copy");

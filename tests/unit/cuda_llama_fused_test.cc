@@ -71,8 +71,8 @@ Tensor rotary_output(const RotaryCase& c, DType dtype) {
 }
 
 std::string describe_case(const RotaryCase& c, DType dtype) {
-  return describe(std::vector<int64_t>{c.batch, c.heads, c.time, c.head_dim}, dtype) + (c.projection_layout ? " heads of [B,T,H,D]" : "") +
-         (c.offset ? " offset " + std::to_string(c.offset) : "");
+  return describe(std::vector<int64_t>{c.batch, c.heads, c.time, c.head_dim}, dtype) +
+         (c.projection_layout ? " heads of [B,T,H,D]" : "") + (c.offset ? " offset " + std::to_string(c.offset) : "");
 }
 
 TEST(CudaLlamaFused, RotaryKernelsMatchCpuBitForBit) {
@@ -115,7 +115,8 @@ TEST(CudaLlamaFused, RotaryOpMatchesCpu) {
     const Tensor grad = random_input({2, 12, 64, 128}, ++seed, dtype).gpu;
     auto run = [&](const Device& device) {
       const Tensor p = leaf(projection.to(device));
-      const Tensor y = rotary_embedding(p.permute({0, 2, 1, 3}), cos64.to(dtype).to(device), sin64.to(dtype).to(device));
+      const Tensor cos = cos64.to(dtype).to(device), sin = sin64.to(dtype).to(device);
+      const Tensor y = rotary_embedding(p.permute({0, 2, 1, 3}), cos, sin);
       autograd::backward({y}, {grad.to(device)});
       return std::vector<Tensor>{y.detach(), p.grad()};
     };
