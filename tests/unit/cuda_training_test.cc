@@ -1,14 +1,18 @@
 // GPU training against the CPU: the multi-tensor AdamW kernel against the CPU update (f32 and bf16
 // with f32 master weights), and a few training steps of a small GPT on one GPU against the same
-// steps on the CPU. Skipped where no CUDA device is present.
+// steps on the CPU; train.recompute selective and full against none on the GPU, with their peak
+// device memory. Skipped where no CUDA device is present.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "launcher/trainer.h"
+#include "layers/language_model.h"
 #include "optim/gradient_clipping.h"
 #include "optim/optimizer.h"
 #include "runtime/weft.h"
@@ -202,6 +206,80 @@ TEST(CudaTraining, SmallGptStepsMatchTheCpu) {
   }
   EXPECT_LT(gpu_bf16.losses.back(), gpu_bf16.losses.front());
   std::filesystem::remove(text_path);
+}
+
+// train.recompute on one GPU: selective and full against none for one forward and backward of a
+// GPT and a Llama (loss and every gradient, f32 and bf16), and the peak of device memory above
+// what was allocated before, which must fall from none to selective to full.
+struct RecomputedStep {
+  double loss = 0;
+  std::map<std::string, Tensor> gradients;  // on the CPU, f32
+  int64_t peak_bytes = 0;
+};
+
+RecomputedStep recomputed_step(const std::string& type, DType dtype, const std::string& recompute) {
+  ModelConfig config;
+  config.type = type;
+  config.layers = 4;
+  config.dim = 256;
+  config.heads = 4;
+  config.vocab = 512;
+  config.seq_len = 256;
+  config.dropout = 0.1;
+  config.recompute = recompute;
+  if (type == "llama") config.kv_heads = 2;
+  const Device device = Device::cuda(0);
+  const auto model = build_model(config);
+  model->train();
+  if (dtype != kFloat32) model->to(dtype);
+  model->to(device);
+  std::vector<int64_t> ids, targets;
+  for (int64_t i = 0; i < 8 * config.seq_len; ++i) {
+    ids.push_back((7 * i + 1) % config.vocab);
+    targets.push_back((5 * i + 2) % config.vocab);
+  }
+  const Tensor ids_tensor = Tensor::from_vector(absl::Span<const int64_t>(ids), {8, config.seq_len}).to(device);
+  const Tensor targets_tensor =
+      Tensor::from_vector(absl::Span<const int64_t>(targets), {8, config.seq_len}).to(device);
+  Backend& backend = backend_for(device);
+  backend.synchronize(device);
+  const int64_t before = backend.memory(device, /*reset_peak=*/true).allocated_bytes;
+  RecomputedStep result;
+  {
+    const Tensor value = loss(*model, ids_tensor, targets_tensor);
+    value.backward();
+    result.loss = value.to(Device::cpu()).to(kFloat32).item();
+  }
+  backend.synchronize(device);
+  result.peak_bytes = backend.memory(device, false).peak_allocated_bytes - before;
+  for (const NamedParameter& parameter : model->named_parameters()) {
+    result.gradients[parameter.name] = parameter.tensor.grad().to(Device::cpu()).to(kFloat32);
+  }
+  return result;
+}
+
+TEST(CudaTraining, RecomputeMatchesNoneWithLessPeakMemory) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  for (const std::string type : {"gpt", "llama"}) {
+    for (const DType dtype : {kFloat32, kBFloat16}) {
+      const double tolerance = dtype == kFloat32 ? 1e-4 : 3e-2;
+      const RecomputedStep none = recomputed_step(type, dtype, "none");
+      const RecomputedStep selective = recomputed_step(type, dtype, "selective");
+      const RecomputedStep full = recomputed_step(type, dtype, "full");
+      std::printf("%s %s peak activation bytes: none %lld, selective %lld, full %lld\n", type.c_str(),
+                  std::string(dtype_name(dtype)).c_str(), static_cast<long long>(none.peak_bytes),
+                  static_cast<long long>(selective.peak_bytes), static_cast<long long>(full.peak_bytes));
+      for (const RecomputedStep* step : {&selective, &full}) {
+        const std::string what = type + " " + std::string(dtype_name(dtype)) + (step == &full ? " full" : " selective");
+        EXPECT_NEAR(step->loss, none.loss, tolerance * std::fabs(none.loss)) << what;
+        for (const auto& [name, gradient] : none.gradients) {
+          EXPECT_LE(testing::relative_error(step->gradients.at(name), gradient), 10 * tolerance) << what << " " << name;
+        }
+      }
+      EXPECT_LT(selective.peak_bytes, none.peak_bytes) << type << " " << dtype_name(dtype);
+      EXPECT_LT(full.peak_bytes, selective.peak_bytes) << type << " " << dtype_name(dtype);
+    }
+  }
 }
 
 }  // namespace
