@@ -68,13 +68,8 @@ Tensor ParallelAttention::forward(const Tensor& x) {
       q = apply_rotary_embedding(q, cos, sin);
       k = apply_rotary_embedding(k, cos, sin);
     }
-    if (KV != H) {  // local query head h reads local kv head h / (H/KV), as in CausalSelfAttention
-      const auto repeat = [&](const Tensor& t) {
-        return t.unsqueeze(2).expand({batch, KV, H / KV, time, D}).reshape({batch, H, time, D});
-      };
-      k = repeat(k);
-      v = repeat(v);
-    }
+    // Grouped-query attention reads k, v with their KV/N heads as they are: local query head h
+    // reads local kv head h / (H/KV), as in CausalSelfAttention.
     const Tensor attended = causal_attention(q, k, v);                     // [B, H/N, T, D]
     return attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});  // [B, T, C/N]
   };

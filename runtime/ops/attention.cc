@@ -40,9 +40,19 @@ class AttentionFunction final : public autograd::Function {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const std::vector<Tensor>& s = saved();
-    // In [B, T, heads, D] order, like the output: the layer's q, k, v gradients then merge into its
-    // projection's gradient from contiguous rows. grad_k, grad_v have k's KV heads.
-    Tensor grad_q = empty_heads_last(s[0]), grad_k = empty_heads_last(s[1]), grad_v = empty_heads_last(s[2]);
+    // In [B, T, heads, D] order, like the output, and all three in one [B, T, H + 2 KV, D] buffer:
+    // where q, k, v were the heads of one projection's output (a layer's qkv, split), the split's
+    // backward finds the three gradients already laid out as the projection's gradient and takes
+    // the buffer as it is (ops/concat.cc), with no concatenating copy. grad_k, grad_v have k's KV
+    // heads.
+    const int64_t heads = s[0].size(1), kv_heads = s[1].size(1);
+    const Tensor joined = Tensor::empty({s[0].size(0), s[0].size(2), heads + 2 * kv_heads, s[0].size(3)},
+                                        s[0].dtype(), s[0].device());
+    const auto heads_of = [&](int64_t first, int64_t count) {  // -> [B, count, T, D]
+      return joined.narrow(2, first, count).permute({0, 2, 1, 3});
+    };
+    Tensor grad_q = heads_of(0, heads), grad_k = heads_of(heads, kv_heads);
+    Tensor grad_v = heads_of(heads + kv_heads, kv_heads);
     backend_for(s[0].device()).attention_backward(s[0], s[1], s[2], s[3], s[4], with_unit_row_stride(grads[0]),
                                                   scale_, grad_q, grad_k, grad_v);
     return {grad_q, grad_k, grad_v};

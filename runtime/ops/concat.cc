@@ -42,6 +42,31 @@ class ConcatFunction final : public autograd::Function {
   std::vector<int64_t> sizes_;
 };
 
+// The pieces' gradients as one tensor of `shape` without a copy, when they already lie in one
+// storage exactly where the pieces of such a tensor would (an op that wrote its gradients into one
+// buffer: attention's backward writes dq, dk, dv into one [B, T, H + 2KV, D] buffer, whose pieces
+// reach here as views of it); else undefined.
+Tensor joined_in_place(const std::vector<Tensor>& grads, const Shape& shape, int64_t dim, const Shape& sizes) {
+  const Tensor& first = grads[0];
+  if (!first.defined()) return Tensor();
+  int64_t start = 0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& piece = grads[i];
+    if (!piece.defined() || piece.storage() != first.storage() || piece.dtype() != first.dtype() ||
+        piece.strides() != first.strides() || piece.offset() != first.offset() + start * first.stride(dim)) {
+      return Tensor();
+    }
+    start += sizes[i];
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = first.storage();
+  impl->offset = first.offset();
+  impl->shape = shape;
+  impl->strides = first.strides();
+  impl->dtype = first.dtype();
+  return Tensor(std::move(impl));
+}
+
 class SplitFunction final : public autograd::Function {
  public:
   SplitFunction(Shape sizes, int64_t dim) : sizes_(std::move(sizes)), dim_(dim) {}
@@ -59,6 +84,7 @@ class SplitFunction final : public autograd::Function {
     Shape shape = output_shapes[0];
     shape[dim_] = 0;
     for (int64_t size : sizes_) shape[dim_] += size;
+    if (Tensor joined = joined_in_place(grads, shape, dim_, sizes_); joined.defined()) return {joined};
     Tensor grad = Tensor::empty(shape, output_dtypes[0], output_devices[0]);
     int64_t start = 0;
     for (size_t i = 0; i < sizes_.size(); ++i) {
