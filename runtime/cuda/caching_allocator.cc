@@ -91,8 +91,9 @@ class CachingAllocator final : public Allocator {
                 have_info ? str("; the device has ", format_bytes(static_cast<int64_t>(free_bytes)), " free of ",
                                 format_bytes(static_cast<int64_t>(total_bytes)))
                           : std::string(),
-                ". Lower the activations in flight: more train.micro_batches (a smaller micro-batch), a shorter "
-                "model.seq_len, or train.dtype: bf16; or free tensors that are still referenced.");
+                ". Lower the activations in flight: train.recompute: selective or full (activations rebuilt in "
+                "backward), more train.micro_batches (a smaller micro-batch), a shorter model.seq_len, or "
+                "train.dtype: bf16; or free tensors that are still referenced.");
     }
     ++stats.cuda_malloc_count;
     stats.reserved_bytes += static_cast<int64_t>(size);
