@@ -121,6 +121,17 @@ class Backend {
     matmul_bias(a, bm, bias, pre_activation);
     unary(UnaryOp::kGelu, pre_activation, out);
   }
+  // The backward of a GELU linear through the product that follows it: out[b] = gelu'(pre[b]) *
+  // (a[b] @ bm[b]), pre_activation [B, M, N] contiguous, out's dtype (what matmul_bias_gelu wrote);
+  // operands as for matmul. The default (the CPU reference) is matmul into out, then
+  // unary_backward(kGelu) of the rounded product; a backend may fuse it (CUDA: cuBLASLt's DGELU
+  // epilogue, which applies gelu' to the f32 product before rounding once).
+  virtual void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
+                                    const Tensor& out) {
+    matmul(a, bm, out, 1.0, 0.0);
+    const Tensor product = out.clone();
+    unary_backward(UnaryOp::kGelu, pre_activation, product, out);
+  }
 
   // --- Softmax over the last dim (contiguous [N, C]) --------------------------------------
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;

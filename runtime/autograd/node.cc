@@ -79,7 +79,11 @@ void set_history(const Tensor& output, const std::shared_ptr<Node>& node, int ou
 
 void connect(Node& node, absl::Span<const Tensor> inputs) {
   node.next_edges.clear();
-  for (const Tensor& input : inputs) node.next_edges.push_back(gradient_edge(input));
+  for (const Tensor& input : inputs) {
+    node.next_edges.push_back(gradient_edge(input));
+    const Edge& edge = node.next_edges.back();
+    if (edge.valid()) edge.node->add_output_use(edge.input_index);
+  }
 }
 
 }  // namespace weft::autograd

@@ -62,9 +62,23 @@ class Node {
   // sequence number says nothing about the current step).
   virtual uint64_t priority() const { return sequence_number_; }
 
+  // How many edges lead into output `index`, counted as consumers connect (connect()). A consumer
+  // may hand this node a gradient in another form than the output's (linear handing the GELU
+  // linear before it the gradient of its pre-activation) only when it is the output's one use:
+  // then no other gradient is summed with it. Uses that never see a backward still count, which
+  // only ever withholds such a handover. Counted while the graph is built on one thread.
+  int output_uses(int index) const {
+    return index < static_cast<int>(output_uses_.size()) ? output_uses_[static_cast<size_t>(index)] : 0;
+  }
+  void add_output_use(int index) {
+    if (index >= static_cast<int>(output_uses_.size())) output_uses_.resize(static_cast<size_t>(index) + 1, 0);
+    ++output_uses_[static_cast<size_t>(index)];
+  }
+
  private:
   int num_outputs_ = 1;
   uint64_t sequence_number_;
+  std::vector<int> output_uses_;
 };
 
 // Accumulates the incoming gradient into a leaf tensor's .grad and fires its grad-ready hooks.

@@ -41,6 +41,8 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
   void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;
+  void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
+                            const Tensor& out) override;
   void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
                         const Tensor& pre_activation) override;
 

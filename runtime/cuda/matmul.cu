@@ -1,4 +1,5 @@
-// CUDA matmul through cuBLASLt: CudaBackend::matmul and the fused bias / GELU epilogues of matmul.h.
+// CUDA matmul through cuBLASLt: CudaBackend::matmul and the fused bias / GELU / GELU-backward
+// epilogues of matmul.h.
 //
 // Row-major to column-major: weft's out[M, N] = a[M, K] @ bm[K, N] (row-major) is, read as
 // column-major memory, out^T[N, M] = bm^T[N, K] @ a^T[K, M]. So cuBLASLt's "A" is bm and its "B" is
@@ -192,7 +193,7 @@ struct Problem {
   float alpha = 1.f, beta = 0.f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
-  void* aux = nullptr;  // pre-GELU output; ld = n
+  void* aux = nullptr;  // the pre-GELU values (written by GELU_AUX, read by DGELU); ld = n
 };
 
 void run_problem(const Problem& p, std::string_view op) {
@@ -356,6 +357,21 @@ void run_epilogue(const Tensor& a, const Tensor& bm, const Tensor& bias, const T
 
 }  // namespace
 
+void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out) {
+  std::vector<Tensor> keep;
+  Problem p = make_problem(a, bm, out, "matmul_gelu_backward", keep);
+  if (out.numel() == 0) return;
+  WEFT_CHECK(p.k > 0 && p.batch == 1, "matmul_gelu_backward: needs K > 0 and a batch that folds into rows; got a ",
+             a.describe(), ", bm ", bm.describe());
+  WEFT_CHECK(pre_gelu.shape() == out.shape() && pre_gelu.is_contiguous() && pre_gelu.dtype() == out.dtype() &&
+                 pre_gelu.device() == out.device() && p.n % 8 == 0,
+             "matmul_gelu_backward: pre_gelu must match out ", out.describe(), " (contiguous, N a multiple of 8); got ",
+             pre_gelu.describe());
+  p.aux = const_cast<void*>(pre_gelu.raw_data());  // read only: DGELU reads the aux matrix
+  p.epilogue = CUBLASLT_EPILOGUE_DGELU;
+  run_problem(p, "matmul_gelu_backward");
+}
+
 void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) {
   run_epilogue(a, bm, bias, out, Tensor(), CUBLASLT_EPILOGUE_BIAS, "matmul_bias");
 }
@@ -399,6 +415,22 @@ void CudaBackend::matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& b
     return;
   }
   cuda::matmul_bias(a, bm, bias, out);
+}
+
+// gelu' rides cuBLASLt's DGELU epilogue (aux = the pre-activation, N a multiple of 8) in the
+// linear-layer case; other cases take the default (matmul, then unary_backward).
+void CudaBackend::matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
+                                       const Tensor& out) {
+  const bool fused = out.numel() > 0 && out.dim() == 3 && out.size(0) == 1 && a.dim() == 3 && a.size(2) > 0 &&
+                     out.is_contiguous() && out.size(2) % 8 == 0 && out.dtype() != kFloat64 &&
+                     pre_activation.defined() && pre_activation.shape() == out.shape() &&
+                     pre_activation.is_contiguous() && pre_activation.dtype() == out.dtype() &&
+                     pre_activation.device() == out.device();
+  if (!fused) {
+    Backend::matmul_gelu_backward(a, bm, pre_activation, out);
+    return;
+  }
+  cuda::matmul_gelu_backward(a, bm, pre_activation, out);
 }
 
 // GELU and the bias ride cuBLASLt's GELU_AUX_BIAS epilogue (aux = the pre-activation, needing N a

@@ -19,4 +19,8 @@ void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Te
 void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
                       const Tensor& pre_gelu = Tensor());
 
+// out = gelu'(pre_gelu) * (a @ bm): the backward of a GELU linear through the product after it
+// (pre_gelu [B, M, N] contiguous, out's dtype, N a multiple of 8, as matmul_bias_gelu wrote it).
+void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out);
+
 }  // namespace weft::cuda

@@ -92,6 +92,12 @@ void NvtxAnnotatedBackend::matmul_bias(const Tensor& a, const Tensor& bm, const 
   inner_.matmul_bias(a, bm, bias, out);
 }
 
+void NvtxAnnotatedBackend::matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
+                                                const Tensor& out) {
+  NvtxRange range("matmul_gelu_backward");
+  inner_.matmul_gelu_backward(a, bm, pre_activation, out);
+}
+
 void NvtxAnnotatedBackend::matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
                                             const Tensor& pre_activation) {
   NvtxRange range("matmul_bias_gelu");

@@ -113,7 +113,9 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
 
 // linear with a bias as one product with the bias fused (Backend::matmul_bias), or with `gelu`
 // gelu(linear(...)) from one Backend::matmul_bias_gelu call, which also writes the pre-activation.
-// Backward: with gelu, dPre = gelu'(pre) * dY (Backend::unary_backward) first; then dX = dY W now,
+// Backward: with gelu, dPre = gelu'(pre) * dY (Backend::unary_backward) first, unless the linear
+// after it (an MLP's projection, the one use of this output) already handed it dPre from its own
+// dX GEMM with gelu' in the epilogue (Backend::matmul_gelu_backward); then dX = dY W now,
 // and dW, db now or, under a DeferWeightGradients with a leaf weight (and a leaf bias or one without
 // a gradient), later: the work goes to the deferral target and dW, db are returned undefined, so the
 // engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run().
@@ -152,13 +154,25 @@ class LinearFunction final : public autograd::Function {
     const Tensor& weight = saved()[1];  // [N, K]
     const int64_t n = weight.size(0);
     Tensor g = grad_or_zeros(grads, 0).reshape({-1, n});  // [R, N]
-    if (gelu_) {
+    if (gelu_ && !handed_pre_activation_gradient_) {
       const Tensor& pre_activation = saved()[2];  // [R, N]
       Tensor grad_pre = Tensor::empty(pre_activation.shape(), pre_activation.dtype(), pre_activation.device());
       backend_for(g.device()).unary_backward(UnaryOp::kGelu, pre_activation, g, grad_pre);
       g = grad_pre;
     }
-    Tensor grad_x = product(g, weight).view(x_shape_);
+    handed_pre_activation_gradient_ = false;
+    Tensor grad_x;
+    if (const std::shared_ptr<LinearFunction> producer = gelu_producer()) {
+      // dX here is the GELU linear's dY; it gets its dPre = gelu'(pre) * (dY W) from one GEMM instead.
+      const Tensor& pre_activation = producer->saved()[2];  // [R, K]
+      grad_x = Tensor::empty({1, pre_activation.size(0), pre_activation.size(1)}, g.dtype(), g.device());
+      backend_for(g.device()).matmul_gelu_backward(g.unsqueeze(0), weight.unsqueeze(0),
+                                                   pre_activation.unsqueeze(0), grad_x);
+      producer->handed_pre_activation_gradient_ = true;
+      grad_x = grad_x.view(x_shape_);
+    } else {
+      grad_x = product(g, weight).view(x_shape_);
+    }
     if (autograd::DeferredWeightGradients* deferred = autograd::current_weight_gradient_deferral()) {
       std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = leaf_accumulator(next_edges[1]);
       std::shared_ptr<autograd::AccumulateGrad> bias_accumulator = leaf_accumulator(next_edges[2]);
@@ -183,9 +197,28 @@ class LinearFunction final : public autograd::Function {
   }
 
  private:
+  // The GELU linear whose output is this linear's input, when this linear is that output's one use
+  // (Node::output_uses: no other gradient is summed with what this backward hands it) and its
+  // pre-activation is still saved; else null. This backward then hands it dPre, not dY.
+  std::shared_ptr<LinearFunction> gelu_producer() const {
+    const autograd::Edge& input = next_edges[0];
+    if (!input.valid() || input.input_index != 0) return nullptr;
+    std::shared_ptr<LinearFunction> producer = std::dynamic_pointer_cast<LinearFunction>(input.node);
+    if (producer == nullptr || !producer->gelu_ || producer->output_uses(0) != 1 || producer->saved().size() != 3) {
+      return nullptr;
+    }
+    const Tensor& pre_activation = producer->saved()[2];  // [R, K]
+    return pre_activation.dtype() == saved()[0].dtype() && pre_activation.size(0) == saved()[0].size(0) &&
+                   pre_activation.size(1) == saved()[0].size(1)
+               ? producer
+               : nullptr;
+  }
+
   bool gelu_;
   bool with_bias_ = true;
   Shape x_shape_;
+  // Set by the linear after this one (gelu_producer): the gradient arriving is already dPre.
+  bool handed_pre_activation_gradient_ = false;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The fused ops on CUDA against the CPU: add_layer_norm (runtime/cuda/normalization.cu) and
-// linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and backward.
+// linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and backward,
+// and the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward, DGELU).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
@@ -176,6 +177,61 @@ TEST(CudaFused, LinearGeluOpBackwardMatchesCpu) {
       }
       // The fused op agrees with the unfused composition on the GPU.
       expect_close(got[0], gelu(linear(x.gpu, w.gpu, b.gpu)), tolerance_for(dtype), what + " vs unfused");
+    }
+  }
+}
+
+TEST(CudaFused, MatmulGeluBackwardMatchesCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  uint64_t seed = 500;
+  for (DType dtype : kDtypes) {
+    for (const LinearCase& c : kLinearCases) {  // dY [rows, in] @ W [in, out]: the dX GEMM of a projection
+      const std::string what = describe({c.rows, c.in, c.out}, dtype);
+      SCOPED_TRACE(what);
+      const RoundedInput g = random_input({1, c.rows, c.in}, ++seed, dtype);
+      const RoundedInput w = random_input({c.in, c.out}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+      const RoundedInput pre = random_input({1, c.rows, c.out}, ++seed, dtype);
+      const Tensor want = Tensor::empty({1, c.rows, c.out});
+      backend_for(Device::cpu()).matmul_gelu_backward(g.reference, w.reference.unsqueeze(0), pre.reference, want);
+      const Tensor got = poisoned({1, c.rows, c.out}, dtype);
+      backend_for(kGpu).matmul_gelu_backward(g.gpu, w.gpu.unsqueeze(0), pre.gpu, got);
+      expect_close(got, want, tolerance_for(dtype), what);
+    }
+  }
+}
+
+// An MLP's two linears: the projection's backward hands the GELU linear dPre from one GEMM with gelu'
+// in its epilogue. With a second use of the hidden activation it must not (the sum of both uses'
+// gradients goes through gelu' instead).
+TEST(CudaFused, GeluMlpBackwardMatchesCpuWithOneAndTwoUsesOfTheHidden) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  uint64_t seed = 600;
+  for (DType dtype : kDtypes) {
+    for (const bool second_use : {false, true}) {
+      const std::string what = std::string(dtype_name(dtype)) + (second_use ? " two uses" : " one use");
+      SCOPED_TRACE(what);
+      const RoundedInput x = random_input({4, 64, 256}, ++seed, dtype);
+      const RoundedInput w1 = random_input({1024, 256}, ++seed, dtype, 0.0, 1.0 / 16.0);
+      const RoundedInput b1 = random_input({1024}, ++seed, dtype);
+      const RoundedInput w2 = random_input({256, 1024}, ++seed, dtype, 0.0, 1.0 / 32.0);
+      const RoundedInput b2 = random_input({256}, ++seed, dtype);
+      const RoundedInput grad = random_input({4, 64, 256}, ++seed, dtype);
+      auto run = [&](const std::vector<Tensor>& values, const Tensor& g) {
+        std::vector<Tensor> leaves;
+        for (const Tensor& value : values) leaves.push_back(leaf(value));
+        const Tensor hidden = linear_gelu(leaves[0], leaves[1], leaves[2]);  // [4, 64, 1024]
+        Tensor y = linear(hidden, leaves[3], leaves[4]);                       // [4, 64, 256]
+        if (second_use) y = y + hidden.narrow(2, 0, 256);
+        y.backward(g);
+        std::vector<Tensor> results;
+        for (const Tensor& l : leaves) results.push_back(l.grad());
+        return results;
+      };
+      const std::vector<Tensor> want =
+          run({x.reference, w1.reference, b1.reference, w2.reference, b2.reference}, grad.reference);
+      const std::vector<Tensor> got = run({x.gpu, w1.gpu, b1.gpu, w2.gpu, b2.gpu}, grad.gpu);
+      const char* names[] = {"grad x", "grad w1", "grad b1", "grad w2", "grad b2"};
+      for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], tolerance_for(dtype), what + " " + names[i]);
     }
   }
 }

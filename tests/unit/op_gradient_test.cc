@@ -66,6 +66,22 @@ TEST(OpGradient, MatmulShapes) {
   expect_gradients_match([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); }, {x, w, bias});
 }
 
+TEST(OpGradient, GeluMlpWithOneAndTwoUsesOfTheHidden) {
+  // A linear after linear_gelu hands it the gradient of its pre-activation when it is the hidden
+  // activation's one use, and not when there is a second (whose gradient must go through gelu' too).
+  Tensor x = random_leaf({2, 3, 4}, 40), w1 = random_leaf({8, 4}, 41), b1 = random_leaf({8}, 42);
+  Tensor w2 = random_leaf({5, 8}, 43), b2 = random_leaf({5}, 44);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) { return linear(linear_gelu(in[0], in[1], in[2]), in[3], in[4]); },
+      {x, w1, b1, w2, b2});
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        const Tensor hidden = linear_gelu(in[0], in[1], in[2]);  // [2, 3, 8]
+        return add(linear(hidden, in[3], in[4]), hidden.narrow(2, 0, 5));
+      },
+      {x, w1, b1, w2, b2});
+}
+
 TEST(OpGradient, SoftmaxAndLogSoftmax) {
   Tensor x = random_leaf({3, 5, 4}, 17);
   expect_gradients_match([](const std::vector<Tensor>& in) { return softmax(in[0]); }, {x});
