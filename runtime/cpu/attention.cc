@@ -17,12 +17,20 @@
 namespace weft {
 namespace {
 
-// Row t of head (b, h) of a [B, H, T, D] view whose last stride is 1 (backend.h: q, k, v and the
-// outputs may be the heads of one [B, T, 3, H, D] projection).
+// The rows of a [B, H, T, D] view whose last stride is 1 (backend.h: q, k, v and the outputs may be
+// the heads of one [B, T, 3, H, D] projection): the base pointer and strides read once per call,
+// not per row (the loops below ask for a row T * T times per head).
 template <class T>
-T* row_of(const Tensor& tensor, int64_t b, int64_t h, int64_t t) {
-  return tensor.data<T>() + b * tensor.stride(0) + h * tensor.stride(1) + t * tensor.stride(2);
-}
+struct Rows {
+  explicit Rows(const Tensor& tensor)
+      : base(tensor.data<T>()), batch_stride(tensor.stride(0)), head_stride(tensor.stride(1)),
+        step_stride(tensor.stride(2)) {}
+  T* operator()(int64_t b, int64_t h, int64_t t) const {
+    return base + b * batch_stride + h * head_stride + t * step_stride;
+  }
+  T* base;
+  int64_t batch_stride, head_stride, step_stride;
+};
 
 void check_rows_unit_stride(const char* op, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* tensor : tensors) {
@@ -47,16 +55,17 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, do
   const int64_t group = query_heads_per_kv_head("attention", q, k);
   cpu::dispatch_floating(q.dtype(), "attention", [&]<class T>() {
     using C = ComputeType<T>;
+    const Rows<T> q_rows(q), k_rows(k), v_rows(v), out_rows(out);
     auto* lse_data = lse.data<StatisticType<T>>();
     std::vector<C> scores(static_cast<size_t>(steps));
     std::vector<C> accumulator(static_cast<size_t>(head_dim));
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
         for (int64_t t = 0; t < steps; ++t) {
-          const T* query = row_of<T>(q, b, h, t);
+          const T* query = q_rows(b, h, t);
           C maximum = -std::numeric_limits<C>::infinity();
           for (int64_t s = 0; s <= t; ++s) {
-            const T* key = row_of<T>(k, b, h / group, s);
+            const T* key = k_rows(b, h / group, s);
             C dot = 0;
             for (int64_t d = 0; d < head_dim; ++d) dot += load_element(query[d]) * load_element(key[d]);
             scores[s] = dot * C(scale);
@@ -69,11 +78,11 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, do
           }
           std::fill(accumulator.begin(), accumulator.end(), C(0));
           for (int64_t s = 0; s <= t; ++s) {
-            const T* value = row_of<T>(v, b, h / group, s);
+            const T* value = v_rows(b, h / group, s);
             const C weight = scores[s] / total;
             for (int64_t d = 0; d < head_dim; ++d) accumulator[d] += weight * load_element(value[d]);
           }
-          T* output = row_of<T>(out, b, h, t);
+          T* output = out_rows(b, h, t);
           for (int64_t d = 0; d < head_dim; ++d) output[d] = store_element<T>(accumulator[d]);
           lse_data[(b * heads + h) * steps + t] = maximum + std::log(total);
         }
@@ -90,6 +99,8 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
   const int64_t group = query_heads_per_kv_head("attention_backward", q, k);
   cpu::dispatch_floating(q.dtype(), "attention_backward", [&]<class T>() {
     using C = ComputeType<T>;
+    const Rows<T> q_rows(q), k_rows(k), v_rows(v), out_rows(out), grad_out_rows(grad_out), grad_q_rows(grad_q),
+        grad_k_rows(grad_k), grad_v_rows(grad_v);
     const auto* lse_data = lse.data<StatisticType<T>>();
     // Accumulate in the compute type, then store once (bf16 outputs round once); dk, dv over the
     // whole group of query heads that share a kv head.
@@ -105,15 +116,15 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
           std::fill(dv.begin(), dv.end(), C(0));
         }
         for (int64_t t = 0; t < steps; ++t) {
-          const T* query = row_of<T>(q, b, h, t);
-          const T* grad_row = row_of<T>(grad_out, b, h, t);
-          const T* output = row_of<T>(out, b, h, t);
+          const T* query = q_rows(b, h, t);
+          const T* grad_row = grad_out_rows(b, h, t);
+          const T* output = out_rows(b, h, t);
           const C row_lse = lse_data[(b * heads + h) * steps + t];
           C delta = 0;  // rowsum(dO * O)
           for (int64_t d = 0; d < head_dim; ++d) delta += load_element(grad_row[d]) * load_element(output[d]);
           for (int64_t s = 0; s <= t; ++s) {
-            const T* key = row_of<T>(k, b, kv_head, s);
-            const T* value = row_of<T>(v, b, kv_head, s);
+            const T* key = k_rows(b, kv_head, s);
+            const T* value = v_rows(b, kv_head, s);
             C dot = 0, grad_probability = 0;
             for (int64_t d = 0; d < head_dim; ++d) {
               dot += load_element(query[d]) * load_element(key[d]);
@@ -129,13 +140,13 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
           }
         }
         for (int64_t t = 0; t < steps; ++t) {
-          T* gq = row_of<T>(grad_q, b, h, t);
+          T* gq = grad_q_rows(b, h, t);
           for (int64_t d = 0; d < head_dim; ++d) gq[d] = store_element<T>(dq[t * head_dim + d]);
         }
         if (h % group != group - 1) continue;  // the group's last query head stores its kv head
         for (int64_t t = 0; t < steps; ++t) {
-          T* gk = row_of<T>(grad_k, b, kv_head, t);
-          T* gv = row_of<T>(grad_v, b, kv_head, t);
+          T* gk = grad_k_rows(b, kv_head, t);
+          T* gv = grad_v_rows(b, kv_head, t);
           for (int64_t d = 0; d < head_dim; ++d) {
             gk[d] = store_element<T>(dk[t * head_dim + d]);
             gv[d] = store_element<T>(dv[t * head_dim + d]);
