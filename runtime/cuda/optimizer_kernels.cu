@@ -4,8 +4,8 @@
 // scalar rounded once to f32 on the host. One slot per parameter in a multi_tensor_table.cuh
 // table; each block updates one chunk of 64K elements, so one launch covers a whole model whatever
 // the parameter sizes. AdamW moves four elements per access where a parameter's arrays allow
-// (multi_tensor_table.cuh: four_aligned), with per-element arithmetic unchanged. Parameters are f32, bf16 or f16; gradients f32, bf16 or f16 (read as they
-// are, not converted); state is f32.
+// (multi_tensor_table.cuh: four_aligned), with per-element arithmetic unchanged. Parameters are
+// f32, bf16 or f16; gradients f32, bf16 or f16 (read as they are, not converted); state is f32.
 #include "runtime/cuda/cuda_backend.h"
 
 #include <cuda_bf16.h>

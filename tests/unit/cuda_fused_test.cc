@@ -189,7 +189,8 @@ TEST(CudaFused, MatmulGeluBackwardMatchesCpu) {
       const std::string what = describe({c.rows, c.in, c.out}, dtype);
       SCOPED_TRACE(what);
       const RoundedInput g = random_input({1, c.rows, c.in}, ++seed, dtype);
-      const RoundedInput w = random_input({c.in, c.out}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+      const RoundedInput w =
+          random_input({c.in, c.out}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
       const RoundedInput pre = random_input({1, c.rows, c.out}, ++seed, dtype);
       const Tensor want = Tensor::empty({1, c.rows, c.out});
       backend_for(Device::cpu()).matmul_gelu_backward(g.reference, w.reference.unsqueeze(0), pre.reference, want);
@@ -231,7 +232,9 @@ TEST(CudaFused, GeluMlpBackwardMatchesCpuWithOneAndTwoUsesOfTheHidden) {
           run({x.reference, w1.reference, b1.reference, w2.reference, b2.reference}, grad.reference);
       const std::vector<Tensor> got = run({x.gpu, w1.gpu, b1.gpu, w2.gpu, b2.gpu}, grad.gpu);
       const char* names[] = {"grad x", "grad w1", "grad b1", "grad w2", "grad b2"};
-      for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], tolerance_for(dtype), what + " " + names[i]);
+      for (size_t i = 0; i < want.size(); ++i) {
+        expect_close(got[i], want[i], tolerance_for(dtype), what + " " + names[i]);
+      }
     }
   }
 }
