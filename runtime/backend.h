@@ -128,8 +128,8 @@ class Backend {
   // epilogue, which applies gelu' to the f32 product before rounding once).
   virtual void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                                     const Tensor& out) {
-    matmul(a, bm, out, 1.0, 0.0);
-    const Tensor product = out.clone();
+    const Tensor product = Tensor::empty(out.shape(), out.dtype(), out.device());  // no copy: one pass each
+    matmul(a, bm, product, 1.0, 0.0);
     unary_backward(UnaryOp::kGelu, pre_activation, product, out);
   }
 
