@@ -123,7 +123,7 @@ class Backend {
   }
   // The backward of a GELU linear through the product that follows it: out[b] = gelu'(pre[b]) *
   // (a[b] @ bm[b]), pre_activation [B, M, N] contiguous, out's dtype (what matmul_bias_gelu wrote);
-  // operands as for matmul. The default (the CPU reference) is matmul into out, then
+  // operands as for matmul. The default (the CPU reference) is matmul into a buffer, then
   // unary_backward(kGelu) of the rounded product; a backend may fuse it (CUDA: cuBLASLt's DGELU
   // epilogue, which applies gelu' to the f32 product before rounding once).
   virtual void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
