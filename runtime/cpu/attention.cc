@@ -1,25 +1,38 @@
-// CPU kernels: causal scaled dot-product attention, forward and backward.
+// CPU kernels: causal scaled dot-product attention, forward and backward, on GEMMs.
 //
-// The reference form: for each (batch, head) the T x T score matrix is materialised one row at a
-// time. With P = softmax(S), S = scale q k^T (masked above the diagonal), O = P v:
+// With P = softmax(S), S = scale q k^T (masked above the diagonal), O = P v:
 //   dv = P^T dO,   dP = dO v^T,   dS = P * (dP - rowsum(dO * O)),   dq = scale dS k,   dk = scale dS^T q.
-// The row statistics are recomputed in backward from the saved log-sum-exp (as flash attention does).
-// Tensors are addressed through their strides (unit stride in D), so views need no copies. Any head
-// dim. Grouped-query attention: k, v have KV heads (H % KV == 0) and query head h reads kv head
+// Each (batch, head) is taken in blocks of kQueryBlock query rows: the block's scores against the
+// keys it may see are one GEMM into a [block, keys] tile (the only score buffer: no T x T matrix is
+// kept), the softmax runs over the tile's rows, and the products with v, dO, k and q are GEMMs on
+// the tile (cpu::gemm). The row statistics are recomputed in backward from the saved log-sum-exp
+// (as flash attention does). Tensors are addressed through their strides (unit stride in D), so
+// views (the heads of one [B, T, 3, H, D] projection) need no copies; bf16/f16 are widened to f32,
+// computed, and rounded once on the way out. Any head dim.
+//
+// Threads: (batch, head) pairs in forward, (batch, kv head) pairs in backward are split over the
+// pool (parallel_for.h); each pair is one thread's from start to end, and a kv head's dk, dv sum its
+// query heads in order on that thread, so results do not depend on the thread count.
+// Grouped-query attention: k, v have KV heads (H % KV == 0) and query head h reads kv head
 // h / (H / KV); dk, dv of a kv head are the sums over the query heads of its group.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel_support.h"
+#include "runtime/cpu/parallel_for.h"
 
 namespace weft {
 namespace {
 
-// The rows of a [B, H, T, D] view whose last stride is 1 (backend.h: q, k, v and the outputs may be
-// the heads of one [B, T, 3, H, D] projection): the base pointer and strides read once per call,
-// not per row (the loops below ask for a row T * T times per head).
+// Query rows per score tile: a [64, T] tile of f32 is 64 KB at T = 256, within L2.
+constexpr int64_t kQueryBlock = 64;
+
+// The rows of a [B, H, T, D] view whose last stride is 1: the base pointer and strides read once
+// per call. step_stride is the leading dimension of a head's [T, D] matrix for cpu::gemm.
 template <class T>
 struct Rows {
   explicit Rows(const Tensor& tensor)
@@ -46,115 +59,166 @@ int64_t query_heads_per_kv_head(const char* op, const Tensor& q, const Tensor& k
   return q.size(1) / k.size(1);
 }
 
+// A contiguous f32 copy of a 16-bit tensor, or the tensor itself when it is f32 or f64.
+Tensor computable(const Tensor& x) {
+  if (x.dtype() == kFloat32 || x.dtype() == kFloat64) return x;
+  Tensor wide = Tensor::empty(x.shape(), kFloat32, Device::cpu());
+  cpu_backend().copy(x, wide);
+  return wide;
+}
+
+// An f32 tensor to compute a 16-bit output into (copied back by store_computed), or the output.
+Tensor computable_output(const Tensor& x) {
+  if (x.dtype() == kFloat32 || x.dtype() == kFloat64) return x;
+  return Tensor::empty(x.shape(), kFloat32, Device::cpu());
+}
+
+void store_computed(const Tensor& computed, const Tensor& out) {
+  if (!computed.is_same(out)) cpu_backend().copy(computed, out);
+}
+
+// The causal mask and softmax of a score tile's row `row` (query step t sees keys 0..t): the row's
+// probabilities replace its scores, masked entries become 0; returns the row's log-sum-exp.
+template <class C>
+C softmax_causal_row(C* row, int64_t visible, int64_t keys) {
+  C maximum = -std::numeric_limits<C>::infinity();
+  for (int64_t s = 0; s < visible; ++s) maximum = std::max(maximum, row[s]);
+  C total = 0;
+  for (int64_t s = 0; s < visible; ++s) {
+    row[s] = std::exp(row[s] - maximum);
+    total += row[s];
+  }
+  const C inverse = C(1) / total;
+  for (int64_t s = 0; s < visible; ++s) row[s] *= inverse;
+  std::fill(row + visible, row + keys, C(0));
+  return maximum + std::log(total);
+}
+
+template <class C>
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, C scale, const Tensor& out, C* lse) {
+  const int64_t batch = q.size(0), heads = q.size(1), steps = q.size(2), head_dim = q.size(3);
+  const int64_t group = q.size(1) / k.size(1);
+  const Rows<const C> q_rows(q), k_rows(k), v_rows(v);
+  const Rows<C> out_rows(out);
+  cpu::parallel_for(batch * heads, steps * steps * head_dim, [&](int64_t begin, int64_t end) {
+    std::vector<C> tile(static_cast<size_t>(std::min(kQueryBlock, steps) * steps));  // [rows, keys]
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t b = pair / heads, h = pair % heads, kv_head = h / group;
+      for (int64_t first = 0; first < steps; first += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, steps - first), keys = first + rows;
+        cpu::gemm(false, true, rows, keys, head_dim, scale, q_rows(b, h, first), q_rows.step_stride,
+                  k_rows(b, kv_head, 0), k_rows.step_stride, C(0), tile.data(), keys);
+        for (int64_t r = 0; r < rows; ++r) {
+          lse[(b * heads + h) * steps + first + r] = softmax_causal_row(tile.data() + r * keys, first + r + 1, keys);
+        }
+        cpu::gemm(false, false, rows, head_dim, keys, C(1), tile.data(), keys, v_rows(b, kv_head, 0),
+                  v_rows.step_stride, C(0), out_rows(b, h, first), out_rows.step_stride);
+      }
+    }
+  });
+}
+
+template <class C>
+void attention_backward_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const C* lse,
+                              const Tensor& grad_out, C scale, const Tensor& grad_q, const Tensor& grad_k,
+                              const Tensor& grad_v) {
+  const int64_t batch = q.size(0), heads = q.size(1), steps = q.size(2), head_dim = q.size(3);
+  const int64_t kv_heads = k.size(1), group = heads / kv_heads;
+  const Rows<const C> q_rows(q), k_rows(k), v_rows(v), out_rows(out), grad_out_rows(grad_out);
+  const Rows<C> grad_q_rows(grad_q), grad_k_rows(grad_k), grad_v_rows(grad_v);
+  cpu::parallel_for(batch * kv_heads, group * steps * steps * head_dim * 2, [&](int64_t begin, int64_t end) {
+    const int64_t block = std::min(kQueryBlock, steps);
+    std::vector<C> probabilities(static_cast<size_t>(block * steps)), grad_scores(probabilities.size());
+    std::vector<C> dk(static_cast<size_t>(steps * head_dim)), dv(dk.size());  // [T, D], rows of one kv head
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t b = pair / kv_heads, kv_head = pair % kv_heads;
+      std::fill(dk.begin(), dk.end(), C(0));
+      std::fill(dv.begin(), dv.end(), C(0));
+      const C* key = k_rows(b, kv_head, 0);
+      const C* value = v_rows(b, kv_head, 0);
+      for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+        for (int64_t first = 0; first < steps; first += kQueryBlock) {
+          const int64_t rows = std::min(kQueryBlock, steps - first), keys = first + rows;
+          const C* query = q_rows(b, h, first);
+          const C* grad_rows = grad_out_rows(b, h, first);
+          // P = exp(scale q k^T - lse), zero above the diagonal.
+          cpu::gemm(false, true, rows, keys, head_dim, scale, query, q_rows.step_stride, key, k_rows.step_stride, C(0),
+                    probabilities.data(), keys);
+          for (int64_t r = 0; r < rows; ++r) {
+            C* row = probabilities.data() + r * keys;
+            const C row_lse = lse[(b * heads + h) * steps + first + r];
+            const int64_t visible = first + r + 1;
+            for (int64_t s = 0; s < visible; ++s) row[s] = std::exp(row[s] - row_lse);
+            std::fill(row + visible, row + keys, C(0));
+          }
+          // dv[0:keys] += P^T dO;  dP = dO v^T.
+          cpu::gemm(true, false, keys, head_dim, rows, C(1), probabilities.data(), keys, grad_rows,
+                    grad_out_rows.step_stride, C(1), dv.data(), head_dim);
+          cpu::gemm(false, true, rows, keys, head_dim, C(1), grad_rows, grad_out_rows.step_stride, value,
+                    v_rows.step_stride, C(0), grad_scores.data(), keys);
+          // dS = scale P (dP - rowsum(dO * O)).
+          for (int64_t r = 0; r < rows; ++r) {
+            const C* grad_row = grad_rows + r * grad_out_rows.step_stride;
+            const C* output = out_rows(b, h, first + r);
+            C delta = 0;
+            for (int64_t d = 0; d < head_dim; ++d) delta += grad_row[d] * output[d];
+            const C* probability = probabilities.data() + r * keys;
+            C* grad_score = grad_scores.data() + r * keys;
+            for (int64_t s = 0; s < keys; ++s) grad_score[s] = probability[s] * (grad_score[s] - delta) * scale;
+          }
+          // dq = dS k;  dk[0:keys] += dS^T q.
+          cpu::gemm(false, false, rows, head_dim, keys, C(1), grad_scores.data(), keys, key, k_rows.step_stride, C(0),
+                    grad_q_rows(b, h, first), grad_q_rows.step_stride);
+          cpu::gemm(true, false, keys, head_dim, rows, C(1), grad_scores.data(), keys, query, q_rows.step_stride, C(1),
+                    dk.data(), head_dim);
+        }
+      }
+      for (int64_t t = 0; t < steps; ++t) {
+        std::copy_n(dk.data() + t * head_dim, head_dim, grad_k_rows(b, kv_head, t));
+        std::copy_n(dv.data() + t * head_dim, head_dim, grad_v_rows(b, kv_head, t));
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                            const Tensor& lse) {
   check_rows_unit_stride("attention", {&q, &k, &v, &out});
-  const int64_t batch = q.size(0), heads = q.size(1), steps = q.size(2), head_dim = q.size(3);
-  const int64_t group = query_heads_per_kv_head("attention", q, k);
-  cpu::dispatch_floating(q.dtype(), "attention", [&]<class T>() {
-    using C = ComputeType<T>;
-    const Rows<T> q_rows(q), k_rows(k), v_rows(v), out_rows(out);
-    auto* lse_data = lse.data<StatisticType<T>>();
-    std::vector<C> scores(static_cast<size_t>(steps));
-    std::vector<C> accumulator(static_cast<size_t>(head_dim));
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t h = 0; h < heads; ++h) {
-        for (int64_t t = 0; t < steps; ++t) {
-          const T* query = q_rows(b, h, t);
-          C maximum = -std::numeric_limits<C>::infinity();
-          for (int64_t s = 0; s <= t; ++s) {
-            const T* key = k_rows(b, h / group, s);
-            C dot = 0;
-            for (int64_t d = 0; d < head_dim; ++d) dot += load_element(query[d]) * load_element(key[d]);
-            scores[s] = dot * C(scale);
-            maximum = std::max(maximum, scores[s]);
-          }
-          C total = 0;
-          for (int64_t s = 0; s <= t; ++s) {
-            scores[s] = std::exp(scores[s] - maximum);
-            total += scores[s];
-          }
-          std::fill(accumulator.begin(), accumulator.end(), C(0));
-          for (int64_t s = 0; s <= t; ++s) {
-            const T* value = v_rows(b, h / group, s);
-            const C weight = scores[s] / total;
-            for (int64_t d = 0; d < head_dim; ++d) accumulator[d] += weight * load_element(value[d]);
-          }
-          T* output = out_rows(b, h, t);
-          for (int64_t d = 0; d < head_dim; ++d) output[d] = store_element<T>(accumulator[d]);
-          lse_data[(b * heads + h) * steps + t] = maximum + std::log(total);
-        }
-      }
-    }
-  });
+  query_heads_per_kv_head("attention", q, k);
+  if (q.numel() == 0) return;
+  const Tensor computed = computable_output(out);
+  if (q.dtype() == kFloat64) {
+    attention_forward<double>(q, k, v, scale, computed, lse.data<double>());
+  } else {
+    cpu::dispatch_floating(q.dtype(), "attention", [] <class T>() {});  // names an unsupported dtype
+    attention_forward<float>(computable(q), computable(k), computable(v), static_cast<float>(scale), computed,
+                             lse.data<float>());
+  }
+  store_computed(computed, out);
 }
 
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                     const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
                                     const Tensor& grad_k, const Tensor& grad_v) {
   check_rows_unit_stride("attention_backward", {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v});
-  const int64_t batch = q.size(0), heads = q.size(1), steps = q.size(2), head_dim = q.size(3);
-  const int64_t group = query_heads_per_kv_head("attention_backward", q, k);
-  cpu::dispatch_floating(q.dtype(), "attention_backward", [&]<class T>() {
-    using C = ComputeType<T>;
-    const Rows<T> q_rows(q), k_rows(k), v_rows(v), out_rows(out), grad_out_rows(grad_out), grad_q_rows(grad_q),
-        grad_k_rows(grad_k), grad_v_rows(grad_v);
-    const auto* lse_data = lse.data<StatisticType<T>>();
-    // Accumulate in the compute type, then store once (bf16 outputs round once); dk, dv over the
-    // whole group of query heads that share a kv head.
-    const int64_t per_head = steps * head_dim;
-    std::vector<C> dq(static_cast<size_t>(per_head)), dk(static_cast<size_t>(per_head)),
-        dv(static_cast<size_t>(per_head));
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t kv_head = h / group;
-        std::fill(dq.begin(), dq.end(), C(0));
-        if (h % group == 0) {
-          std::fill(dk.begin(), dk.end(), C(0));
-          std::fill(dv.begin(), dv.end(), C(0));
-        }
-        for (int64_t t = 0; t < steps; ++t) {
-          const T* query = q_rows(b, h, t);
-          const T* grad_row = grad_out_rows(b, h, t);
-          const T* output = out_rows(b, h, t);
-          const C row_lse = lse_data[(b * heads + h) * steps + t];
-          C delta = 0;  // rowsum(dO * O)
-          for (int64_t d = 0; d < head_dim; ++d) delta += load_element(grad_row[d]) * load_element(output[d]);
-          for (int64_t s = 0; s <= t; ++s) {
-            const T* key = k_rows(b, kv_head, s);
-            const T* value = v_rows(b, kv_head, s);
-            C dot = 0, grad_probability = 0;
-            for (int64_t d = 0; d < head_dim; ++d) {
-              dot += load_element(query[d]) * load_element(key[d]);
-              grad_probability += load_element(grad_row[d]) * load_element(value[d]);
-            }
-            const C probability = std::exp(dot * C(scale) - row_lse);
-            const C grad_score = probability * (grad_probability - delta) * C(scale);
-            for (int64_t d = 0; d < head_dim; ++d) {
-              dv[s * head_dim + d] += probability * load_element(grad_row[d]);
-              dq[t * head_dim + d] += grad_score * load_element(key[d]);
-              dk[s * head_dim + d] += grad_score * load_element(query[d]);
-            }
-          }
-        }
-        for (int64_t t = 0; t < steps; ++t) {
-          T* gq = grad_q_rows(b, h, t);
-          for (int64_t d = 0; d < head_dim; ++d) gq[d] = store_element<T>(dq[t * head_dim + d]);
-        }
-        if (h % group != group - 1) continue;  // the group's last query head stores its kv head
-        for (int64_t t = 0; t < steps; ++t) {
-          T* gk = grad_k_rows(b, kv_head, t);
-          T* gv = grad_v_rows(b, kv_head, t);
-          for (int64_t d = 0; d < head_dim; ++d) {
-            gk[d] = store_element<T>(dk[t * head_dim + d]);
-            gv[d] = store_element<T>(dv[t * head_dim + d]);
-          }
-        }
-      }
-    }
-  });
+  query_heads_per_kv_head("attention_backward", q, k);
+  if (q.numel() == 0) return;
+  const Tensor computed_q = computable_output(grad_q), computed_k = computable_output(grad_k),
+               computed_v = computable_output(grad_v);
+  if (q.dtype() == kFloat64) {
+    attention_backward_pairs<double>(q, k, v, out, lse.data<double>(), grad_out, scale, computed_q, computed_k,
+                                     computed_v);
+  } else {
+    cpu::dispatch_floating(q.dtype(), "attention_backward", [] <class T>() {});
+    attention_backward_pairs<float>(computable(q), computable(k), computable(v), computable(out), lse.data<float>(),
+                                    computable(grad_out), static_cast<float>(scale), computed_q, computed_k,
+                                    computed_v);
+  }
+  store_computed(computed_q, grad_q);
+  store_computed(computed_k, grad_k);
+  store_computed(computed_v, grad_v);
 }
 
 }  // namespace weft

@@ -1,14 +1,13 @@
-// CPU kernel: batched matmul through OpenBLAS (sgemm for f32/bf16/f16, dgemm for f64).
+// CPU kernel: batched matmul, one cpu::gemm call (gemm.h: oneDNN or OpenBLAS) per batch entry.
 //
 // Operands are passed to BLAS as they lie in memory: a row-major view is "no transpose", a
 // column-major view (a transposed tensor) is "transpose", so x @ w.T never copies w. Other
 // layouts (rare: a view with both strides non-unit) are copied to contiguous first. bf16/f16
 // operands are widened to f32 scratch buffers, multiplied, and rounded back.
-#include <cblas.h>
-
-#include <vector>
+#include <algorithm>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel_support.h"
 
 namespace weft {
@@ -16,19 +15,19 @@ namespace {
 
 struct MatrixLayout {
   bool usable = false;
-  CBLAS_TRANSPOSE transpose = CblasNoTrans;
-  int64_t leading = 0;  // leading dimension for cblas in row-major mode
+  bool transpose = false;
+  int64_t leading = 0;  // leading dimension for row-major BLAS
 };
 
 // How a [rows, cols] matrix with strides (row_stride, col_stride) can be handed to row-major BLAS.
 MatrixLayout matrix_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
   if (cols == 1 || col_stride == 1) {
     const int64_t leading = rows == 1 ? cols : row_stride;
-    if (leading >= std::max<int64_t>(cols, 1)) return {true, CblasNoTrans, leading};
+    if (leading >= std::max<int64_t>(cols, 1)) return {true, false, leading};
   }
   if (rows == 1 || row_stride == 1) {
     const int64_t leading = cols == 1 ? rows : col_stride;
-    if (leading >= std::max<int64_t>(rows, 1)) return {true, CblasTrans, leading};
+    if (leading >= std::max<int64_t>(rows, 1)) return {true, true, leading};
   }
   return {};
 }
@@ -61,14 +60,8 @@ void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& out, double al
     const Scalar* a_i = left_data + i * left.stride(0);
     const Scalar* b_i = right_data + i * right.stride(0);
     Scalar* c_i = out_data + i * m * n;
-    if constexpr (std::is_same_v<Scalar, double>) {
-      cblas_dgemm(CblasRowMajor, left_layout.transpose, right_layout.transpose, m, n, k, alpha, a_i,
-                  left_layout.leading, b_i, right_layout.leading, beta, c_i, std::max<int64_t>(n, 1));
-    } else {
-      cblas_sgemm(CblasRowMajor, left_layout.transpose, right_layout.transpose, m, n, k, static_cast<float>(alpha),
-                  a_i, left_layout.leading, b_i, right_layout.leading, static_cast<float>(beta), c_i,
-                  std::max<int64_t>(n, 1));
-    }
+    cpu::gemm(left_layout.transpose, right_layout.transpose, m, n, k, static_cast<Scalar>(alpha), a_i,
+              left_layout.leading, b_i, right_layout.leading, static_cast<Scalar>(beta), c_i, std::max<int64_t>(n, 1));
   }
 }
 

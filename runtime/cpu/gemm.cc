@@ -1,0 +1,32 @@
+// cpu::gemm (gemm.h): the BLAS calls behind the CPU backend's matmul and attention.
+#include "runtime/cpu/gemm.h"
+
+#include <cblas.h>
+#if WEFT_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#include "runtime/error.h"
+
+namespace weft::cpu {
+
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+#if WEFT_HAVE_ONEDNN
+  const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda,
+                                          b, ldb, beta, c, ldc);
+  WEFT_CHECK(status == dnnl_success, "matmul: oneDNN's sgemm failed (status ", static_cast<int>(status), ") on [", m,
+             ", ", k, "] x [", k, ", ", n, "] with leading dimensions ", lda, ", ", ldb, ", ", ldc);
+#else
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, m, n, k,
+              alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+}
+
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, m, n, k,
+              alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace weft::cpu

@@ -1,0 +1,45 @@
+// The CPU backend's thread pool: OpenMP, shared with oneDNN's GEMMs (one pool for the process, not
+// one per library). Kernels split independent work items (rows, heads) with parallel_for.
+//
+// Invariant: every item is computed by exactly one thread, in the same order of operations as the
+// serial loop, so a kernel's results do not depend on the thread count (the f64 gradient checks
+// and the bitwise CPU comparisons between configurations rely on it). Reductions across items
+// (a sum over rows) must not be split this way. Small calls stay on the calling thread: a parallel
+// region costs a few microseconds, more than a row of a small model takes.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace weft::cpu {
+
+// Threads the next parallel region may use (omp_get_max_threads: OMP_NUM_THREADS, or the share of
+// the cores launcher/cpu_threads.h gives each rank).
+inline int thread_count() { return omp_get_max_threads(); }
+
+// Calls body(begin, end) over [0, count) in contiguous chunks, one per thread, when count *
+// work_per_item is worth a parallel region (at least about 32k operations per thread); else calls
+// body(0, count) on this thread. Chunks are balanced statically, so the same count and thread
+// count always give the same split.
+template <class Body>
+void parallel_for(int64_t count, int64_t work_per_item, Body&& body) {
+  if (count <= 0) return;
+  constexpr int64_t kMinimumWorkPerThread = 32 * 1024;
+  const int64_t total_work = count * std::max<int64_t>(work_per_item, 1);
+  const int64_t useful_threads =
+      std::min<int64_t>({static_cast<int64_t>(thread_count()), count, total_work / kMinimumWorkPerThread});
+  if (useful_threads <= 1 || omp_in_parallel()) {
+    body(int64_t{0}, count);
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(useful_threads))
+  {
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int64_t begin = count * thread / threads, end = count * (thread + 1) / threads;
+    if (begin < end) body(begin, end);
+  }
+}
+
+}  // namespace weft::cpu
