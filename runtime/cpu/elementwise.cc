@@ -1,9 +1,15 @@
 // CPU kernels: fill, copy (with dtype conversion), random fill, unary, binary and affine ops.
+//
+// Each kernel walks its operands a row at a time (cpu::for_each_row: contiguous operands are one
+// row, split over the thread pool) and hands each row to a row loop built for the CPU's vector
+// width (WEFT_CPU_VECTORIZED); the op is chosen once per call, outside the loop (with_unary_op,
+// with_binary_op), so that the loop body is straight-line arithmetic the compiler vectorizes.
 #include <cmath>
 #include <type_traits>
 
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/kernel_support.h"
+#include "runtime/cpu/vectorized.h"
 #include "runtime/random.h"
 
 namespace weft {
@@ -19,7 +25,7 @@ constexpr double kGeluCubic = 0.044715;
 template <class C>
 C gelu_tanh(C u) {
   if constexpr (std::is_same_v<C, float>) {
-    const float magnitude = 1.0f - 2.0f / (std::exp(2.0f * std::fabs(u)) + 1.0f);
+    const float magnitude = 1.0f - 2.0f / (cpu::activation_exp(2.0f * std::fabs(u)) + 1.0f);
     return std::copysign(magnitude, u);
   } else {
     return std::tanh(u);
@@ -35,7 +41,7 @@ C apply_unary(UnaryOp op, C x) {
       const C inner = C(kSqrtTwoOverPi) * (x + C(kGeluCubic) * x * x * x);
       return C(0.5) * x * (C(1) + gelu_tanh(inner));
     }
-    case UnaryOp::kSilu: return x / (C(1) + std::exp(-x));
+    case UnaryOp::kSilu: return x / (C(1) + cpu::activation_exp(-x));
     case UnaryOp::kExp: return std::exp(x);
     case UnaryOp::kLog: return std::log(x);
     case UnaryOp::kTanh: return std::tanh(x);
@@ -59,7 +65,7 @@ C unary_derivative(UnaryOp op, C x) {
       return C(0.5) * (C(1) + tanh_inner) + C(0.5) * x * (C(1) - tanh_inner * tanh_inner) * inner_derivative;
     }
     case UnaryOp::kSilu: {
-      const C sigmoid = C(1) / (C(1) + std::exp(-x));
+      const C sigmoid = C(1) / (C(1) + cpu::activation_exp(-x));
       return sigmoid * (C(1) + x * (C(1) - sigmoid));
     }
     case UnaryOp::kExp: return std::exp(x);
@@ -73,6 +79,59 @@ C unary_derivative(UnaryOp op, C x) {
     case UnaryOp::kReciprocal: return C(-1) / (x * x);
   }
   return C(0);
+}
+
+// Calls body(std::integral_constant<UnaryOp, op>{}): the op becomes a compile-time constant in the
+// row loop, and apply_unary's switch folds away.
+template <class Body>
+void with_unary_op(UnaryOp op, Body&& body) {
+  switch (op) {
+#define WEFT_UNARY_CASE(name) \
+  case UnaryOp::name: body(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
+    WEFT_UNARY_CASE(kNeg) WEFT_UNARY_CASE(kRelu) WEFT_UNARY_CASE(kGelu) WEFT_UNARY_CASE(kSilu)
+    WEFT_UNARY_CASE(kExp) WEFT_UNARY_CASE(kLog) WEFT_UNARY_CASE(kTanh) WEFT_UNARY_CASE(kSqrt)
+    WEFT_UNARY_CASE(kSquare) WEFT_UNARY_CASE(kReciprocal)
+#undef WEFT_UNARY_CASE
+  }
+  WEFT_FAIL("unary: unknown op ", static_cast<int>(op));
+}
+
+template <class Body>
+void with_binary_op(BinaryOp op, Body&& body) {
+  switch (op) {
+    case BinaryOp::kAdd: body(std::integral_constant<BinaryOp, BinaryOp::kAdd>{}); return;
+    case BinaryOp::kSub: body(std::integral_constant<BinaryOp, BinaryOp::kSub>{}); return;
+    case BinaryOp::kMul: body(std::integral_constant<BinaryOp, BinaryOp::kMul>{}); return;
+    case BinaryOp::kDiv: body(std::integral_constant<BinaryOp, BinaryOp::kDiv>{}); return;
+  }
+  WEFT_FAIL("binary: unknown op ", static_cast<int>(op));
+}
+
+// Row loops: out[i] = f(a[i]) and out[i] = f(a[i], b[i]) over `length` elements with the given
+// strides. Unit strides (and a broadcast operand's stride 0) get loops of their own, which vectorize.
+template <class T, class A, class F>
+WEFT_CPU_VECTORIZED void map_row(T* out, int64_t out_stride, const A* a, int64_t a_stride, int64_t length, F f) {
+  if (out_stride == 1 && a_stride == 1) {
+    for (int64_t i = 0; i < length; ++i) out[i] = f(a[i]);
+  } else {
+    for (int64_t i = 0; i < length; ++i) out[i * out_stride] = f(a[i * a_stride]);
+  }
+}
+
+template <class T, class F>
+WEFT_CPU_VECTORIZED void map_row(T* out, int64_t out_stride, const T* a, int64_t a_stride, const T* b,
+                                 int64_t b_stride, int64_t length, F f) {
+  if (out_stride == 1 && a_stride == 1 && b_stride == 1) {
+    for (int64_t i = 0; i < length; ++i) out[i] = f(a[i], b[i]);
+  } else if (out_stride == 1 && a_stride == 1 && b_stride == 0) {
+    const T b_value = b[0];
+    for (int64_t i = 0; i < length; ++i) out[i] = f(a[i], b_value);
+  } else if (out_stride == 1 && a_stride == 0 && b_stride == 1) {
+    const T a_value = a[0];
+    for (int64_t i = 0; i < length; ++i) out[i] = f(a_value, b[i]);
+  } else {
+    for (int64_t i = 0; i < length; ++i) out[i * out_stride] = f(a[i * a_stride], b[i * b_stride]);
+  }
 }
 
 // The largest value of stored type T that is below `limit`.
@@ -104,7 +163,9 @@ void CpuBackend::fill(const Tensor& out, double value) {
   cpu::dispatch_all(out.dtype(), "fill", [&]<class T>() {
     T* data = out.data<T>();
     const T stored = store_element<T>(value);
-    cpu::for_each_index<1>(out.shape(), {&out.strides()}, [&](int64_t o) { data[o] = stored; });
+    cpu::for_each_row<1>(out.shape(), {&out.strides()}, 1, [&](auto offsets, auto strides, int64_t length) {
+      map_row(data + offsets[0], strides[0], &stored, 0, length, [](T x) { return x; });
+    });
   });
 }
 
@@ -115,15 +176,18 @@ void CpuBackend::copy(const Tensor& source, const Tensor& out) {
     cpu::dispatch_all(out.dtype(), "copy", [&]<class T>() {
       const S* in = source.data<S>();
       T* data = out.data<T>();
-      cpu::for_each_index<2>(out.shape(), {&source.strides(), &out.strides()}, [&](int64_t s, int64_t o) {
-        if constexpr (std::is_same_v<S, T>) {
-          data[o] = in[s];
-        } else if constexpr (std::is_integral_v<T>) {
-          data[o] = static_cast<T>(static_cast<double>(load_element(in[s])));
-        } else {
-          // Float to float through double keeps f64 exact and rounds once for 16-bit targets.
-          data[o] = store_element<T>(static_cast<double>(load_element(in[s])));
-        }
+      cpu::for_each_row<2>(out.shape(), {&source.strides(), &out.strides()}, 1,
+                           [&](auto offsets, auto strides, int64_t length) {
+        map_row(data + offsets[1], strides[1], in + offsets[0], strides[0], length, [](S x) {
+          if constexpr (std::is_same_v<S, T>) {
+            return x;
+          } else if constexpr (std::is_integral_v<T>) {
+            return static_cast<T>(static_cast<double>(load_element(x)));
+          } else {
+            // Float to float through double keeps f64 exact and rounds once for 16-bit targets.
+            return store_element<T>(static_cast<double>(load_element(x)));
+          }
+        });
       });
     });
   });
@@ -137,15 +201,18 @@ void CpuBackend::fill_random(const Tensor& out, RandomDistribution distribution,
     // Rounding to the stored type can carry a + (b - a) u up to b; such draws become the largest
     // stored value below b, so uniform stays in [a, b) in every dtype.
     const T below_high = largest_below<T>(b);
-    for (int64_t i = 0; i < count; ++i) {
-      const uint64_t counter = offset + static_cast<uint64_t>(i);
-      if (distribution == RandomDistribution::kUniform) {
-        const T stored = store_element<T>(a + (b - a) * philox_uniform(seed, counter));
-        data[i] = static_cast<double>(load_element(stored)) >= b ? below_high : stored;
-      } else {
-        data[i] = store_element<T>(a + b * philox_normal(seed, counter));
+    // Element i draws from counter offset + i, so splitting the elements over threads draws the same.
+    cpu::parallel_for(count, 40, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const uint64_t counter = offset + static_cast<uint64_t>(i);
+        if (distribution == RandomDistribution::kUniform) {
+          const T stored = store_element<T>(a + (b - a) * philox_uniform(seed, counter));
+          data[i] = static_cast<double>(load_element(stored)) >= b ? below_high : stored;
+        } else {
+          data[i] = store_element<T>(a + b * philox_normal(seed, counter));
+        }
       }
-    }
+    });
   });
 }
 
@@ -154,8 +221,11 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out) {
     using C = ComputeType<T>;
     const T* in = x.data<T>();
     T* data = out.data<T>();
-    cpu::for_each_index<2>(out.shape(), {&x.strides(), &out.strides()}, [&](int64_t i, int64_t o) {
-      data[o] = store_element<T>(apply_unary<C>(op, load_element(in[i])));
+    with_unary_op(op, [&](auto constant) {
+      cpu::for_each_row<2>(out.shape(), {&x.strides(), &out.strides()}, 16, [&](auto offsets, auto strides, int64_t length) {
+        map_row(data + offsets[1], strides[1], in + offsets[0], strides[0], length,
+                [](T value) { return store_element<T>(apply_unary<C>(decltype(constant)::value, load_element(value))); });
+      });
     });
   });
 }
@@ -166,10 +236,16 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad_
     const T* in = x.data<T>();
     const T* gy = grad_out.data<T>();
     T* gx = grad_x.data<T>();
-    cpu::for_each_index<3>(grad_x.shape(), {&x.strides(), &grad_out.strides(), &grad_x.strides()},
-                           [&](int64_t i, int64_t g, int64_t o) {
-                             gx[o] = store_element<T>(load_element(gy[g]) * unary_derivative<C>(op, load_element(in[i])));
-                           });
+    with_unary_op(op, [&](auto constant) {
+      cpu::for_each_row<3>(grad_x.shape(), {&x.strides(), &grad_out.strides(), &grad_x.strides()}, 24,
+                           [&](auto offsets, auto strides, int64_t length) {
+        map_row(gx + offsets[2], strides[2], in + offsets[0], strides[0], gy + offsets[1], strides[1], length,
+                [](T value, T grad) {
+                  return store_element<T>(load_element(grad) *
+                                          unary_derivative<C>(decltype(constant)::value, load_element(value)));
+                });
+      });
+    });
   });
 }
 
@@ -179,10 +255,16 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
     const T* in_a = a.data<T>();
     const T* in_b = b.data<T>();
     T* data = out.data<T>();
-    cpu::for_each_index<3>(out.shape(), {&a.strides(), &b.strides(), &out.strides()},
-                           [&](int64_t i, int64_t j, int64_t o) {
-                             data[o] = store_element<T>(apply_binary_op<C>(op, load_element(in_a[i]), load_element(in_b[j])));
-                           });
+    with_binary_op(op, [&](auto constant) {
+      cpu::for_each_row<3>(out.shape(), {&a.strides(), &b.strides(), &out.strides()}, 1,
+                           [&](auto offsets, auto strides, int64_t length) {
+        map_row(data + offsets[2], strides[2], in_a + offsets[0], strides[0], in_b + offsets[1], strides[1], length,
+                [](T x, T y) {
+                  return store_element<T>(
+                      apply_binary_op<C>(decltype(constant)::value, load_element(x), load_element(y)));
+                });
+      });
+    });
   });
 }
 
@@ -192,8 +274,9 @@ void CpuBackend::affine(const Tensor& x, double scale, double shift, const Tenso
     const T* in = x.data<T>();
     T* data = out.data<T>();
     const C scale_c = static_cast<C>(scale), shift_c = static_cast<C>(shift);
-    cpu::for_each_index<2>(out.shape(), {&x.strides(), &out.strides()}, [&](int64_t i, int64_t o) {
-      data[o] = store_element<T>(load_element(in[i]) * scale_c + shift_c);
+    cpu::for_each_row<2>(out.shape(), {&x.strides(), &out.strides()}, 2, [&](auto offsets, auto strides, int64_t length) {
+      map_row(data + offsets[1], strides[1], in + offsets[0], strides[0], length,
+              [=](T value) { return store_element<T>(load_element(value) * scale_c + shift_c); });
     });
   });
 }

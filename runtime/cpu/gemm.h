@@ -11,6 +11,9 @@
 
 namespace weft::cpu {
 
+// "oneDNN" or "OpenBLAS": the library behind the f32 calls, for the log.
+const char* f32_gemm_library();
+
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,

@@ -4,10 +4,16 @@
 // element type T of a floating dtype (float, BFloat16, Float16, double); ComputeType<T> is the type
 // to compute in. for_each_index walks every element of a shape in row-major order and hands the
 // body each operand's element offset, so kernels accept any view (transposed, sliced, broadcast).
+// for_each_row does the same a row at a time, after merging the dims that every operand lays out
+// contiguously (a contiguous tensor is one row), and splits the rows (or one long row) over the
+// thread pool: the elementwise kernels' inner loops then run over unit or zero strides, which the
+// compiler vectorizes.
 #pragma once
 
 #include <array>
 #include <cstdint>
+
+#include "runtime/cpu/parallel_for.h"
 
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -76,6 +82,77 @@ void for_each_index(absl::Span<const int64_t> shape, const std::array<const Stri
       index[d] = 0;
     }
   }
+}
+
+// Calls body(offsets, inner_strides, length) for every row of `shape` after merging the dims that all
+// N operands lay out contiguously (dims of size 1 dropped), where offsets[k] is operand k's element
+// offset of the row's first element and inner_strides[k] its stride along the row. Rows, or chunks
+// of a single long row, go to the thread pool (parallel_for.h) when there are enough elements
+// (work_per_element: rough operations per element); each element is visited exactly once, so the
+// body may write its output element by element, but must not accumulate across rows.
+template <size_t N, class Body>
+void for_each_row(absl::Span<const int64_t> shape, const std::array<const Strides*, N>& strides,
+                  int64_t work_per_element, Body&& body) {
+  if (shape_numel(shape) == 0) return;
+  // Merged dims, outermost first.
+  absl::InlinedVector<int64_t, 6> sizes;
+  absl::InlinedVector<std::array<int64_t, N>, 6> merged_strides;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    std::array<int64_t, N> dim_strides;
+    for (size_t k = 0; k < N; ++k) dim_strides[k] = (*strides[k])[d];
+    if (!sizes.empty()) {
+      bool contiguous = true;
+      for (size_t k = 0; k < N; ++k) contiguous &= merged_strides.back()[k] == dim_strides[k] * shape[d];
+      if (contiguous) {
+        sizes.back() *= shape[d];
+        merged_strides.back() = dim_strides;
+        continue;
+      }
+    }
+    sizes.push_back(shape[d]);
+    merged_strides.push_back(dim_strides);
+  }
+  std::array<int64_t, N> inner_strides{};
+  int64_t inner = 1;
+  if (!sizes.empty()) {
+    inner = sizes.back();
+    inner_strides = merged_strides.back();
+    sizes.pop_back();
+    merged_strides.pop_back();
+  }
+  int64_t rows = 1;
+  for (int64_t size : sizes) rows *= size;
+  if (rows == 1) {
+    // One row: split it into chunks.
+    parallel_for(inner, work_per_element, [&](int64_t begin, int64_t end) {
+      std::array<int64_t, N> offsets;
+      for (size_t k = 0; k < N; ++k) offsets[k] = begin * inner_strides[k];
+      body(offsets, inner_strides, end - begin);
+    });
+    return;
+  }
+  parallel_for(rows, inner * work_per_element, [&](int64_t begin, int64_t end) {
+    // The first row's index over the outer dims, then an odometer.
+    const int64_t outer = static_cast<int64_t>(sizes.size());
+    absl::InlinedVector<int64_t, 6> index(sizes.size(), 0);
+    std::array<int64_t, N> offsets{};
+    for (int64_t d = outer - 1, rest = begin; d >= 0; --d) {
+      index[d] = rest % sizes[d];
+      rest /= sizes[d];
+      for (size_t k = 0; k < N; ++k) offsets[k] += index[d] * merged_strides[d][k];
+    }
+    for (int64_t row = begin; row < end; ++row) {
+      body(offsets, inner_strides, inner);
+      for (int64_t d = outer - 1; d >= 0; --d) {
+        ++index[d];
+        for (size_t k = 0; k < N; ++k) offsets[k] += merged_strides[d][k];
+        if (index[d] < sizes[d]) break;
+        for (size_t k = 0; k < N; ++k) offsets[k] -= merged_strides[d][k] * sizes[d];
+        index[d] = 0;
+      }
+    }
+  });
 }
 
 }  // namespace weft::cpu

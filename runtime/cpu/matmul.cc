@@ -56,6 +56,17 @@ void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& out, double al
   const Scalar* left_data = left.data<Scalar>();
   const Scalar* right_data = right.data<Scalar>();
   Scalar* out_data = out.data<Scalar>();
+  // One weight for the whole batch (x @ w.T with x [B, T, K]) and batch entries that follow one
+  // another row after row: one GEMM of batch * m rows. Fewer, larger calls; and the product of a
+  // row no longer depends on how the rows were grouped into a batch (oneDNN picks its kernel, and
+  // with it the order of a dot product's terms, by the matrix's size), so x [B, T, K] and its
+  // [B T, K] view multiply to the same bits.
+  if (batch > 1 && right.stride(0) == 0 && !left_layout.transpose && left.stride(0) == m * left_layout.leading) {
+    cpu::gemm(false, right_layout.transpose, batch * m, n, k, static_cast<Scalar>(alpha), left_data,
+              left_layout.leading, right_data, right_layout.leading, static_cast<Scalar>(beta), out_data,
+              std::max<int64_t>(n, 1));
+    return;
+  }
   for (int64_t i = 0; i < batch; ++i) {
     const Scalar* a_i = left_data + i * left.stride(0);
     const Scalar* b_i = right_data + i * right.stride(0);

@@ -1,10 +1,14 @@
 // AdamW and SGD updates on the CPU (runtime/optimizer_update.h): one plain loop per parameter over
-// contiguous data, the reference the CUDA multi-tensor kernels are checked against.
+// contiguous data, the reference the CUDA multi-tensor kernels are checked against. A large
+// parameter's elements are split over the thread pool (each element's update is independent, so
+// the split changes no result), and the loops are built for the CPU's vector width.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/parallel_for.h"
+#include "runtime/cpu/vectorized.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
@@ -57,7 +61,7 @@ void dispatch_parameter(const Tensor& parameter, const char* op, Body&& body) {
 // One parameter's AdamW update. grad, exp_avg, exp_avg_sq are State; master is null unless
 // Parameter is 16-bit. Each double scalar is rounded once to State.
 template <class Parameter, class State>
-void adamw_loop(Parameter* parameter, const State* grad, State* exp_avg, State* exp_avg_sq, State* master,
+WEFT_CPU_VECTORIZED void adamw_loop(Parameter* parameter, const State* grad, State* exp_avg, State* exp_avg_sq, State* master,
                 int64_t count, const AdamWTensorUpdate& update, const AdamWHyperparameters& hyperparameters) {
   const State decay = static_cast<State>(update.decay);
   const State beta1 = static_cast<State>(hyperparameters.beta1);
@@ -82,7 +86,7 @@ void adamw_loop(Parameter* parameter, const State* grad, State* exp_avg, State* 
 // One parameter's SGD update; buffer is null when momentum is 0, master null unless Parameter is
 // 16-bit. Each double scalar is rounded once to State.
 template <class Parameter, class State>
-void sgd_loop(Parameter* parameter, const State* grad, State* buffer, State* master, int64_t count,
+WEFT_CPU_VECTORIZED void sgd_loop(Parameter* parameter, const State* grad, State* buffer, State* master, int64_t count,
               const SgdTensorUpdate& update, const SgdHyperparameters& hyperparameters) {
   const State lr = static_cast<State>(update.lr);
   const State momentum = static_cast<State>(hyperparameters.momentum);
@@ -116,10 +120,16 @@ void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
   for (const AdamWTensorUpdate& update : updates) {
     const Tensor grad = gradient_in_state_dtype(update.parameter, update.grad);
     dispatch_parameter(update.parameter, "adamw_update", [&]<class Parameter, class State>() {
-      adamw_loop<Parameter, State>(update.parameter.data<Parameter>(), grad.data<State>(),
-                                   update.exp_avg.data<State>(), update.exp_avg_sq.data<State>(),
-                                   update.master.defined() ? update.master.data<State>() : nullptr,
-                                   update.parameter.numel(), update, hyperparameters);
+      Parameter* parameter = update.parameter.data<Parameter>();
+      const State* gradient = grad.data<State>();
+      State* exp_avg = update.exp_avg.data<State>();
+      State* exp_avg_sq = update.exp_avg_sq.data<State>();
+      State* master = update.master.defined() ? update.master.data<State>() : nullptr;
+      cpu::parallel_for(update.parameter.numel(), 12, [&](int64_t begin, int64_t end) {
+        adamw_loop<Parameter, State>(parameter + begin, gradient + begin, exp_avg + begin, exp_avg_sq + begin,
+                                     master != nullptr ? master + begin : nullptr, end - begin, update,
+                                     hyperparameters);
+      });
     });
   }
 }
@@ -129,10 +139,14 @@ void CpuBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const Sgd
   for (const SgdTensorUpdate& update : updates) {
     const Tensor grad = gradient_in_state_dtype(update.parameter, update.grad);
     dispatch_parameter(update.parameter, "sgd_update", [&]<class Parameter, class State>() {
-      sgd_loop<Parameter, State>(update.parameter.data<Parameter>(), grad.data<State>(),
-                                 update.momentum_buffer.defined() ? update.momentum_buffer.data<State>() : nullptr,
-                                 update.master.defined() ? update.master.data<State>() : nullptr,
-                                 update.parameter.numel(), update, hyperparameters);
+      Parameter* parameter = update.parameter.data<Parameter>();
+      const State* gradient = grad.data<State>();
+      State* buffer = update.momentum_buffer.defined() ? update.momentum_buffer.data<State>() : nullptr;
+      State* master = update.master.defined() ? update.master.data<State>() : nullptr;
+      cpu::parallel_for(update.parameter.numel(), 6, [&](int64_t begin, int64_t end) {
+        sgd_loop<Parameter, State>(parameter + begin, gradient + begin, buffer != nullptr ? buffer + begin : nullptr,
+                                   master != nullptr ? master + begin : nullptr, end - begin, update, hyperparameters);
+      });
     });
   }
 }

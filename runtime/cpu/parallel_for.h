@@ -13,11 +13,9 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace weft::cpu {
+#include "runtime/cpu/thread_pool.h"
 
-// Threads the next parallel region may use (omp_get_max_threads: OMP_NUM_THREADS, or the share of
-// the cores launcher/cpu_threads.h gives each rank).
-inline int thread_count() { return omp_get_max_threads(); }
+namespace weft::cpu {
 
 // Calls body(begin, end) over [0, count) in contiguous chunks, one per thread, when count *
 // work_per_item is worth a parallel region (at least about 32k operations per thread); else calls
@@ -30,7 +28,7 @@ void parallel_for(int64_t count, int64_t work_per_item, Body&& body) {
   const int64_t total_work = count * std::max<int64_t>(work_per_item, 1);
   const int64_t useful_threads =
       std::min<int64_t>({static_cast<int64_t>(thread_count()), count, total_work / kMinimumWorkPerThread});
-  if (useful_threads <= 1 || omp_in_parallel()) {
+  if (useful_threads <= 1 || omp_in_parallel() != 0) {
     body(int64_t{0}, count);
     return;
   }
