@@ -2,10 +2,13 @@
 #include "runtime/cpu/gemm.h"
 
 #include <cblas.h>
+
+#include <optional>
 #if WEFT_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
+#include "runtime/cpu/deferred_signals.h"
 #include "runtime/cpu/parallel_for.h"
 #include "runtime/error.h"
 
@@ -22,8 +25,14 @@ const char* f32_gemm_library() {
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
 #if WEFT_HAVE_ONEDNN
-  // oneDNN sizes its parallel region by the calling thread's OpenMP setting: make it the pool's.
-  if (omp_in_parallel() == 0 && omp_get_max_threads() != thread_count()) omp_set_num_threads(thread_count());
+  // Outside a parallel region: oneDNN sizes its own region by the calling thread's OpenMP setting,
+  // so make it the pool's, and hold back signals while its kernels run (deferred_signals.h). Inside
+  // one, parallel_for already holds them on every thread of the region.
+  std::optional<DeferredSignals> deferred;
+  if (omp_in_parallel() == 0) {
+    if (omp_get_max_threads() != thread_count()) omp_set_num_threads(thread_count());
+    deferred.emplace();
+  }
   const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda,
                                           b, ldb, beta, c, ldc);
   WEFT_CHECK(status == dnnl_success, "matmul: oneDNN's sgemm failed (status ", static_cast<int>(status), ") on [", m,

@@ -4,7 +4,10 @@
 //
 // Called from inside a parallel_for chunk (parallel_for.h), the GEMM runs on that one thread
 // (oneDNN sees it is inside an OpenMP region); called outside, it uses the whole pool.
-// Failures (oneDNN refusing a shape) raise with the shape in the message.
+// Failures (oneDNN refusing a shape) raise with the shape in the message. Asynchronous signals wait
+// while oneDNN's kernels run (deferred_signals.h). oneDNN may order a dot product's terms by the
+// matrix's size and its thread count, so results are deterministic for a given shape and pool
+// size, not across them.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,8 @@
 // serial loop, so a kernel's results do not depend on the thread count (the f64 gradient checks
 // and the bitwise CPU comparisons between configurations rely on it). Reductions across items
 // (a sum over rows) must not be split this way. Small calls stay on the calling thread: a parallel
-// region costs a few microseconds, more than a row of a small model takes.
+// region costs a few microseconds, more than a row of a small model takes. Asynchronous signals are
+// held back on the pool's threads while a region runs (deferred_signals.h says why).
 #pragma once
 
 #include <omp.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/cpu/deferred_signals.h"
 #include "runtime/cpu/thread_pool.h"
 
 namespace weft::cpu {
@@ -32,6 +34,8 @@ void parallel_for(int64_t count, int64_t work_per_item, Body&& body) {
     body(int64_t{0}, count);
     return;
   }
+  // The region's threads may run oneDNN's GEMMs; its workers are created here and keep the mask.
+  const DeferredSignals deferred;
 #pragma omp parallel num_threads(static_cast<int>(useful_threads))
   {
     const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();

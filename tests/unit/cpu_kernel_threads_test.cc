@@ -2,10 +2,15 @@
 // vectorized.h): weft's own kernels give bit-for-bit the same results on one thread as on several
 // (each row or head is one thread's), strided and broadcast views through the row walker give what
 // an element-by-element loop gives, the pool size set once holds on every thread, and the
-// vectorizable exp stays within 2 ulp of std::exp. Shapes are large enough that the kernels do
+// vectorizable exp stays within 2 ulp of std::exp, and signals handled while GEMMs run do not
+// corrupt the heap (runtime/cpu/deferred_signals.h). Shapes are large enough that the kernels do
 // split their work (parallel_for skips the split below about 32k operations per thread).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -134,6 +139,46 @@ TEST_F(CpuKernelThreadsTest, ThePoolSizeHoldsOnEveryThread) {
   other.join();
   EXPECT_EQ(cpu::thread_count(), 3);
   EXPECT_EQ(seen_elsewhere, 3);
+}
+
+std::atomic<int> signals_handled{0};
+void count_signal(int) { signals_handled.fetch_add(1, std::memory_order_relaxed); }
+
+// oneDNN 2.x's AVX-512 GEMM kernel keeps its stack pointer in a heap buffer: a signal handled on a
+// thread running it wrote the handler's frame over the heap, and a later free aborted. Thousands of
+// handled signals sent to the process while two threads multiply; the products must be right and
+// the allocator intact afterwards.
+TEST_F(CpuKernelThreadsTest, SignalsHandledDuringGemmsLeaveTheHeapIntact) {
+  cpu::set_thread_count(2);
+  struct sigaction action {}, previous {};
+  action.sa_handler = count_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &previous), 0);
+  const Tensor a = Tensor::normal({384, 256}, 13), b = Tensor::normal({256, 320}, 14);
+  Tensor expected = Tensor::empty({1, 384, 320});
+  cpu_backend().matmul(a.view({1, 384, 256}), b.view({1, 256, 320}), expected, 1.0, 0.0);
+  std::atomic<bool> done{false};
+  std::thread sender([&] {
+    while (!done.load()) {
+      kill(getpid(), SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  int mismatches = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500)) {
+    Tensor product = Tensor::empty({1, 384, 320});
+    cpu_backend().matmul(a.view({1, 384, 256}), b.view({1, 256, 320}), product, 1.0, 0.0);
+    if (std::memcmp(product.raw_data(), expected.raw_data(), 384 * 320 * sizeof(float)) != 0) ++mismatches;
+    std::vector<std::vector<char>> churn(64);  // allocations the corrupted heap would fail on
+    for (auto& block : churn) block.resize(4096 + 17);
+  }
+  done.store(true);
+  sender.join();
+  sigaction(SIGUSR1, &previous, nullptr);
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GT(signals_handled.load(), 1000) << "too few signals were handled for the test to mean anything";
 }
 
 TEST(VectorizableExp, IsWithinTwoUlpOfStdExpAndSaturatesAtTheEnds) {
