@@ -6,13 +6,16 @@
 // and the bitwise CPU comparisons between configurations rely on it). Reductions across items
 // (a sum over rows) must not be split this way. Small calls stay on the calling thread: a parallel
 // region costs a few microseconds, more than a row of a small model takes. Asynchronous signals are
-// held back on the pool's threads while a region runs (deferred_signals.h says why).
+// held back on the pool's threads while a region runs (deferred_signals.h says why). An exception
+// thrown by a chunk reaches the caller, as from the serial loop.
 #pragma once
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <exception>
 
 #include "runtime/cpu/deferred_signals.h"
 #include "runtime/cpu/thread_pool.h"
@@ -36,12 +39,21 @@ void parallel_for(int64_t count, int64_t work_per_item, Body&& body) {
   }
   // The region's threads may run oneDNN's GEMMs; its workers are created here and keep the mask.
   const DeferredSignals deferred;
+  // An exception may not leave an OpenMP region (the program would terminate): the first one thrown
+  // is kept and rethrown on the calling thread once every chunk has finished.
+  std::exception_ptr first_error;
+  std::atomic_flag error_taken = ATOMIC_FLAG_INIT;
 #pragma omp parallel num_threads(static_cast<int>(useful_threads))
   {
     const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
     const int64_t begin = count * thread / threads, end = count * (thread + 1) / threads;
-    if (begin < end) body(begin, end);
+    try {
+      if (begin < end) body(begin, end);
+    } catch (...) {
+      if (!error_taken.test_and_set()) first_error = std::current_exception();
+    }
   }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 }  // namespace weft::cpu

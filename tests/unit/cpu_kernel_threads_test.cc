@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/parallel_for.h"
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/cpu/vectorized.h"
+#include "runtime/error.h"
 #include "runtime/optimizer_update.h"
 #include "runtime/tensor.h"
 
@@ -130,6 +132,17 @@ TEST_F(CpuKernelThreadsTest, StridedAndBroadcastElementwiseMatchesAnElementLoop)
       EXPECT_NEAR(gelu.data<float>()[r * 300 + c], expected_gelu, 1e-6 * (1.0 + std::fabs(expected_gelu)));
     }
   }
+}
+
+TEST_F(CpuKernelThreadsTest, AnErrorInOneChunkReachesTheCaller) {
+  cpu::set_thread_count(4);
+  std::atomic<int> chunks{0};
+  EXPECT_THROW(cpu::parallel_for(1000, 1000, [&](int64_t begin, int64_t end) {
+                 ++chunks;
+                 if (begin == 0) WEFT_FAIL("the first chunk fails");
+               }),
+               Error);
+  EXPECT_EQ(chunks.load(), 4) << "every chunk runs to its end before the error is rethrown";
 }
 
 TEST_F(CpuKernelThreadsTest, ThePoolSizeHoldsOnEveryThread) {
