@@ -59,6 +59,12 @@ int64_t query_heads_per_kv_head(const char* op, const Tensor& q, const Tensor& k
   return q.size(1) / k.size(1);
 }
 
+void check_floating(const char* op, const Tensor& q) {
+  const DType dtype = q.dtype();
+  WEFT_CHECK(dtype == kFloat32 || dtype == kFloat64 || dtype == kBFloat16 || dtype == kFloat16, op, ": dtype ",
+             dtype_name(dtype), " is not supported (expected f32, bf16, f16 or f64)");
+}
+
 // A contiguous f32 copy of a 16-bit tensor, or the tensor itself when it is f32 or f64.
 Tensor computable(const Tensor& x) {
   if (x.dtype() == kFloat32 || x.dtype() == kFloat64) return x;
@@ -186,13 +192,13 @@ void attention_backward_pairs(const Tensor& q, const Tensor& k, const Tensor& v,
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                            const Tensor& lse) {
   check_rows_unit_stride("attention", {&q, &k, &v, &out});
+  check_floating("attention", q);
   query_heads_per_kv_head("attention", q, k);
   if (q.numel() == 0) return;
   const Tensor computed = computable_output(out);
   if (q.dtype() == kFloat64) {
     attention_forward<double>(q, k, v, scale, computed, lse.data<double>());
   } else {
-    cpu::dispatch_floating(q.dtype(), "attention", [] <class T>() {});  // names an unsupported dtype
     attention_forward<float>(computable(q), computable(k), computable(v), static_cast<float>(scale), computed,
                              lse.data<float>());
   }
@@ -203,6 +209,7 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
                                     const Tensor& grad_k, const Tensor& grad_v) {
   check_rows_unit_stride("attention_backward", {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v});
+  check_floating("attention_backward", q);
   query_heads_per_kv_head("attention_backward", q, k);
   if (q.numel() == 0) return;
   const Tensor computed_q = computable_output(grad_q), computed_k = computable_output(grad_k),
@@ -211,7 +218,6 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
     attention_backward_pairs<double>(q, k, v, out, lse.data<double>(), grad_out, scale, computed_q, computed_k,
                                      computed_v);
   } else {
-    cpu::dispatch_floating(q.dtype(), "attention_backward", [] <class T>() {});
     attention_backward_pairs<float>(computable(q), computable(k), computable(v), computable(out), lse.data<float>(),
                                     computable(grad_out), static_cast<float>(scale), computed_q, computed_k,
                                     computed_v);
