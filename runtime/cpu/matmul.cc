@@ -1,4 +1,5 @@
-// CPU kernel: batched matmul, one cpu::gemm call (gemm.h: oneDNN or OpenBLAS) per batch entry.
+// CPU kernel: batched matmul through cpu::gemm (gemm.h: oneDNN or OpenBLAS): one call per batch
+// entry, or one for the whole batch when it shares one weight and its rows follow one another.
 //
 // Operands are passed to BLAS as they lie in memory: a row-major view is "no transpose", a
 // column-major view (a transposed tensor) is "transpose", so x @ w.T never copies w. Other
