@@ -24,6 +24,7 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel_support.h"
 #include "runtime/cpu/parallel_for.h"
+#include "runtime/cpu/vectorized.h"
 
 namespace weft {
 namespace {
@@ -85,15 +86,19 @@ void store_computed(const Tensor& computed, const Tensor& out) {
 
 // The causal mask and softmax of a score tile's row `row` (query step t sees keys 0..t): the row's
 // probabilities replace its scores, masked entries become 0; returns the row's log-sum-exp.
+// row[s] = exp(row[s] - shift) for s < count, in a loop built for the CPU's vector width.
+template <class C>
+WEFT_CPU_VECTORIZED void exponentiate_shifted(C* row, int64_t count, C shift) {
+  for (int64_t s = 0; s < count; ++s) row[s] = cpu::kernel_exp(row[s] - shift);
+}
+
 template <class C>
 C softmax_causal_row(C* row, int64_t visible, int64_t keys) {
   C maximum = -std::numeric_limits<C>::infinity();
   for (int64_t s = 0; s < visible; ++s) maximum = std::max(maximum, row[s]);
+  exponentiate_shifted(row, visible, maximum);
   C total = 0;
-  for (int64_t s = 0; s < visible; ++s) {
-    row[s] = std::exp(row[s] - maximum);
-    total += row[s];
-  }
+  for (int64_t s = 0; s < visible; ++s) total += row[s];
   const C inverse = C(1) / total;
   for (int64_t s = 0; s < visible; ++s) row[s] *= inverse;
   std::fill(row + visible, row + keys, C(0));
@@ -154,7 +159,7 @@ void attention_backward_pairs(const Tensor& q, const Tensor& k, const Tensor& v,
             C* row = probabilities.data() + r * keys;
             const C row_lse = lse[(b * heads + h) * steps + first + r];
             const int64_t visible = first + r + 1;
-            for (int64_t s = 0; s < visible; ++s) row[s] = std::exp(row[s] - row_lse);
+            exponentiate_shifted(row, visible, row_lse);
             std::fill(row + visible, row + keys, C(0));
           }
           // dv[0:keys] += P^T dO;  dP = dO v^T.

@@ -23,9 +23,9 @@ constexpr double kGeluCubic = 0.044715;
 // backward). This form is within about 1e-7 of it in absolute terms, which is what GELU's 1 + tanh
 // sees, and saturates to +-1 for large |u|. f64 (the gradient checks) keeps std::tanh.
 template <class C>
-C gelu_tanh(C u) {
+WEFT_CPU_INLINE C gelu_tanh(C u) {
   if constexpr (std::is_same_v<C, float>) {
-    const float magnitude = 1.0f - 2.0f / (cpu::activation_exp(2.0f * std::fabs(u)) + 1.0f);
+    const float magnitude = 1.0f - 2.0f / (cpu::kernel_exp(2.0f * std::fabs(u)) + 1.0f);
     return std::copysign(magnitude, u);
   } else {
     return std::tanh(u);
@@ -33,7 +33,7 @@ C gelu_tanh(C u) {
 }
 
 template <class C>
-C apply_unary(UnaryOp op, C x) {
+WEFT_CPU_INLINE C apply_unary(UnaryOp op, C x) {
   switch (op) {
     case UnaryOp::kNeg: return -x;
     case UnaryOp::kRelu: return x > C(0) ? x : C(0);
@@ -41,7 +41,7 @@ C apply_unary(UnaryOp op, C x) {
       const C inner = C(kSqrtTwoOverPi) * (x + C(kGeluCubic) * x * x * x);
       return C(0.5) * x * (C(1) + gelu_tanh(inner));
     }
-    case UnaryOp::kSilu: return x / (C(1) + cpu::activation_exp(-x));
+    case UnaryOp::kSilu: return x / (C(1) + cpu::kernel_exp(-x));
     case UnaryOp::kExp: return std::exp(x);
     case UnaryOp::kLog: return std::log(x);
     case UnaryOp::kTanh: return std::tanh(x);
@@ -54,7 +54,7 @@ C apply_unary(UnaryOp op, C x) {
 
 // d op(x) / dx.
 template <class C>
-C unary_derivative(UnaryOp op, C x) {
+WEFT_CPU_INLINE C unary_derivative(UnaryOp op, C x) {
   switch (op) {
     case UnaryOp::kNeg: return C(-1);
     case UnaryOp::kRelu: return x > C(0) ? C(1) : C(0);
@@ -65,7 +65,7 @@ C unary_derivative(UnaryOp op, C x) {
       return C(0.5) * (C(1) + tanh_inner) + C(0.5) * x * (C(1) - tanh_inner * tanh_inner) * inner_derivative;
     }
     case UnaryOp::kSilu: {
-      const C sigmoid = C(1) / (C(1) + cpu::activation_exp(-x));
+      const C sigmoid = C(1) / (C(1) + cpu::kernel_exp(-x));
       return sigmoid * (C(1) + x * (C(1) - sigmoid));
     }
     case UnaryOp::kExp: return std::exp(x);

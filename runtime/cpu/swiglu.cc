@@ -17,18 +17,18 @@ namespace weft {
 namespace {
 
 template <class C>
-C sigmoid(C x) {
-  return C(1) / (C(1) + cpu::activation_exp(-x));
+WEFT_CPU_INLINE C sigmoid(C x) {
+  return C(1) / (C(1) + cpu::kernel_exp(-x));
 }
 
 template <class C>
-C silu(C x) {
-  return x / (C(1) + cpu::activation_exp(-x));
+WEFT_CPU_INLINE C silu(C x) {
+  return x / (C(1) + cpu::kernel_exp(-x));
 }
 
 // d silu(x) / dx = sigmoid(x) (1 + x (1 - sigmoid(x))).
 template <class C>
-C silu_derivative(C x) {
+WEFT_CPU_INLINE C silu_derivative(C x) {
   const C s = sigmoid(x);
   return s * (C(1) + x * (C(1) - s));
 }

@@ -25,10 +25,18 @@
 #else
 #define WEFT_CPU_VECTORIZED
 #endif
+// GCC inlines a function built for the baseline into a clone built for another -march only when it
+// must: the helpers a vectorized loop calls are forced inline, or the loop calls them one element
+// at a time (the profile showed vectorizable_exp called out of line from GELU's backward loop).
+#if defined(__GNUC__)
+#define WEFT_CPU_INLINE inline __attribute__((always_inline))
+#else
+#define WEFT_CPU_INLINE inline
+#endif
 
 namespace weft::cpu {
 
-inline float vectorizable_exp(float x) {
+WEFT_CPU_INLINE float vectorizable_exp(float x) {
   constexpr float kLog2E = 1.44269504088896341f;
   constexpr float kLn2High = 0.693359375f;  // ln 2 split in two so that n * kLn2High is exact
   constexpr float kLn2Low = -2.12194440e-4f;
@@ -49,12 +57,12 @@ inline float vectorizable_exp(float x) {
   return underflows ? 0.0f : p * scale;
 }
 
-// exp inside the activations (GELU's tanh, SiLU's sigmoid): in f32 vectorizable_exp, whose
-// saturation at exp(88) a 1 + exp(...) in a denominator does not notice; f64 (the gradient checks)
-// keeps std::exp. elementwise.cc and swiglu.cc both use it, so the fused SwiGLU equals silu then mul
-// bit for bit.
+// exp in the kernels' f32 math (GELU's tanh, SiLU's sigmoid, attention's softmax): vectorizable_exp,
+// whose saturation at exp(88) neither a 1 + exp(...) in a denominator nor a softmax's arguments
+// (at most 0 after the row maximum is taken off) notice; f64 (the gradient checks) keeps std::exp.
+// elementwise.cc and swiglu.cc both use it, so the fused SwiGLU equals silu then mul bit for bit.
 template <class C>
-C activation_exp(C x) {
+WEFT_CPU_INLINE C kernel_exp(C x) {
   if constexpr (std::is_same_v<C, float>) {
     return vectorizable_exp(x);
   } else {
