@@ -11,8 +11,10 @@
 // computed, and rounded once on the way out. Any head dim.
 //
 // Threads: (batch, head) pairs in forward, (batch, kv head) pairs in backward are split over the
-// pool (parallel_for.h); each pair is one thread's from start to end, and a kv head's dk, dv sum its
-// query heads in order on that thread, so results do not depend on the thread count.
+// pool (parallel_for.h); each pair is one thread's from start to end (its GEMMs included), and a kv
+// head's dk, dv sum its query heads in order on that thread, so a split call's results do not depend
+// on the thread count. A call too small to split stays on the calling thread, whose GEMMs may then
+// use the pool (and oneDNN may split a GEMM's sums by its thread count).
 // Grouped-query attention: k, v have KV heads (H % KV == 0) and query head h reads kv head
 // h / (H / KV); dk, dv of a kv head are the sums over the query heads of its group.
 #include <algorithm>
