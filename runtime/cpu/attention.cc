@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/f32_scratch.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel_support.h"
 #include "runtime/cpu/parallel_for.h"
@@ -68,32 +69,14 @@ void check_floating(const char* op, const Tensor& q) {
              dtype_name(dtype), " is not supported (expected f32, bf16, f16 or f64)");
 }
 
-// A contiguous f32 copy of a 16-bit tensor, or the tensor itself when it is f32 or f64.
-Tensor computable(const Tensor& x) {
-  if (x.dtype() == kFloat32 || x.dtype() == kFloat64) return x;
-  Tensor wide = Tensor::empty(x.shape(), kFloat32, Device::cpu());
-  cpu_backend().copy(x, wide);
-  return wide;
-}
-
-// An f32 tensor to compute a 16-bit output into (copied back by store_computed), or the output.
-Tensor computable_output(const Tensor& x) {
-  if (x.dtype() == kFloat32 || x.dtype() == kFloat64) return x;
-  return Tensor::empty(x.shape(), kFloat32, Device::cpu());
-}
-
-void store_computed(const Tensor& computed, const Tensor& out) {
-  if (!computed.is_same(out)) cpu_backend().copy(computed, out);
-}
-
-// The causal mask and softmax of a score tile's row `row` (query step t sees keys 0..t): the row's
-// probabilities replace its scores, masked entries become 0; returns the row's log-sum-exp.
 // row[s] = exp(row[s] - shift) for s < count, in a loop built for the CPU's vector width.
 template <class C>
 WEFT_CPU_VECTORIZED void exponentiate_shifted(C* row, int64_t count, C shift) {
   for (int64_t s = 0; s < count; ++s) row[s] = cpu::kernel_exp(row[s] - shift);
 }
 
+// The causal mask and softmax of a score tile's row `row` (query step t sees keys 0..t): the row's
+// probabilities replace its scores, masked entries become 0; returns the row's log-sum-exp.
 template <class C>
 C softmax_causal_row(C* row, int64_t visible, int64_t keys) {
   C maximum = -std::numeric_limits<C>::infinity();
@@ -202,14 +185,14 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, do
   check_floating("attention", q);
   query_heads_per_kv_head("attention", q, k);
   if (q.numel() == 0) return;
-  const Tensor computed = computable_output(out);
+  const Tensor computed = cpu::f32_output_for(out);
   if (q.dtype() == kFloat64) {
     attention_forward<double>(q, k, v, scale, computed, lse.data<double>());
   } else {
-    attention_forward<float>(computable(q), computable(k), computable(v), static_cast<float>(scale), computed,
+    attention_forward<float>(cpu::widened_to_f32(q), cpu::widened_to_f32(k), cpu::widened_to_f32(v), static_cast<float>(scale), computed,
                              lse.data<float>());
   }
-  store_computed(computed, out);
+  cpu::store_from_f32(computed, out);
 }
 
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -219,19 +202,19 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
   check_floating("attention_backward", q);
   query_heads_per_kv_head("attention_backward", q, k);
   if (q.numel() == 0) return;
-  const Tensor computed_q = computable_output(grad_q), computed_k = computable_output(grad_k),
-               computed_v = computable_output(grad_v);
+  const Tensor computed_q = cpu::f32_output_for(grad_q), computed_k = cpu::f32_output_for(grad_k),
+               computed_v = cpu::f32_output_for(grad_v);
   if (q.dtype() == kFloat64) {
     attention_backward_pairs<double>(q, k, v, out, lse.data<double>(), grad_out, scale, computed_q, computed_k,
                                      computed_v);
   } else {
-    attention_backward_pairs<float>(computable(q), computable(k), computable(v), computable(out), lse.data<float>(),
-                                    computable(grad_out), static_cast<float>(scale), computed_q, computed_k,
+    attention_backward_pairs<float>(cpu::widened_to_f32(q), cpu::widened_to_f32(k), cpu::widened_to_f32(v), cpu::widened_to_f32(out), lse.data<float>(),
+                                    cpu::widened_to_f32(grad_out), static_cast<float>(scale), computed_q, computed_k,
                                     computed_v);
   }
-  store_computed(computed_q, grad_q);
-  store_computed(computed_k, grad_k);
-  store_computed(computed_v, grad_v);
+  cpu::store_from_f32(computed_q, grad_q);
+  cpu::store_from_f32(computed_k, grad_k);
+  cpu::store_from_f32(computed_v, grad_v);
 }
 
 }  // namespace weft

@@ -4,8 +4,10 @@
 // matmul.cc, softmax.cc, normalization.cc, embedding.cc, attention.cc, cross_entropy.cc,
 // dropout.cc, optimizer_update.cc). Math is f32 (double for f64 tensors); bf16/f16 are converted
 // on load and store.
-// These kernels favour clarity and exactness over speed, except matmul, which is OpenBLAS sgemm
-// (dgemm for f64) so CPU training runs at a useful speed.
+// They are the exact reference (f64 for the gradient checks) and also fast enough to train on:
+// f32 GEMMs go to oneDNN (gemm.h), rows and heads are split over one OpenMP pool (parallel_for.h)
+// so that results do not depend on the thread count, and row loops are built per vector width
+// (vectorized.h).
 #pragma once
 
 #include "runtime/backend.h"

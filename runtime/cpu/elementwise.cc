@@ -113,6 +113,9 @@ template <class T, class A, class F>
 WEFT_CPU_VECTORIZED void map_row(T* out, int64_t out_stride, const A* a, int64_t a_stride, int64_t length, F f) {
   if (out_stride == 1 && a_stride == 1) {
     for (int64_t i = 0; i < length; ++i) out[i] = f(a[i]);
+  } else if (out_stride == 1 && a_stride == 0) {  // fill, and broadcast sources
+    const T value = f(a[0]);
+    for (int64_t i = 0; i < length; ++i) out[i] = value;
   } else {
     for (int64_t i = 0; i < length; ++i) out[i * out_stride] = f(a[i * a_stride]);
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/f32_scratch.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernel_support.h"
 
@@ -31,13 +32,6 @@ MatrixLayout matrix_layout(int64_t rows, int64_t cols, int64_t row_stride, int64
     if (leading >= std::max<int64_t>(rows, 1)) return {true, true, leading};
   }
   return {};
-}
-
-// Widens a [B, rows, cols] 16-bit tensor into a contiguous f32 tensor.
-Tensor widen(const Tensor& x) {
-  Tensor wide = Tensor::empty(x.shape(), kFloat32, Device::cpu());
-  cpu_backend().copy(x, wide);
-  return wide;
 }
 
 template <class Scalar>
@@ -95,9 +89,9 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& bm, const Tensor& out, do
     case kFloat64: gemm_batched<double>(a, bm, out, alpha, beta); return;
     case kBFloat16:
     case kFloat16: {
-      Tensor wide_out = beta == 0.0 ? Tensor::empty(out.shape(), kFloat32, Device::cpu()) : widen(out);
-      gemm_batched<float>(widen(a), widen(bm), wide_out, alpha, beta);
-      copy(wide_out, out);
+      const Tensor wide_out = beta == 0.0 ? cpu::f32_output_for(out) : cpu::widened_to_f32(out);
+      gemm_batched<float>(cpu::widened_to_f32(a), cpu::widened_to_f32(bm), wide_out, alpha, beta);
+      cpu::store_from_f32(wide_out, out);
       return;
     }
     default: WEFT_FAIL("matmul: dtype ", dtype_name(out.dtype()), " is not supported");

@@ -23,22 +23,31 @@ int positive_environment_number(const char* name) {
   return end != text && value > 0 && value < 1 << 20 ? static_cast<int>(value) : 0;
 }
 
-// Before anyone sets the size: OMP_NUM_THREADS when given, else this process's usable cores shared
-// among the ranks mpirun started on this host (Open MPI and MPICH say how many in the environment),
-// so that test programs and tools under mpirun do not oversubscribe the cores either.
+// Before anyone sets the size: OMP_NUM_THREADS when given, else the cores this process may use
+// shared among the ranks mpirun started on this host (Open MPI and MPICH say how many in the
+// environment), so that test programs and tools under mpirun do not oversubscribe the cores either.
 int default_thread_count() {
   if (std::getenv("OMP_NUM_THREADS") != nullptr) return omp_get_max_threads();
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-  // A process mpirun bound to some of the cores keeps them all (as launcher/cpu_threads.h does).
-  if (cores < static_cast<int>(std::thread::hardware_concurrency())) return cores;
   int ranks_on_host = positive_environment_number("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (ranks_on_host == 0) ranks_on_host = positive_environment_number("MPI_LOCALNRANKS");
-  return std::max(1, cores / std::max(1, ranks_on_host));
+  return cores_per_rank(std::max(1, ranks_on_host));
 }
 
 }  // namespace
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+int cores_per_rank(int ranks_on_host) {
+  const int cores = usable_cores();
+  // A process mpirun bound to some of the cores keeps them all; ranks that each see every core
+  // split them.
+  if (cores < static_cast<int>(std::thread::hardware_concurrency())) return cores;
+  return std::max(1, cores / std::max(1, ranks_on_host));
+}
 
 void set_thread_count(int threads) {
   configured_threads.store(std::max(threads, 1));

@@ -5,6 +5,13 @@
 
 namespace weft::cpu {
 
+// The cores this process may run on (its affinity mask), at least 1.
+int usable_cores();
+
+// The pool size for one of `ranks_on_host` ranks sharing this host: all usable cores when mpirun
+// bound the process to some of them (or it runs alone), else an equal share, at least 1.
+int cores_per_rank(int ranks_on_host);
+
 // Sets the pool's size for every thread of the process (OpenMP's own setting is per calling thread:
 // a kernel or GEMM run from another thread would otherwise use one thread per core). Called once
 // at start-up (launcher/cpu_threads.h gives each rank its share of the cores).

@@ -122,11 +122,11 @@ TEST_F(CpuKernelThreadsTest, StridedAndBroadcastElementwiseMatchesAnElementLoop)
   cpu_backend().binary(BinaryOp::kMul, a, b, out);
   Tensor gelu = Tensor::empty({400, 300});
   cpu_backend().unary(UnaryOp::kGelu, a, gelu);
-  const Tensor a_copy = a.contiguous();
+  const Tensor a_copy = a.contiguous(), b_copy = b.contiguous();
   for (int64_t r = 0; r < 400; r += 37) {
     for (int64_t c = 0; c < 300; c += 13) {
       const float x = a_copy.data<float>()[r * 300 + c];
-      const float y = b.contiguous().data<float>()[r * 300 + c];
+      const float y = b_copy.data<float>()[r * 300 + c];
       EXPECT_EQ(out.data<float>()[r * 300 + c], x * y) << "at [" << r << ", " << c << "]";
       const double expected_gelu = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
       EXPECT_NEAR(gelu.data<float>()[r * 300 + c], expected_gelu, 1e-6 * (1.0 + std::fabs(expected_gelu)));
