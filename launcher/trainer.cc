@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "launcher/checkpoint.h"
+#include "launcher/checkpoint_staging.h"
 #include "launcher/checkpoint_writer.h"
 #include "launcher/config_loader.h"
 #include "launcher/dataset.h"
@@ -348,7 +349,9 @@ TrainResult Trainer::run() {
     result.last_validation_loss = s.strategy->average(mean);
     logger.log_validation(step, *result.last_validation_loss);
   };
-  // Rank 0's writes: in line, or on a background thread with checkpoint.async (checkpoint_writer.h).
+  // Rank 0's writes: in line, or on a background thread with checkpoint.async (checkpoint_writer.h),
+  // which writes from host copies kept across saves (declared first: it outlives the writer's last write).
+  CheckpointStaging staging;
   CheckpointWriter writer(config_.checkpoint.async);
   auto log_saved = [&](const std::optional<std::string>& line) {
     if (line && !line->empty()) logger.log_event(*line);
@@ -373,8 +376,9 @@ TrainResult Trainer::run() {
       std::map<std::string, Tensor> tensors = with_prefix(model_state, kModelPrefix);
       for (auto& [name, tensor] : with_prefix(optimizer_state, kOptimizerPrefix)) tensors[name] = tensor;
       if (writer.asynchronous()) {
-        // The write outlives this step: it gets its own host copies (training changes the live ones).
-        for (auto& [name, tensor] : tensors) tensor = tensor.device().is_cpu() ? tensor.clone() : tensor.to(Device::cpu());
+        // The write outlives this step: it gets its own host copies (training changes the live ones),
+        // into the staging buffers the previous write (waited for above) has finished with.
+        tensors = staging.copies(tensors);
       }
       nlohmann::json state = {{"train_data", s.train_data->position()},
                               {"random_state", random_state},
@@ -413,8 +417,10 @@ TrainResult Trainer::run() {
     logger.log_event(
         writer.asynchronous()
             ? absl::StrFormat("step %lld  checkpoint save held training for %.1f ms (checkpoint.async: %.1f ms "
-                              "waiting for the previous write, then the host copies; written in the background)",
-                              static_cast<long long>(step), held_ms, previous_write_ms)
+                              "waiting for the previous write, then the host copies into %.0f MB of staging, "
+                              "%.0f MB of it pinned; written in the background)",
+                              static_cast<long long>(step), held_ms, previous_write_ms, staging.bytes() / 1e6,
+                              staging.pinned_bytes() / 1e6)
             : absl::StrFormat("step %lld  checkpoint save held training for %.1f ms (in line: written before "
                               "training goes on)",
                               static_cast<long long>(step), held_ms));

@@ -6,12 +6,19 @@ namespace weft {
 namespace {
 
 Allocator* registered_cuda_allocator = nullptr;
+Allocator* registered_pinned_host_allocator = nullptr;
 
 }  // namespace
 
 // cpu_allocator() is the caching host allocator, in runtime/cpu_caching_allocator.cc.
 
 void register_cuda_allocator(Allocator* allocator) { registered_cuda_allocator = allocator; }
+
+void register_pinned_host_allocator(Allocator* allocator) { registered_pinned_host_allocator = allocator; }
+
+Allocator& pinned_host_allocator() {
+  return registered_pinned_host_allocator != nullptr ? *registered_pinned_host_allocator : cpu_allocator();
+}
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();

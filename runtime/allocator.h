@@ -31,4 +31,11 @@ Allocator& allocator_for(Device device);
 // Installs the allocator used for CUDA devices (called by the CUDA backend at start-up).
 void register_cuda_allocator(Allocator* allocator);
 
+// Host memory that device transfers read and write directly: page-locked (pinned) memory when the
+// CUDA backend has registered its allocator for it, the CPU allocator otherwise (a build without
+// CUDA has nothing to pin for). Blocks are for long-lived staging buffers (checkpoint copies):
+// pinning is slow to set up and takes memory from the host's pageable pool, so nothing caches them.
+Allocator& pinned_host_allocator();
+void register_pinned_host_allocator(Allocator* allocator);
+
 }  // namespace weft

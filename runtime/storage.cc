@@ -4,8 +4,10 @@
 
 namespace weft {
 
-Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  allocator_ = &allocator_for(device);
+Storage::Storage(size_t bytes, Device device) : Storage(bytes, device, allocator_for(device)) {}
+
+Storage::Storage(size_t bytes, Device device, Allocator& allocator)
+    : bytes_(bytes), device_(device), allocator_(&allocator) {
   data_ = allocator_->allocate(bytes, device);
 }
 

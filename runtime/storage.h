@@ -20,6 +20,9 @@ class Storage {
  public:
   // Allocates `bytes` bytes on `device`.
   Storage(size_t bytes, Device device);
+  // Allocates `bytes` bytes on `device` from `allocator` (which must serve that device), and returns
+  // them to it.
+  Storage(size_t bytes, Device device, Allocator& allocator);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

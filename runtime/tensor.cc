@@ -85,16 +85,29 @@ void write_element(void* base, DType dtype, int64_t offset, double value) {
 
 // --- Factories ------------------------------------------------------------------------------
 
-Tensor Tensor::empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
+namespace {
+
+Tensor empty_from(absl::Span<const int64_t> shape, DType dtype, Device device, Allocator& allocator) {
   for (int64_t size : shape) {
     WEFT_CHECK(size >= 0, "empty: negative size in shape ", shape_string(shape));
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape) * dtype_size(dtype)), device);
+  impl->storage =
+      std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape) * dtype_size(dtype)), device, allocator);
   impl->shape = Shape(shape.begin(), shape.end());
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+Tensor Tensor::empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
+  return empty_from(shape, dtype, device, allocator_for(device));
+}
+
+Tensor Tensor::empty_pinned(absl::Span<const int64_t> shape, DType dtype) {
+  return empty_from(shape, dtype, Device::cpu(), pinned_host_allocator());
 }
 
 Tensor Tensor::zeros(absl::Span<const int64_t> shape, DType dtype, Device device) {

@@ -50,6 +50,9 @@ class Tensor {
 
   // --- Factories --------------------------------------------------------------------------
   static Tensor empty(absl::Span<const int64_t> shape, DType dtype = kFloat32, Device device = Device::cpu());
+  // A CPU tensor in pinned_host_allocator()'s memory (page-locked with a CUDA backend), so that
+  // device copies into and out of it run at full transfer speed. For long-lived staging buffers.
+  static Tensor empty_pinned(absl::Span<const int64_t> shape, DType dtype = kFloat32);
   static Tensor zeros(absl::Span<const int64_t> shape, DType dtype = kFloat32, Device device = Device::cpu());
   static Tensor ones(absl::Span<const int64_t> shape, DType dtype = kFloat32, Device device = Device::cpu());
   static Tensor full(absl::Span<const int64_t> shape, double value, DType dtype = kFloat32,

@@ -11,6 +11,7 @@
 #include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/nvtx_annotated_backend.h"
+#include "runtime/cuda/pinned_buffer.h"
 #include "runtime/cuda/stream.h"
 
 namespace weft {
@@ -37,6 +38,7 @@ CudaBackend& cuda_backend_instance() {
   static NvtxAnnotatedBackend annotated(cuda_backend_instance());
   register_backend(DeviceType::kCuda, &annotated);
   register_cuda_allocator(&cuda::caching_allocator());
+  register_pinned_host_allocator(&cuda::page_locked_host_allocator());
   return true;
 }();
 

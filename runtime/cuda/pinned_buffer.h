@@ -4,11 +4,18 @@
 // waited for with an event instead of a stream synchronization: this is how losses and timings come
 // back to the host without stalling a step (see DESIGN.md, "no host synchronisation inside a step").
 // PinnedBuffer owns one cudaMallocHost block; it is movable, not copyable.
+// page_locked_host_allocator() hands out such blocks behind the Allocator interface, for CPU tensors
+// that stage device transfers (Tensor::empty_pinned; the CUDA backend registers it at start-up).
 #pragma once
 
 #include <cstddef>
 
+#include "runtime/allocator.h"
+
 namespace weft::cuda {
+
+// cudaMallocHost / cudaFreeHost for CPU storage; nothing is cached (see pinned_host_allocator()).
+Allocator& page_locked_host_allocator();
 
 class PinnedBuffer {
  public:

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "launcher/checkpoint_staging.h"
 #include "launcher/trainer.h"
 #include "layers/language_model.h"
 #include "optim/gradient_clipping.h"
@@ -18,6 +19,10 @@
 #include "runtime/weft.h"
 #include "tests/support/cuda_expectations.h"
 #include "tests/support/gradient_check.h"
+
+#ifdef WEFT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace weft {
 namespace {
@@ -187,6 +192,34 @@ TEST(CudaOptimizerGuard, ANanGuardSkipsTheUpdateOnTheDevice) {
       EXPECT_GT(testing::relative_error(parameter.to(Device::cpu()), before), 0.0) << "a finite guard must update";
     }
   }
+}
+
+// checkpoint.async's host copies of device tensors (launcher/checkpoint_staging.h): page-locked,
+// exact, and the same buffers at the next save.
+TEST(CudaCheckpointStaging, DeviceTensorsAreStagedExactlyInPageLockedMemoryKeptAcrossSaves) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  std::map<std::string, Tensor> state = {{"model.weight", Tensor::normal({301, 17}, 1).to(Device::cuda(0))},
+                                         {"model.bias", Tensor::normal({17}, 2).to(kBFloat16).to(Device::cuda(0))}};
+  CheckpointStaging staging;
+  const std::map<std::string, Tensor> first = staging.copies(state);
+  EXPECT_EQ(staging.bytes(), 301 * 17 * 4 + 17 * 2);
+  EXPECT_EQ(staging.pinned_bytes(), staging.bytes());
+  for (const auto& [name, tensor] : state) {
+    const Tensor& copy = first.at(name);
+    ASSERT_TRUE(copy.device().is_cpu()) << name;
+    EXPECT_EQ(copy.to_vector(), tensor.to_vector()) << name;
+#ifdef WEFT_HAVE_CUDA
+    cudaPointerAttributes attributes{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attributes, copy.raw_data()), cudaSuccess) << name;
+    EXPECT_EQ(attributes.type, cudaMemoryTypeHost) << name << " is not in page-locked memory";
+#endif
+  }
+  const std::vector<double> saved = first.at("model.weight").to_vector();
+  state.at("model.weight").fill_(3.0);  // training goes on: the staged copy does not change
+  EXPECT_EQ(first.at("model.weight").to_vector(), saved);
+  const std::map<std::string, Tensor> second = staging.copies(state);
+  EXPECT_EQ(second.at("model.weight").raw_data(), first.at("model.weight").raw_data());
+  EXPECT_EQ(second.at("model.weight").to_vector(), state.at("model.weight").to_vector());
 }
 
 TEST(CudaTraining, SmallGptStepsMatchTheCpu) {
