@@ -11,6 +11,11 @@
 //   none       no named barrier
 //   ring       no named barrier; the slices were first filled by cp.async and waited for (the ring)
 //   race       unequal, without the __syncthreads(): a real race (the positive control)
+//   preexit    unequal, with griddepcontrol.launch_dependents (what allow_next_kernel_to_start()
+//              issues) between the __syncthreads() and the reads, as the norm backward has it
+//   preexit_first  the same instruction before the writes instead
+// A second argument `dependent` launches the kernel as launch_dependent does (cudaLaunchKernelEx with
+// programmatic stream serialization) instead of <<<...>>>.
 // The program checks the values read (every variant but race must read what the other group wrote)
 // and exits non-zero when they are wrong; tools/device/compute-sanitizer-pass counts the hazards.
 #include <cuda_runtime.h>
@@ -38,8 +43,8 @@ __device__ __forceinline__ void named_barrier(int group) {
 __global__ void probe_kernel(const float* source, float* out, int variant) {
   __shared__ __align__(16) float slices[kThreads];
   const int group = static_cast<int>(threadIdx.x) / kGroupThreads;
-  // 0 unequal, 1 equal, 2 none, 3 ring, 4 race
-  const int barriers = variant == 0 || variant == 4 ? group + 1 : variant == 1 ? 2 : 0;
+  // 0 unequal, 1 equal, 2 none, 3 ring, 4 race, 5 preexit, 6 preexit_first
+  const int barriers = variant == 1 ? 2 : variant == 2 || variant == 3 ? 0 : group + 1;
   for (int i = 0; i < barriers; ++i) named_barrier(group);
   if (variant == 3) {
     // The ring's last use: an asynchronous copy into the same bytes, waited for, then the block's barrier.
@@ -51,21 +56,24 @@ __global__ void probe_kernel(const float* source, float* out, int variant) {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();
   }
+  if (variant == 6) asm volatile("griddepcontrol.launch_dependents;");
   slices[threadIdx.x] = static_cast<float>(threadIdx.x) + 0.5f;
   if (variant != 4) __syncthreads();
+  if (variant == 5) asm volatile("griddepcontrol.launch_dependents;");
   out[threadIdx.x] = slices[(threadIdx.x + kGroupThreads) % kThreads];
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* names[] = {"unequal", "equal", "none", "ring", "race"};
+  const char* names[] = {"unequal", "equal", "none", "ring", "race", "preexit", "preexit_first"};
   int variant = -1;
-  for (int v = 0; v < 5 && argc > 1; ++v) {
+  for (int v = 0; v < 7 && argc > 1; ++v) {
     if (std::strcmp(argv[1], names[v]) == 0) variant = v;
   }
   if (variant < 0) {
-    std::fprintf(stderr, "usage: racecheck_barrier_probe unequal|equal|none|ring|race\n");
+    std::fprintf(stderr,
+                 "usage: racecheck_barrier_probe unequal|equal|none|ring|race|preexit|preexit_first [dependent]\n");
     return 2;
   }
   float *source = nullptr, *out = nullptr;
@@ -75,7 +83,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "racecheck_barrier_probe: no CUDA device or no memory\n");
     return 1;
   }
-  probe_kernel<<<1, kThreads>>>(source, out, variant);
+  if (argc > 2 && std::strcmp(argv[2], "dependent") == 0) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(1);
+    config.blockDim = dim3(kThreads);
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    const float* constant_source = source;
+    if (cudaLaunchKernelEx(&config, probe_kernel, constant_source, out, variant) != cudaSuccess) {
+      std::fprintf(stderr, "racecheck_barrier_probe: cudaLaunchKernelEx failed\n");
+      return 1;
+    }
+  } else {
+    probe_kernel<<<1, kThreads>>>(source, out, variant);
+  }
   float host[kThreads];
   const cudaError_t status = cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
   if (status != cudaSuccess) {

@@ -515,6 +515,16 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
     }
     stage ^= 1;
   }
+  if constexpr (kThreadsPerRow > 32) {
+    // Every group passes its named barrier as often as group 0, the one with the most rows (one
+    // more barrier at most). The code needs no such balance: a group's barrier orders its own warps
+    // only. But compute-sanitizer's racecheck, after groups have passed their named barriers
+    // different numbers of times, reports the accesses that the __syncthreads() in
+    // write_block_partials separates as hazards (tools/racecheck_barrier_probe.cu shows it on 60
+    // lines; docs/reliability.md). Balanced, racecheck can check this kernel.
+    const auto rows_from = [&](int64_t start) { return start < rows ? (rows - start + step - 1) / step : 0; };
+    for (int64_t i = rows_from(first); i < rows_from(blockIdx.x); ++i) group_barrier<kThreadsPerRow, kGroups>(group);
+  }
   wait_copies<0>();
   __syncthreads();  // the ring is reused as `merged` below
   write_block_partials<kVec, kPacks, kThreadsPerRow>(
