@@ -17,7 +17,8 @@
 // A second argument `dependent` launches the kernel as launch_dependent does (cudaLaunchKernelEx with
 // programmatic stream serialization) instead of <<<...>>>.
 // The program checks the values read (every variant but race must read what the other group wrote)
-// and exits non-zero when they are wrong; tools/device/compute-sanitizer-pass counts the hazards.
+// and exits non-zero when they are wrong; tools/device/racecheck-barrier-probe runs each variant under
+// racecheck and counts the hazards (docs/reliability.md has what it showed).
 #include <cuda_runtime.h>
 
 #include <cstdio>
