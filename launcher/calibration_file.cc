@@ -61,6 +61,7 @@ CostModel read_calibration_file(const std::string& path, CostModel model) {
     model.compute.op_overhead_ms = compute.contains("op_overhead_ms")
                                        ? positive(compute, "op_overhead_ms", path, /*allow_zero=*/true)
                                        : 0.0;
+    model.compute.scale = compute.contains("scale") ? positive(compute, "scale", path) : 1.0;
   } catch (const nlohmann::json::exception& error) {
     WEFT_FAIL("calibration file ", path, ": ", error.what());
   }
@@ -85,7 +86,8 @@ void write_calibration_file(const std::string& path, const CostModel& model) {
   json["compute"] = {{"matmul_flops_per_ms", model.compute.matmul_flops_per_ms},
                      {"attention_flops_per_ms", model.compute.attention_flops_per_ms},
                      {"memory_bytes_per_ms", model.compute.memory_bytes_per_ms},
-                     {"op_overhead_ms", model.compute.op_overhead_ms}};
+                     {"op_overhead_ms", model.compute.op_overhead_ms},
+                     {"scale", model.compute.scale}};
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "launcher/calibration_file.h"
+#include "launcher/compute_anchor.h"
 #include "layers/mlp.h"
 #include "parallel/cost/calibration.h"
 #include "parallel/cost/collective_matmul_choice.h"
@@ -26,10 +27,11 @@ CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType 
   }
   const bool measure = comm.calibrate == "on" || (comm.calibrate == "auto" && comm.mode == "auto");
   if (!measure) return setup;
-  const CalibrationResult result =
-      calibrate(device, dtype, calibration_shapes(config, config.parallel.tp), setup.host_ids);
+  CalibrationResult result = calibrate(device, dtype, calibration_shapes(config, config.parallel.tp), setup.host_ids);
+  const std::string anchor = anchor_compute(config, device, dtype, setup.host_ids, result.model);
   setup.lines.push_back("cost model: " + result.model.source);
   for (const std::string& line : result.model.describe()) setup.lines.push_back("  " + line);
+  if (!anchor.empty()) setup.lines.push_back(anchor);
   if (!file.empty() && world_rank == 0) {
     write_calibration_file(file, result.model);
     setup.lines.push_back("cost model: written to " + file);

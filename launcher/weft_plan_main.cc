@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "launcher/calibration_file.h"
+#include "launcher/compute_anchor.h"
 #include "launcher/command_line.h"
 #include "launcher/config_loader.h"
 #include "launcher/cost_model_setup.h"
@@ -141,6 +142,7 @@ int plan(int argc, char** argv) {
   const weft::Device device = weft::Device::parse(config.train.device.rfind("cuda", 0) == 0 ? "cuda:0" : "cpu");
   if (device.is_cpu()) weft::share_cpu_cores_between_ranks();  // measured as weft-train will run
   weft::CostModel model;
+  std::string anchor;  // what the compute anchor measured (launcher/compute_anchor.h)
   std::vector<int> host_ids;
   if (!arguments.calibration.empty()) {
     model = weft::read_calibration_file(arguments.calibration, weft::default_cost_model(device));
@@ -151,8 +153,9 @@ int plan(int argc, char** argv) {
     weft::RunConfig unsplit = config;
     unsplit.parallel.dp = 1;
     host_ids = weft::world_host_ids();
-    model = weft::calibrate(device, weft::parse_dtype(config.train.dtype), weft::calibration_shapes(unsplit, 1), host_ids)
-                .model;
+    const weft::DType dtype = weft::parse_dtype(config.train.dtype);
+    model = weft::calibrate(device, dtype, weft::calibration_shapes(unsplit, 1), host_ids).model;
+    anchor = weft::anchor_compute(unsplit, device, dtype, host_ids, model);
   }
   if (!leader) return 0;
   if (ranks_per_host == 0) ranks_per_host = device.is_cpu() ? gpus : 8;
@@ -173,6 +176,7 @@ int plan(int argc, char** argv) {
               ranks_per_host, config.comm.mode.c_str());
   std::printf("cost model: %s\n", model.source.c_str());
   for (const std::string& line : model.describe()) std::printf("  %s\n", line.c_str());
+  if (!anchor.empty()) std::printf("%s\n", anchor.c_str());
   bool any_assumed = false;
   for (const auto& by_link : model.measured) {
     for (bool measured : by_link) any_assumed = any_assumed || !measured;

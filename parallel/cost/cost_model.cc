@@ -140,6 +140,9 @@ std::vector<std::string> CostModel::describe() const {
   lines.push_back(absl::StrFormat("compute: matmul %s, attention %s, element-wise %.2f GB/s, %.1f us per op (%s)",
                                   rate(compute.matmul_flops_per_ms), rate(compute.attention_flops_per_ms),
                                   compute.memory_bytes_per_ms / 1e6, compute.op_overhead_ms * 1000.0, dtype));
+  if (compute.scale != 1.0) {
+    lines.push_back(absl::StrFormat("compute: x %.2f, the model's own micro-batch measured against these rates", compute.scale));
+  }
   if (compute_slots_per_host > 0) {
     lines.push_back(absl::StrFormat("compute: %.1f rank(s) of a host compute at full speed at once (of %d)",
                                     compute_slots_per_host, ranks_per_host));

@@ -75,6 +75,11 @@ struct ComputeRates {
   double attention_flops_per_ms = 1e6;
   double memory_bytes_per_ms = 1e6;  // element-wise work, bytes read plus written
   double op_overhead_ms = 0.0;       // fixed cost of one op (launch, dispatch, autograd), whatever its size
+  // Measured / modelled time of one micro-batch of the run's own model, forward and backward, on
+  // one rank (launcher/compute_anchor.h): what the rates above miss at the model's real ops (the
+  // autograd, the allocations, many small ops). Every compute duration is multiplied by it; 1 where
+  // it was not measured.
+  double scale = 1.0;
 };
 
 struct CostModel {
@@ -99,10 +104,10 @@ struct CostModel {
   // Hierarchical all-reduce of `bytes` over `hosts` hosts of `local` ranks each: reduce-scatter on
   // each host, all-reduce of the 1/local shard across hosts, all-gather on each host.
   double hierarchical_all_reduce_ms(double bytes, int local, int hosts) const;
-  double matmul_ms(double flops) const { return flops / compute.matmul_flops_per_ms; }
-  double attention_ms(double flops) const { return flops / compute.attention_flops_per_ms; }
-  double memory_ms(double bytes) const { return bytes / compute.memory_bytes_per_ms; }
-  double ops_ms(double ops) const { return ops * compute.op_overhead_ms; }
+  double matmul_ms(double flops) const { return compute.scale * flops / compute.matmul_flops_per_ms; }
+  double attention_ms(double flops) const { return compute.scale * flops / compute.attention_flops_per_ms; }
+  double memory_ms(double bytes) const { return compute.scale * bytes / compute.memory_bytes_per_ms; }
+  double ops_ms(double ops) const { return compute.scale * ops * compute.op_overhead_ms; }
   // Copies every measured fit into the link class that was not measured (so each is usable).
   void fill_unmeasured();
   // Lines for a log: one per collective kind and link ("all_reduce same_host: 0.012 ms/step +

@@ -1,12 +1,16 @@
-// The cost model (parallel/cost/): the ring-model fit, bucket choice, the step simulator and
-// calibration files.
+// The cost model (parallel/cost/): the ring-model fit, bucket choice, the step simulator,
+// calibration files and the compute anchor (launcher/compute_anchor.h).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "launcher/calibration_file.h"
+#include "launcher/compute_anchor.h"
+#include "launcher/config_loader.h"
+#include "launcher/cost_model_setup.h"
 #include "parallel/cost/bucket_choice.h"
 #include "parallel/cost/calibration.h"
 #include "parallel/cost/cost_model.h"
@@ -201,10 +205,12 @@ TEST(CalibrationFile, RoundTripsAndRejectsDamage) {
   model.measured[1][0] = true;
   model.ranks_per_host = 4;
   model.source = "test";
+  model.compute.scale = 1.7;
   write_calibration_file(path, model);
   const CostModel read = read_calibration_file(path, default_cost_model(Device::cpu()));
   EXPECT_DOUBLE_EQ(read.fit(CollectiveKind::kReduceScatter, LinkClass::kSameHost).latency_ms, 0.03);
   EXPECT_DOUBLE_EQ(read.compute.matmul_flops_per_ms, 2e7);
+  EXPECT_DOUBLE_EQ(read.compute.scale, 1.7);
   EXPECT_TRUE(read.measured[1][0]);
   EXPECT_FALSE(read.measured[0][0]);
   EXPECT_EQ(read.ranks_per_host, 4);
@@ -230,6 +236,44 @@ TEST(Calibration, OneProcessMeasuresCompute) {
   EXPECT_GT(result.model.compute.memory_bytes_per_ms, 0.0);
   EXPECT_FALSE(result.model.measured[0][0]);  // one process measures no link
   EXPECT_LT(result.seconds, 5.0);
+}
+
+TEST(CostModel, TheComputeScaleMultipliesEveryComputeDuration) {
+  CostModel model = model_with(0.01, 1e6, 2e6);
+  model.compute.op_overhead_ms = 0.002;
+  const double matmul = model.matmul_ms(1e6), attention = model.attention_ms(1e6);
+  const double memory = model.memory_ms(1e6), ops = model.ops_ms(10);
+  const double collective = model.collective_ms(CollectiveKind::kAllReduce, 1e6, 4, LinkClass::kSameHost);
+  model.compute.scale = 1.5;
+  EXPECT_DOUBLE_EQ(model.matmul_ms(1e6), 1.5 * matmul);
+  EXPECT_DOUBLE_EQ(model.attention_ms(1e6), 1.5 * attention);
+  EXPECT_DOUBLE_EQ(model.memory_ms(1e6), 1.5 * memory);
+  EXPECT_DOUBLE_EQ(model.ops_ms(10), 1.5 * ops);
+  EXPECT_DOUBLE_EQ(model.collective_ms(CollectiveKind::kAllReduce, 1e6, 4, LinkClass::kSameHost), collective)
+      << "links are not compute";
+}
+
+// The anchor times one micro-batch of the run's model on the CPU and scales the model so that it
+// predicts that time: after it, the simulator's forward and backward of that micro-batch is the
+// measured time it printed.
+TEST(ComputeAnchor, ScalesTheModelToTheMeasuredMicroBatch) {
+  const RunConfig config = load_config({}, {"model.layers=2", "model.dim=32", "model.heads=2", "model.seq_len=32",
+                                            "model.vocab=64", "train.batch_size=4", "train.micro_batches=2"});
+  CostModel model = calibrate(Device::cpu(), kFloat32, calibration_shapes(config, 1), {0}).model;
+  const std::string line = anchor_compute(config, Device::cpu(), kFloat32, {0}, model);
+  SCOPED_TRACE(line);
+  // "... (2 sequences), forward and backward on one rank: X ms measured, Y ms from the rates; ..."
+  const size_t colon = line.find("one rank: ");
+  ASSERT_NE(colon, std::string::npos);
+  double measured = 0.0;
+  ASSERT_TRUE(absl::SimpleAtod(line.substr(colon + 10, line.find(" ms measured") - colon - 10), &measured));
+  EXPECT_NE(line.find("(2 sequences)"), std::string::npos);
+  EXPECT_GT(model.compute.scale, 0.0);
+  Workload workload = workload_of(config);
+  workload.batch_size = 2;
+  const StepPrediction predicted = predict_step(workload, ParallelLayout{}, model, 1);
+  EXPECT_NEAR(predicted.compute_ms - predicted.optimizer_ms, measured, 0.01 * measured + 0.01);
+  EXPECT_THROW(anchor_compute(config, Device::cpu(), kFloat32, {0}, model), Error) << "anchored twice";
 }
 
 }  // namespace
