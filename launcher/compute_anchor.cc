@@ -10,16 +10,16 @@
 #include "launcher/cost_model_setup.h"
 #include "layers/language_model.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/cost/calibration.h"
 #include "parallel/cost/step_simulator.h"
 #include "runtime/backend.h"
-#include "runtime/clock.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 
 namespace weft {
 namespace {
 
-// At least this long, and three runs after a warm-up: as sustained as the rates' own timing.
+// At least this long (sustained_mean_ms: three runs after a warm-up at least), as for the rates.
 constexpr double kSustainedMs = 50.0;
 
 double physical_memory_bytes() {
@@ -43,20 +43,12 @@ double time_micro_batch(const RunConfig& config, Device device, DType dtype, int
   const Tensor target =
       Tensor::from_vector(absl::MakeConstSpan(targets), {sequences, config.model.seq_len}, kInt64, device);
   Backend& backend = backend_for(device);
-  auto run = [&] {
-    loss(*model, input, target).backward();
-    backend.synchronize(device);
-  };
-  run();  // warm-up: first allocations
-  const double start = clock_ms();
-  int runs = 0;
-  double elapsed = 0.0;
-  while (runs < 3 || elapsed < kSustainedMs) {
-    run();
-    ++runs;
-    elapsed = clock_ms() - start;
-  }
-  return elapsed / runs;
+  return sustained_mean_ms(
+      [&] {
+        loss(*model, input, target).backward();
+        backend.synchronize(device);
+      },
+      kSustainedMs);
 }
 
 }  // namespace

@@ -27,22 +27,9 @@ namespace {
 
 constexpr int kRepeats = 3;
 
-// The mean time of `run` over at least kSustainedMs (and three runs) after one warm-up: compute
-// is timed over a sustained stretch, so that ranks sharing cores each see their share, not the
-// lucky moment when the others were descheduled (the fastest of a few runs would).
+// Compute is timed over a sustained stretch (sustained_mean_ms).
 constexpr double kSustainedMs = 25.0;
-double mean_ms(const std::function<void()>& run) {
-  run();
-  const double start = clock_ms();
-  int runs = 0;
-  double elapsed = 0.0;
-  while (runs < 3 || elapsed < kSustainedMs) {
-    run();
-    ++runs;
-    elapsed = clock_ms() - start;
-  }
-  return elapsed / runs;
-}
+double mean_ms(const std::function<void()>& run) { return sustained_mean_ms(run, kSustainedMs); }
 
 // The fastest of kRepeats runs of `run` after one warm-up: a collective's own cost, without the
 // waits for ranks that arrive late.
@@ -232,6 +219,19 @@ int host_cores(ProcessGroup& world, const std::vector<int>& host_ids) {
 }
 
 }  // namespace
+
+double sustained_mean_ms(const std::function<void()>& run, double minimum_ms) {
+  run();
+  const double start = clock_ms();
+  int runs = 0;
+  double elapsed = 0.0;
+  while (runs < 3 || elapsed < minimum_ms) {
+    run();
+    ++runs;
+    elapsed = clock_ms() - start;
+  }
+  return elapsed / runs;
+}
 
 CostModel default_cost_model(Device device) {
   CostModel model;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "parallel/cost/cost_model.h"
@@ -44,6 +45,11 @@ struct CalibrationResult {
 // The figures used where nothing was measured (each marked unmeasured): on GPUs the 2 x H200
 // NVLink figures of ../shared/device/README.md within a host and a 400 Gb/s InfiniBand port per GPU
 // across hosts; on the CPU a shared-memory MPI of a few GB/s; compute rates of 1 GFLOP/s.
+// The mean time of `run` over at least `minimum_ms` (and three runs) after one warm-up. Compute is
+// timed over a sustained stretch so that ranks sharing cores each see their share, not the lucky
+// moment when the others were descheduled (the fastest of a few runs would).
+double sustained_mean_ms(const std::function<void()>& run, double minimum_ms);
+
 CostModel default_cost_model(Device device);
 
 // `host_ids`: world_host_ids(). Collective over the world (a single process measures compute only;
