@@ -62,6 +62,17 @@ CostModel read_calibration_file(const std::string& path, CostModel model) {
                                        ? positive(compute, "op_overhead_ms", path, /*allow_zero=*/true)
                                        : 0.0;
     model.compute.scale = compute.contains("scale") ? positive(compute, "scale", path) : 1.0;
+    // Files from before the loaded wait have none: no wait, as on a host that was not oversubscribed.
+    model.loaded_waits.clear();
+    for (const nlohmann::json& entry : json.value("loaded_waits", nlohmann::json::array())) {
+      LoadedWait wait;
+      wait.ranks = entry.at("ranks").get<int>();
+      wait.wait_ms = positive(entry, "wait_ms", path, /*allow_zero=*/true);
+      WEFT_CHECK(wait.ranks >= 2 && (model.loaded_waits.empty() || wait.ranks > model.loaded_waits.back().ranks),
+                 "calibration file ", path, ": 'loaded_waits' must list group sizes of 2 ranks or more, ascending "
+                 "(found ", wait.ranks, ")");
+      model.loaded_waits.push_back(wait);
+    }
   } catch (const nlohmann::json::exception& error) {
     WEFT_FAIL("calibration file ", path, ": ", error.what());
   }
@@ -88,6 +99,9 @@ void write_calibration_file(const std::string& path, const CostModel& model) {
                      {"memory_bytes_per_ms", model.compute.memory_bytes_per_ms},
                      {"op_overhead_ms", model.compute.op_overhead_ms},
                      {"scale", model.compute.scale}};
+  nlohmann::json loaded_waits = nlohmann::json::array();
+  for (const LoadedWait& wait : model.loaded_waits) loaded_waits.push_back({{"ranks", wait.ranks}, {"wait_ms", wait.wait_ms}});
+  json["loaded_waits"] = loaded_waits;
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary);

@@ -5,9 +5,11 @@
 //    "source": "...", "ranks_per_host": 8,
 //    "collectives": [{"kind": "all_reduce", "link": "same_host", "latency_ms": 0.02,
 //                     "bytes_per_ms": 3.39e8, "measured_ranks": 2, "measured": true}, ...],
-//    "compute": {"matmul_flops_per_ms": ..., "attention_flops_per_ms": ..., "memory_bytes_per_ms": ...}}
+//    "compute": {"matmul_flops_per_ms": ..., "attention_flops_per_ms": ..., "memory_bytes_per_ms": ...},
+//    "loaded_waits": [{"ranks": 2, "wait_ms": 0.4}, {"ranks": 4, "wait_ms": 0.6}]}
 //
-// A collective kind and link the file does not list keeps the default (unmeasured) figure. Writes
+// A collective kind and link the file does not list keeps the default (unmeasured) figure; a file
+// without "loaded_waits" (older ones, hosts that were not oversubscribed) has no loaded wait. Writes
 // are atomic (a temporary file renamed over the target): a crash leaves the old file or the new.
 #pragma once
 

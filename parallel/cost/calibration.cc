@@ -14,6 +14,7 @@
 #include "parallel/comm/mpi_environment.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/cost/host_topology.h"
+#include "parallel/cost/loaded_wait_calibration.h"
 #include "runtime/backend.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
@@ -42,15 +43,6 @@ double best_ms(const std::function<void()>& run) {
     best = std::min(best, clock_ms() - start);
   }
   return best;
-}
-
-// Every rank's `times` replaced by the slowest rank's, so that every rank fits the same model.
-std::vector<double> slowest_over(ProcessGroup& world, const std::vector<double>& times) {
-  if (world.size() == 1 || times.empty()) return times;
-  Tensor values = Tensor::from_vector(absl::MakeConstSpan(times), {static_cast<int64_t>(times.size())}, kFloat64)
-                      .to(world.device());
-  world.all_reduce(values, Reduction::kMax, CommStream())->synchronize();
-  return values.to(Device::cpu()).to_vector();
 }
 
 std::vector<int64_t> message_sizes(Device device) {
@@ -220,6 +212,14 @@ int host_cores(ProcessGroup& world, const std::vector<int>& host_ids) {
 
 }  // namespace
 
+std::vector<double> slowest_over(ProcessGroup& world, const std::vector<double>& times) {
+  if (world.size() == 1 || times.empty()) return times;
+  Tensor values = Tensor::from_vector(absl::MakeConstSpan(times), {static_cast<int64_t>(times.size())}, kFloat64)
+                      .to(world.device());
+  world.all_reduce(values, Reduction::kMax, CommStream())->synchronize();
+  return values.to(Device::cpu()).to_vector();
+}
+
 double sustained_mean_ms(const std::function<void()>& run, double minimum_ms) {
   run();
   const double start = clock_ms();
@@ -267,6 +267,7 @@ CalibrationResult calibrate(Device device, DType dtype, const CalibrationShapes&
       measure_links(*same_host, *world, LinkClass::kSameHost, device, model);
     }
     model.fill_unmeasured();
+    model.loaded_waits = measure_loaded_waits(*world, host_ids, model);
   }
   result.seconds = (clock_ms() - started) / 1000.0;
   model.source = absl::StrFormat("measured on %d rank(s) of %s (%d per host) in %.2f s", world->size(),

@@ -20,6 +20,7 @@
 #include <functional>
 #include <vector>
 
+#include "parallel/comm/process_group.h"
 #include "parallel/cost/cost_model.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -49,6 +50,9 @@ struct CalibrationResult {
 // timed over a sustained stretch so that ranks sharing cores each see their share, not the lucky
 // moment when the others were descheduled (the fastest of a few runs would).
 double sustained_mean_ms(const std::function<void()>& run, double minimum_ms);
+// Every rank's `times` replaced by the slowest rank's (a max over `world`, collective), so that
+// every rank fits the same model.
+std::vector<double> slowest_over(ProcessGroup& world, const std::vector<double>& times);
 
 CostModel default_cost_model(Device device);
 

@@ -112,6 +112,20 @@ double CostModel::hierarchical_all_reduce_ms(double bytes, int local, int hosts)
          collective_ms(CollectiveKind::kAllGather, bytes, local, LinkClass::kSameHost);
 }
 
+double CostModel::loaded_wait_ms(int ranks) const {
+  if (ranks < 2 || loaded_waits.empty()) return 0.0;
+  if (ranks <= loaded_waits.front().ranks) return loaded_waits.front().wait_ms;
+  for (size_t i = 1; i < loaded_waits.size(); ++i) {
+    const LoadedWait& below = loaded_waits[i - 1];
+    const LoadedWait& above = loaded_waits[i];
+    if (ranks <= above.ranks) {
+      const double share = static_cast<double>(ranks - below.ranks) / static_cast<double>(above.ranks - below.ranks);
+      return below.wait_ms + share * (above.wait_ms - below.wait_ms);
+    }
+  }
+  return loaded_waits.back().wait_ms;
+}
+
 void CostModel::fill_unmeasured() {
   for (size_t k = 0; k < kCollectiveKindCount; ++k) {
     for (size_t l = 0; l < kLinkClassCount; ++l) {
@@ -146,6 +160,14 @@ std::vector<std::string> CostModel::describe() const {
   if (compute_slots_per_host > 0) {
     lines.push_back(absl::StrFormat("compute: %.1f rank(s) of a host compute at full speed at once (of %d)",
                                     compute_slots_per_host, ranks_per_host));
+  }
+  if (!loaded_waits.empty()) {
+    std::string waits;
+    for (const LoadedWait& wait : loaded_waits) {
+      waits += absl::StrFormat("%s%.3f ms over %d ranks", waits.empty() ? "" : ", ", wait.wait_ms, wait.ranks);
+    }
+    lines.push_back("loaded wait: a collective reached from compute on an oversubscribed host waits " + waits +
+                    " beyond its fit");
   }
   return lines;
 }

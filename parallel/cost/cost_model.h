@@ -21,7 +21,15 @@
 // bandwidth of element-wise work (norms, activations, the optimizer), each an effective rate that
 // includes kernel launch and framework overheads at those shapes.
 //
-// Invariants: every rate and bandwidth is positive; latencies are non-negative.
+// Loaded wait: on a host whose ranks outnumber its compute slots (CPU ranks on fewer cores), a
+// collective or a receive that ranks reach from compute costs more than the fit says, which is
+// measured with every rank idle in the collective: the ranks arrive apart (each got another share
+// of the cores) and a peer that is descheduled must be scheduled again before anyone proceeds.
+// That extra time, per collective and by group size, is measured by loaded_wait_calibration.h and
+// paid by the step simulator only where a host's ranks exceed its slots.
+//
+// Invariants: every rate and bandwidth is positive; latencies and loaded waits are non-negative;
+// loaded waits are sorted by group size, each size once.
 #pragma once
 
 #include <array>
@@ -82,6 +90,12 @@ struct ComputeRates {
   double scale = 1.0;
 };
 
+// The loaded wait (file comment) of one collective over `ranks` ranks that arrive from compute.
+struct LoadedWait {
+  int ranks = 2;
+  double wait_ms = 0.0;
+};
+
 struct CostModel {
   std::string device;       // "cpu" or "cuda" (what the figures were measured on)
   std::string dtype;        // the compute dtype of the compute rates
@@ -95,6 +109,9 @@ struct CostModel {
   std::array<std::array<CollectiveFit, kLinkClassCount>, kCollectiveKindCount> fits{};
   std::array<std::array<bool, kLinkClassCount>, kCollectiveKindCount> measured{};
   ComputeRates compute;
+  // By group size, ascending (empty where the calibrating host was not oversubscribed, on GPUs, or
+  // in files older than the figure): what a collective reached from compute waits beyond its fit.
+  std::vector<LoadedWait> loaded_waits;
 
   const CollectiveFit& fit(CollectiveKind kind, LinkClass link) const {
     return fits[static_cast<size_t>(kind)][static_cast<size_t>(link)];
@@ -108,6 +125,10 @@ struct CostModel {
   double attention_ms(double flops) const { return compute.scale * flops / compute.attention_flops_per_ms; }
   double memory_ms(double bytes) const { return compute.scale * bytes / compute.memory_bytes_per_ms; }
   double ops_ms(double ops) const { return compute.scale * ops * compute.op_overhead_ms; }
+  // The loaded wait of a collective over `ranks` ranks: 0 below 2 ranks or without figures, linear
+  // between measured group sizes, the nearest measured size's figure outside them (a larger group
+  // waits for more peers, but how much more was not measured: the smaller figure, not a guess).
+  double loaded_wait_ms(int ranks) const;
   // Copies every measured fit into the link class that was not measured (so each is usable).
   void fill_unmeasured();
   // Lines for a log: one per collective kind and link ("all_reduce same_host: 0.012 ms/step +

@@ -121,6 +121,14 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
   WEFT_CHECK(problem.empty(), "layout ", layout.describe(), ": ", problem);
   const ModelShape s = shape_of(workload.model);
   const bool manual = layout.comm_mode == "manual";
+  // A host whose ranks outnumber its compute slots (step_simulator.h, "Shared compute"): each
+  // collective and receive reached from compute pays the loaded wait of its group size.
+  const int host_ranks = std::min(std::max(ranks_per_host, 1), layout.ranks());
+  const bool oversubscribed = model.compute_slots_per_host > 0 && host_ranks > model.compute_slots_per_host;
+  auto loaded_wait = [&](int ranks) { return oversubscribed ? model.loaded_wait_ms(ranks) : 0.0; };
+  // What auto mode hides behind compute needs a slot to progress it; with every slot computing
+  // there is none, so there it is exposed as in manual mode.
+  const bool hides = !manual && !oversubscribed;
   const double e = dtype_bytes(workload.dtype);
   const double tp = layout.tp;
   const double c = static_cast<double>(s.dim);
@@ -147,7 +155,8 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     if (layout.tp > 1) {
       // The partial lookups summed over tp (with sp, then cut along the sequence: a reduce-scatter).
       embedding.tp_comm_ms = tp_collective(layout.sequence_parallel ? CollectiveKind::kReduceScatter
-                                                                     : CollectiveKind::kAllReduce, activation_bytes);
+                                                                     : CollectiveKind::kAllReduce, activation_bytes) +
+                             loaded_wait(layout.tp);
       embedding.tp_exposed_ms = embedding.tp_comm_ms;
     }
     segments.push_back(embedding);
@@ -173,7 +182,10 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
                                             tp_collective(CollectiveKind::kReduceScatter, activation_bytes))
                                    : 2.0 * tp_collective(CollectiveKind::kAllReduce, activation_bytes);
       block.tp_comm_ms = 2.0 * direction;
-      if (manual) {
+      // Every one of them follows compute (a linear or attention): two all-reduces each way, or two
+      // all-gathers and two reduce-scatters; the waits are idle time wherever the collective runs.
+      const double waits = (layout.sequence_parallel ? 8.0 : 4.0) * loaded_wait(layout.tp);
+      if (!hides) {
         block.tp_exposed_ms = block.tp_comm_ms;
       } else if (layout.sequence_parallel) {
         // Four collective matmuls each way (q/k/v and MLP entries, projection and MLP exits), each
@@ -191,6 +203,8 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
         // gradients' matmuls (half of backward's matmul work).
         block.tp_exposed_ms = direction + std::max(0.0, direction - matmul_forward);
       }
+      block.tp_comm_ms += waits;
+      block.tp_exposed_ms += waits;
     }
     segments.push_back(block);
   }
@@ -204,7 +218,7 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     if (layout.tp > 1) {
       // Vocabulary-parallel loss: three small all-reduces; backward: the input gradient's.
       head.tp_comm_ms = 3.0 * tp_collective(CollectiveKind::kAllReduce, tokens * 4.0) +
-                        tp_collective(CollectiveKind::kAllReduce, activation_bytes);
+                        tp_collective(CollectiveKind::kAllReduce, activation_bytes) + 4.0 * loaded_wait(layout.tp);
       head.tp_exposed_ms = head.tp_comm_ms;
     }
     segments.push_back(head);
@@ -256,12 +270,16 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
   double pp_comm = 0.0;
   double pp_exposed = 0.0;
   int peak_in_flight = 1;
+  double pp_rank_exposed = 0.0;  // the busiest rank's own receive time that nothing hides
   if (layout.pp > 1) {
-    const double transfer = model.collective_ms(CollectiveKind::kSendRecv, activation_bytes, 2, pp_link);
+    // A receive reached from compute waits for its sender as a collective of two does; posted
+    // ahead (auto) it still waits for the data, so the wait is on the transfer's edge either way.
+    const double wait = loaded_wait(2);
+    const double transfer = model.collective_ms(CollectiveKind::kSendRecv, activation_bytes, 2, pp_link) + wait;
     const double chunks = layout.virtual_stages;
     PipelineDurations durations;
-    durations.forward = busiest->forward / chunks + (manual ? transfer : 0.0);
-    const double backward = busiest->backward / chunks + (manual ? transfer : 0.0);
+    durations.forward = busiest->forward / chunks + (hides ? 0.0 : transfer);
+    const double backward = busiest->backward / chunks + (hides ? 0.0 : transfer);
     // The weight-gradient half of backward (every linear's dW; zero bubble runs it apart).
     durations.backward_input = backward / 2.0;
     durations.backward_weight = backward / 2.0;
@@ -274,7 +292,11 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     peak_in_flight = *std::max_element(simulation.peak_in_flight.begin(), simulation.peak_in_flight.end());
     // Each micro-batch and chunk crosses each boundary forward and back.
     pp_comm = 2.0 * m * chunks * transfer;
-    pp_exposed = manual ? pp_comm : 0.0;
+    pp_exposed = hides ? 0.0 : pp_comm;
+    // Receives per micro-batch of the busiest rank: a forward and a backward one per chunk, less
+    // the first chunk's forward and the last chunk's backward, which two stages split between them.
+    const double receives = m * (2.0 * chunks - (layout.pp == 2 ? 1.0 : 0.0));
+    pp_rank_exposed = receives * (hides ? wait : transfer);
   } else {
     pipeline_ms = m * (busiest->forward + busiest->backward);
   }
@@ -305,18 +327,23 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
       }
     }
     dp_comm = buckets.reduce_ms;
-    dp_exposed = manual ? buckets.reduce_ms : buckets.exposed_ms;
+    dp_exposed = hides ? buckets.exposed_ms : buckets.reduce_ms;
+    // The bucket that ends backward waits for the slowest peer's backward (the others follow it
+    // with no compute between, at the fit's pace).
+    dp_comm += loaded_wait(layout.dp);
+    dp_exposed += loaded_wait(layout.dp);
     if (layout.zero > 0) {
       // The updated shards gathered back: after the update (manual), or under the next step's first
       // forward (auto), where the first bucket's gather waits.
       const double gather = model.collective_ms(CollectiveKind::kAllGather, gradient_bytes, layout.dp, dp_link);
-      dp_comm += gather;
-      dp_exposed += manual ? gather : gather / std::max(buckets.buckets, 1);
+      dp_comm += gather + loaded_wait(layout.dp);
+      dp_exposed += (hides ? gather / std::max(buckets.buckets, 1) : gather) + loaded_wait(layout.dp);
     }
   }
   // The loss averaged over dp (and summed over stages): one small all-reduce each.
   const double loss_comm = model.collective_ms(CollectiveKind::kAllReduce, 8.0, layout.dp, dp_link) +
-                           model.collective_ms(CollectiveKind::kAllReduce, 8.0, layout.pp, pp_link);
+                           model.collective_ms(CollectiveKind::kAllReduce, 8.0, layout.pp, pp_link) +
+                           loaded_wait(layout.dp) + loaded_wait(layout.pp);
 
   // --- Optimizer: AdamW reads p, g, m, v and writes p, m, v in f32 (SGD: p, g, momentum) ---
   const double optimizer_bytes_per_parameter = (workload.optimizer == "adamw" ? 28.0 : 20.0) + (e < 4.0 ? 8.0 : 0.0);
@@ -332,14 +359,15 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
   prediction.step_ms = pipeline_ms + dp_exposed + loss_comm + prediction.optimizer_ms;
   // Ranks that share fewer compute units than they are (CPU ranks on few cores) cannot all compute
   // at full speed at once: the host's compute, spread over its slots, bounds the step from below.
-  // A pipeline's idle stages leave their share to the busy ones, so its bubble costs less there.
-  const int host_ranks = std::min(std::max(ranks_per_host, 1), layout.ranks());
-  if (model.compute_slots_per_host > 0 && host_ranks > model.compute_slots_per_host) {
+  // A pipeline's idle stages leave their share to the busy ones, so its bubble costs less there;
+  // its receives do not (the rank waits in them).
+  if (oversubscribed) {
     double stage_compute = 0.0;
     for (const StageWork& work : stage_work) stage_compute += work.forward + work.backward - work.tp_exposed;
     const double rank_compute = m * stage_compute / layout.pp + prediction.optimizer_ms;
     const double shared = host_ranks * rank_compute / model.compute_slots_per_host;
-    prediction.step_ms = std::max(prediction.step_ms, shared + m * busiest->tp_exposed + dp_exposed + loss_comm);
+    prediction.step_ms =
+        std::max(prediction.step_ms, shared + m * busiest->tp_exposed + pp_rank_exposed + dp_exposed + loss_comm);
   }
   prediction.tokens_per_s = static_cast<double>(workload.batch_size * s.seq_len) / prediction.step_ms * 1000.0;
 

@@ -19,7 +19,13 @@
 // and fused attention keep no T x T scores) times the most micro-batches a stage holds at once.
 //
 // Shared compute: where a host's ranks outnumber its compute slots (CostModel::compute_slots_per_host,
-// CPU ranks on fewer cores), the host's compute divided over its slots bounds the step from below.
+// CPU ranks on fewer cores), the host's compute divided over its slots bounds the step from below,
+// and every collective or receive that ranks reach from compute pays the loaded wait of its group
+// size (CostModel::loaded_wait_ms): each tensor-parallel collective, each pipeline receive (on the
+// transfer's edge, posted ahead or not), the loss all-reduces, the data-parallel reduction that ends
+// backward and ZeRO's gather after the update; the buckets that follow it back to back do not.
+// There auto mode hides nothing either: overlap needs a free slot to progress the communication
+// while compute runs, and every slot is computing, so it is exposed as in manual mode.
 //
 // Link classes come from the placement: ranks are laid out tp innermost, then pp, then dp (the
 // Mesh's order), `ranks_per_host` to a host; a group whose ranks span two hosts uses the

@@ -1,5 +1,6 @@
-// The cost model (parallel/cost/): the ring-model fit, bucket choice, the step simulator,
-// calibration files and the compute anchor (launcher/compute_anchor.h).
+// The cost model (parallel/cost/): the ring-model fit, bucket choice, the step simulator (with the
+// loaded wait of oversubscribed hosts), calibration files and the compute anchor
+// (launcher/compute_anchor.h).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -199,6 +200,95 @@ TEST(StepSimulator, RefusesLayoutsThatDoNotFit) {
   EXPECT_EQ(layout_problem(workload, ParallelLayout{}), "");
 }
 
+// Four ranks on two slots, waiting 0.5 ms per collective over 2 ranks and 1 ms over 4.
+CostModel oversubscribed_model() {
+  CostModel model = model_with(0.01, 1e6);
+  model.ranks_per_host = 4;
+  model.compute_slots_per_host = 2;
+  model.loaded_waits = {{2, 0.5}, {4, 1.0}};
+  return model;
+}
+
+CostModel without_waits(CostModel model) {
+  model.loaded_waits.clear();
+  return model;
+}
+
+TEST(CostModel, LoadedWaitFollowsTheGroupSize) {
+  const CostModel model = oversubscribed_model();
+  EXPECT_EQ(model.loaded_wait_ms(1), 0.0) << "one rank waits for nobody";
+  EXPECT_DOUBLE_EQ(model.loaded_wait_ms(2), 0.5);
+  EXPECT_DOUBLE_EQ(model.loaded_wait_ms(3), 0.75);
+  EXPECT_DOUBLE_EQ(model.loaded_wait_ms(4), 1.0);
+  EXPECT_DOUBLE_EQ(model.loaded_wait_ms(64), 1.0) << "no figure beyond the measured sizes";
+  EXPECT_EQ(without_waits(model).loaded_wait_ms(4), 0.0);
+  bool described = false;
+  for (const std::string& line : model.describe()) described = described || line.find("0.500 ms over 2 ranks") != std::string::npos;
+  EXPECT_TRUE(described);
+}
+
+// tp 4 of the small GPT, 4 micro-batches: per micro-batch the embedding's all-reduce, four per
+// block (two each way) and the head's four, 21 in all, each on the critical path and each waiting
+// 1 ms over 4 ranks.
+TEST(StepSimulator, LoadedWaitCostsEveryTensorParallelCollective) {
+  const Workload workload = small_gpt();
+  ParallelLayout layout;
+  layout.tp = 4;
+  layout.micro_batches = 4;
+  for (const std::string mode : {"auto", "manual"}) {
+    layout.comm_mode = mode;
+    const StepPrediction with = predict_step(workload, layout, oversubscribed_model(), 4);
+    const StepPrediction without = predict_step(workload, layout, without_waits(oversubscribed_model()), 4);
+    EXPECT_NEAR(with.step_ms - without.step_ms, 4 * 21 * 1.0, 1e-6) << mode;
+    EXPECT_NEAR(with.tp_comm_ms - without.tp_comm_ms, 4 * 21 * 1.0, 1e-6) << mode;
+  }
+  // tp 2 x dp 2 waits as groups of 2 do, and once more for the dp reduction and the loss.
+  layout.tp = 2;
+  layout.dp = 2;
+  layout.comm_mode = "auto";
+  const double with = predict_step(workload, layout, oversubscribed_model(), 4).step_ms;
+  const double without = predict_step(workload, layout, without_waits(oversubscribed_model()), 4).step_ms;
+  EXPECT_NEAR(with - without, 4 * 21 * 0.5 + 2 * 0.5, 1e-6);
+}
+
+TEST(StepSimulator, LoadedWaitCostsPipelineReceivesAndDataParallelReductions) {
+  const Workload workload = small_gpt();
+  ParallelLayout pipeline;
+  pipeline.pp = 4;
+  pipeline.micro_batches = 4;
+  const double with = predict_step(workload, pipeline, oversubscribed_model(), 4).step_ms;
+  const double without = predict_step(workload, pipeline, without_waits(oversubscribed_model()), 4).step_ms;
+  // A middle stage receives twice per micro-batch (8 receives of 0.5 ms), and the loss's
+  // all-reduce over the 4 stages waits 1 ms.
+  EXPECT_GE(with - without, 8 * 0.5 + 1.0 - 1e-6);
+  ParallelLayout data;
+  data.dp = 4;
+  data.micro_batches = 4;
+  EXPECT_NEAR(predict_step(workload, data, oversubscribed_model(), 4).step_ms -
+                  predict_step(workload, data, without_waits(oversubscribed_model()), 4).step_ms,
+              2 * 1.0, 1e-6)
+      << "the reduction that ends backward and the loss all-reduce";
+}
+
+TEST(StepSimulator, LoadedWaitIsFreeWhereSlotsSuffice) {
+  const Workload workload = small_gpt();
+  ParallelLayout layout;
+  layout.dp = 2;
+  layout.tp = 2;
+  layout.micro_batches = 4;
+  CostModel enough_slots = oversubscribed_model();
+  enough_slots.compute_slots_per_host = 4;
+  EXPECT_DOUBLE_EQ(predict_step(workload, layout, enough_slots, 4).step_ms,
+                   predict_step(workload, layout, without_waits(enough_slots), 4).step_ms);
+  CostModel devices = oversubscribed_model();
+  devices.compute_slots_per_host = 0;  // a device per rank
+  EXPECT_DOUBLE_EQ(predict_step(workload, layout, devices, 4).step_ms,
+                   predict_step(workload, layout, without_waits(devices), 4).step_ms);
+  // Two ranks per host on two slots: the four ranks of the layout are not all on one host.
+  EXPECT_DOUBLE_EQ(predict_step(workload, layout, oversubscribed_model(), 2).step_ms,
+                   predict_step(workload, layout, without_waits(oversubscribed_model()), 2).step_ms);
+}
+
 TEST(CalibrationFile, RoundTripsAndRejectsDamage) {
   const std::string path = ::testing::TempDir() + "/calibration_test.json";
   CostModel model = model_with(0.03, 7e5, 2e7);
@@ -214,6 +304,34 @@ TEST(CalibrationFile, RoundTripsAndRejectsDamage) {
   EXPECT_TRUE(read.measured[1][0]);
   EXPECT_FALSE(read.measured[0][0]);
   EXPECT_EQ(read.ranks_per_host, 4);
+  EXPECT_TRUE(read.loaded_waits.empty());
+  model.loaded_waits = {{2, 0.25}, {4, 0.5}};
+  model.compute_slots_per_host = 2;
+  write_calibration_file(path, model);
+  const CostModel loaded = read_calibration_file(path, default_cost_model(Device::cpu()));
+  ASSERT_EQ(loaded.loaded_waits.size(), 2u);
+  EXPECT_EQ(loaded.loaded_waits[1].ranks, 4);
+  EXPECT_DOUBLE_EQ(loaded.loaded_waits[1].wait_ms, 0.5);
+  EXPECT_DOUBLE_EQ(loaded.loaded_wait_ms(2), 0.25);
+  EXPECT_DOUBLE_EQ(loaded.compute_slots_per_host, 2.0);
+  {
+    // A file written before the loaded wait: no "loaded_waits" key, no wait.
+    std::ofstream old(path);
+    old << "{\"format\": \"weft-calibration\", \"version\": 1, \"device\": \"cpu\", \"compute_slots_per_host\": 2,"
+           " \"compute\": {\"matmul_flops_per_ms\": 1e7, \"attention_flops_per_ms\": 1e7, \"memory_bytes_per_ms\": 1e6}}";
+  }
+  CostModel defaults = default_cost_model(Device::cpu());
+  defaults.loaded_waits = {{2, 9.0}};
+  const CostModel older = read_calibration_file(path, defaults);
+  EXPECT_TRUE(older.loaded_waits.empty());
+  EXPECT_EQ(older.loaded_wait_ms(2), 0.0);
+  {
+    std::ofstream unsorted(path);
+    unsorted << "{\"format\": \"weft-calibration\", \"compute\": {\"matmul_flops_per_ms\": 1, "
+                "\"attention_flops_per_ms\": 1, \"memory_bytes_per_ms\": 1}, \"loaded_waits\": "
+                "[{\"ranks\": 4, \"wait_ms\": 1}, {\"ranks\": 2, \"wait_ms\": 1}]}";
+  }
+  EXPECT_THROW(read_calibration_file(path, default_cost_model(Device::cpu())), Error);
   {
     std::ofstream damaged(path);
     damaged << "{\"format\": \"weft-calibration\", \"compute\": {\"matmul_flops_per_ms\": -1}}";
@@ -235,6 +353,7 @@ TEST(Calibration, OneProcessMeasuresCompute) {
   EXPECT_GT(result.model.compute.attention_flops_per_ms, 0.0);
   EXPECT_GT(result.model.compute.memory_bytes_per_ms, 0.0);
   EXPECT_FALSE(result.model.measured[0][0]);  // one process measures no link
+  EXPECT_TRUE(result.model.loaded_waits.empty());  // nor waits for peers it does not have
   EXPECT_LT(result.seconds, 5.0);
 }
 
