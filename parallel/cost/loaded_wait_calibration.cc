@@ -19,8 +19,8 @@ namespace {
 // The compute one rank runs alone between two collectives: about what a step of the small models
 // weft plans on CPU hosts runs between two tensor-parallel collectives (a linear or an attention of
 // a micro-batch's shard). The wait grows with it: on the 2-core dev box, 0.1 ms bursts measured
-// 0.0-0.3 ms over 2 ranks and 0.3-0.5 ms over 4, 0.2 ms bursts 0.3-0.6 and 0.9-1.3 ms, 1.5 ms bursts
-// 3-6 ms (docs/performance.md): the burst must be a step's, not longer.
+// 0.0-0.3 ms over 2 ranks and 0.05-0.9 ms over 4, 0.2 ms bursts 0.0-0.6 and 0.3-1.3 ms, 1.5 ms
+// bursts 3-6 ms (docs/performance.md): the burst must be a step's, not longer.
 constexpr double kBurstMs = 0.1;
 // Iterations of burst and collective are timed for about this long per group size, in kWindows
 // windows whose median mean is kept: the scheduling regime moves within a few time slices, so a
