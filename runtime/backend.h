@@ -212,7 +212,7 @@ class Backend {
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              const Tensor& losses, const Tensor& lse) = 0;
   // grad_logits [N, V] = (softmax(logits) - onehot(target)) * grad_losses[n]; zero rows for ignored
-  // targets. grad_losses [N] (f32; f64 for f64 logits).
+  // targets. grad_losses [N] (f32; f64 for f64 logits). grad_logits may be logits (in place).
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                       int64_t ignore_index, const Tensor& grad_losses,
                                       const Tensor& grad_logits) = 0;

@@ -19,6 +19,21 @@ Tensor add_gradients(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+thread_local bool frees_saved_tensors = false;
+
+// Sets frees_saved_tensors for one walk and restores it after (a backward may run inside another
+// node's backward, as recomputation does).
+class FreesSavedTensorsScope {
+ public:
+  explicit FreesSavedTensorsScope(bool frees) : before_(frees_saved_tensors) { frees_saved_tensors = frees; }
+  ~FreesSavedTensorsScope() { frees_saved_tensors = before_; }
+  FreesSavedTensorsScope(const FreesSavedTensorsScope&) = delete;
+  FreesSavedTensorsScope& operator=(const FreesSavedTensorsScope&) = delete;
+
+ private:
+  bool before_;
+};
+
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->priority() < b->priority(); }
 };
@@ -34,6 +49,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   WEFT_CHECK(roots.size() == gradients.size(), "backward: ", roots.size(), " roots but ", gradients.size(),
              " gradients");
   NoGradGuard no_grad;
+  const FreesSavedTensorsScope frees_scope(!retain_graph);
 
   // Gradient buffers per node (one slot per forward output), and the roots' contributions.
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
@@ -153,5 +169,7 @@ std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const s
   run_backward(roots, gradients, /*retain_graph=*/false, stops, &stopped);
   return stopped;
 }
+
+bool backward_frees_saved_tensors() { return frees_saved_tensors; }
 
 }  // namespace weft::autograd

@@ -21,4 +21,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
 std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
                                        const std::vector<Tensor>& inputs);
 
+// True on this thread while a backward that frees each node's saved tensors right after the node
+// runs (retain_graph false; backward_to_inputs always) walks the graph. A node's backward may then
+// write its result into the bytes of a saved tensor that nothing else holds (storage use count 1):
+// nobody can read them again. False outside a backward and in one that retains the graph.
+bool backward_frees_saved_tensors();
+
 }  // namespace weft::autograd

@@ -6,7 +6,8 @@
 // (maximum, sum of exp) online; a block merge gives lse = max + log(sum), and
 // loss = lse - logit[target] (0 for ignore_index). Backward: one block per row reads the logits once
 // more and writes grad = (exp(logit - lse) - onehot(target)) * grad_losses[n] in the logits' dtype;
-// ignored rows are written as zeros without reading. Nothing of size [N, V] is stored but the
+// ignored rows are written as zeros without reading; the gradient may overwrite the logits (each
+// thread reads its packs before writing them, and no thread reads another's). Nothing of size [N, V] is stored but the
 // gradient itself: no f32 copy of the logits, no probabilities. Math is f32. Targets outside [0, V)
 // that are not ignore_index follow index_check.cuh: a NaN loss forward, a zero gradient row backward,
 // and weft::Error from the record.
@@ -108,11 +109,11 @@ __device__ __forceinline__ Pack<T, kVec> gradient_pack(const Pack<T, kVec>& pack
 
 template <class T, class I, int kVec>
 __global__ void __launch_bounds__(kBackwardThreads)
-    cross_entropy_backward_kernel(const T* __restrict__ logits,         // [rows, vocabulary]
+    cross_entropy_backward_kernel(const T* logits,                      // [rows, vocabulary]
                                   const I* __restrict__ targets,        // [rows]
                                   const float* __restrict__ lse,        // [rows]
                                   const float* __restrict__ grad_losses,  // [rows]
-                                  T* __restrict__ grad_logits,          // [rows, vocabulary]
+                                  T* grad_logits,                       // [rows, vocabulary], may be logits
                                   int64_t rows, int vocabulary, int64_t ignore_index, IndexErrorRecord* record) {
   const int packs = vocabulary / kVec;
   const int threads = static_cast<int>(blockDim.x);

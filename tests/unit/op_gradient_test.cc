@@ -174,6 +174,62 @@ TEST(OpGradient, CrossEntropyWithIgnoredRows) {
   expect_gradients_match([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], targets); }, {logits});
 }
 
+// An identity whose backward records where the gradient it receives lives.
+class RecordingIdentity final : public autograd::Function {
+ public:
+  explicit RecordingIdentity(const void** gradient_address) : gradient_address_(gradient_address) {}
+  std::string name() const override { return "RecordingIdentityBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override { return {inputs[0].clone()}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    *gradient_address_ = grads[0].raw_data();
+    return {grads[0].clone()};
+  }
+
+ private:
+  const void** gradient_address_;
+};
+
+// Cross-entropy's backward writes the logits' gradient over the logits only where nothing can read
+// them again, and the gradient is the same either way.
+TEST(OpGradient, CrossEntropyOverwritesTheLogitsOnlyWhenNothingElseHoldsThem) {
+  Tensor x = random_leaf({6, 9}, 27);
+  const Tensor targets = Tensor::from_vector(std::vector<int64_t>{0, 8, 3, 3, -100, 5}, {6});
+  const void* gradient_address = nullptr;
+  const void* logits_address = nullptr;
+  // Runs forward and backward; keeps the logits alive through backward when `keep` is set.
+  auto gradient_of_x = [&](bool keep, bool retain_graph) {
+    x.zero_grad();
+    Tensor logits = autograd::apply<RecordingIdentity>({x}, &gradient_address)[0];  // [6, 9]
+    logits_address = logits.raw_data();
+    const Tensor loss = cross_entropy(logits, targets);
+    if (!keep) logits = Tensor();
+    loss.backward(Tensor(), retain_graph);
+    const std::vector<double> gradient = x.grad().to_vector();
+    if (retain_graph) {  // a second backward through the kept graph must see the logits unchanged
+      const void* first_address = gradient_address;
+      x.zero_grad();
+      loss.backward();
+      EXPECT_EQ(x.grad().to_vector(), gradient);
+      gradient_address = first_address;
+    }
+    return gradient;
+  };
+  const std::vector<double> in_place = gradient_of_x(false, false);
+  EXPECT_EQ(gradient_address, logits_address) << "the gradient did not reuse the freed logits";
+  const std::vector<double> kept = gradient_of_x(true, false);
+  EXPECT_NE(gradient_address, logits_address) << "the gradient overwrote logits that a tensor still holds";
+  EXPECT_EQ(kept, in_place);
+  const std::vector<double> retained = gradient_of_x(false, true);
+  EXPECT_NE(gradient_address, logits_address) << "the gradient overwrote logits of a retained graph";
+  EXPECT_EQ(retained, in_place);
+  // And the in-place gradient is the right one: finite differences through the same path.
+  expect_gradients_match(
+      [&](const std::vector<Tensor>& in) {
+        return cross_entropy(autograd::apply<RecordingIdentity>({in[0]}, &gradient_address)[0], targets);
+      },
+      {x});
+}
+
 TEST(OpGradient, DropoutUsesTheSameMaskBackward) {
   Tensor x = random_leaf({4, 9}, 26);
   expect_gradients_match([](const std::vector<Tensor>& in) { return dropout(in[0], 0.3, 99, 5); }, {x});
