@@ -5,11 +5,14 @@
 # 1F1B, no ZeRO, no sp) and their mean step times after the warm-up are compared with the
 # predictions. Fails when two layouts whose measured times differ by more than MARGIN (default 30%)
 # are ranked the other way round by the predictions; prints every prediction error.
-# Four ranks on two cores run in whatever scheduling regime the launch falls into (which ranks share
-# a core, who waits for whom): the same layout measures up to 2x apart from one launch to the next,
-# while staying steady within a launch. Scheduling only ever adds time, so each layout's figure is
-# the fastest of its launches: a failing comparison measures every layout again (up to ATTEMPTS
-# rounds, default 3) and judges the best of each layout's rounds so far.
+# Four ranks on two cores, left to the scheduler, run in whatever regime the launch falls into
+# (which ranks share a core, who waits for whom): the same layout measured up to 2-3x apart from one
+# launch to the next (tp 4: 37 to 92 ms), which no prediction can follow. So every launch binds rank
+# r to core r mod 2 (--map-by core --bind-to core:overload-allowed): neighbours in a tensor-parallel
+# group always sit on different cores, and a layout measures within about 10-20% from launch to
+# launch. Scheduling only ever adds time, so each layout's figure is the fastest of its launches: a
+# failing comparison measures every layout again (up to ATTEMPTS rounds, default 3) and judges the
+# best of each layout's rounds so far.
 #   usage: plan_ranking.sh WEFT_TRAIN WEFT_PLAN [CONFIG]
 set -euo pipefail
 weft_train=$1
@@ -18,7 +21,7 @@ config=${3:-$(dirname "$0")/../../configs/tiny-cpu.yaml}
 margin=${MARGIN:-0.30}
 work=$(mktemp -d /tmp/weft-plan-ranking.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-mpirun=(mpirun --oversubscribe -np 4)
+mpirun=(mpirun --oversubscribe -np 4 --map-by core --bind-to core:overload-allowed)
 [[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)
 model=(--set model.layers=4 --set model.dim=64 --set model.heads=4 --set model.seq_len=64 --set model.vocab=256
        --set train.batch_size=16 --set train.micro_batches=4 --set comm.mode=${MODE:-auto})
