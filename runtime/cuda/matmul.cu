@@ -15,8 +15,9 @@
 // f16 accumulate in f32 (compute 32F, scale type 32F). f64 and integers raise weft::Error.
 //
 // State per device: one cublasLt handle, created lazily; one 32 MiB workspace per (device, stream),
-// allocated through weft (a device Tensor) so that two streams never share a workspace; heuristic
-// results cached per problem key (shape, ops, leading dims, batch strides, alignments, epilogue).
+// allocated through weft (a device Tensor) so that two streams never share a workspace; the chosen
+// algorithm cached per problem key (shape, ops, leading dims, batch strides, alignments, epilogue):
+// the fastest of the heuristic's first few, timed on the key's first product (autotuning, below).
 // Workspaces are keyed by the stream's process-unique id, not its handle (CUDA reuses a destroyed
 // stream's handle, and a new stream must not share the old one's workspace while the old one's
 // matmuls may still run), and dropped when weft destroys their stream (runtime/stream_retirement.h).
@@ -26,10 +27,13 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
@@ -196,6 +200,89 @@ struct Problem {
   void* aux = nullptr;  // the pre-GELU values (written by GELU_AUX, read by DGELU); ld = n
 };
 
+// --- Autotuning ----------------------------------------------------------------------------------
+
+// cuBLASLt's heuristic ranks algorithms by a model; the first is often not the fastest at a
+// training run's shapes. With autotuning (the default; WEFT_MATMUL_AUTOTUNE=0 turns it off), the
+// first product of each problem key times up to kAutotuneCandidates of the heuristic's algorithms
+// on the real operands and keeps the fastest for the rest of the process. That costs the first step
+// a few milliseconds per shape and a synchronization; a run's later products, and every product of
+// one key in one process, use one algorithm. Two processes may choose differently where two
+// algorithms are within the timing noise, so GPU results are reproducible across runs only with
+// WEFT_MATMUL_AUTOTUNE=0 (the CPU is unaffected).
+constexpr int kAutotuneCandidates = 8;
+constexpr int kAutotuneRuns = 3;
+
+bool autotune_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("WEFT_MATMUL_AUTOTUNE");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return enabled;
+}
+
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  WEFT_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// What one cublasLtMatmul call of a Problem needs besides the algorithm.
+struct LaunchDescriptors {
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, cd;
+  void* workspace;
+};
+
+cublasStatus_t launch(const Problem& p, const LaunchDescriptors& d, const cublasLtMatmulAlgo_t& algorithm, void* out) {
+  return cublasLtMatmul(d.handle, d.desc, &p.alpha, p.b, d.a, p.a, d.b, &p.beta, p.out, d.cd, out, d.cd, &algorithm,
+                        d.workspace, kWorkspaceBytes, p.stream);
+}
+
+// The candidate of `candidates` that runs `p` fastest, timed on p's stream. A product that
+// accumulates (beta != 0) writes into a scratch output while timed, so that p.out is left as it
+// was; otherwise the timing runs write p.out itself, which the real product then overwrites.
+// Candidates whose state or launch fails are skipped; the first wins ties.
+cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors& d,
+                                       const cublasLtMatmulHeuristicResult_t* candidates, int count) {
+  void* out = p.out;
+  Tensor scratch;  // [batch * m * n] of the output's type, while an accumulating product is timed
+  if (p.beta != 0.f) {
+    const DType dtype = p.type == CUDA_R_32F ? kFloat32 : p.type == CUDA_R_16BF ? kBFloat16 : kFloat16;
+    scratch = Tensor::empty({p.batch * p.m * p.n}, dtype, Device::cuda(p.device));
+    out = scratch.raw_data();
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  WEFT_CUDA_CHECK(cudaEventCreate(&start));
+  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
+  cublasLtMatmulAlgo_t best = candidates[0].algo;
+  float best_ms = 0.f;
+  bool timed_any = false;
+  for (int i = 0; i < count; ++i) {
+    if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    const cublasLtMatmulAlgo_t& candidate = candidates[i].algo;
+    if (launch(p, d, candidate, out) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up, and the launch check
+    WEFT_CUDA_CHECK(cudaEventRecord(start, p.stream));
+    bool launched = true;
+    for (int run = 0; run < kAutotuneRuns && launched; ++run) {
+      launched = launch(p, d, candidate, out) == CUBLAS_STATUS_SUCCESS;
+    }
+    WEFT_CUDA_CHECK(cudaEventRecord(stop, p.stream));
+    WEFT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed_ms = 0.f;
+    WEFT_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
+    if (launched && (!timed_any || elapsed_ms < best_ms)) {
+      best = candidate;
+      best_ms = elapsed_ms;
+      timed_any = true;
+    }
+  }
+  WEFT_CUDA_CHECK(cudaEventDestroy(start));
+  WEFT_CUDA_CHECK(cudaEventDestroy(stop));
+  return best;
+}
+
 void run_problem(const Problem& p, std::string_view op) {
   const int64_t element = p.type == CUDA_R_32F ? 4 : 2;
   // cuBLASLt: D'[n, m] (col-major, ld n) = op(A')[n, k] @ op(B')[k, m]; A' from bm, B' from a.
@@ -249,20 +336,25 @@ void run_problem(const Problem& p, std::string_view op) {
     }
   }
   if (!cached) {
+    const int wanted = autotune_enabled() && !stream_is_capturing(p.stream) ? kAutotuneCandidates : 1;
     Preference preference;
     preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
     preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(align_a));
     preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(align_b));
     preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(align_cd));
     preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(align_cd));
-    cublasLtMatmulHeuristicResult_t result = {};
+    std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results = {};
     int found = 0;
     WEFT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc,
-                                                     layout_cd.desc, preference.pref, 1, &result, &found));
-    WEFT_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, op, ": cuBLASLt found no algorithm for [", p.batch,
-               ", ", p.m, ", ", p.k, "] @ [", p.batch, ", ", p.k, ", ", p.n, "] (epilogue ", static_cast<int>(p.epilogue),
-               ", alignments ", align_a, "/", align_b, "/", align_cd, " bytes)");
-    algorithm = result.algo;
+                                                     layout_cd.desc, preference.pref, wanted, results.data(), &found));
+    WEFT_CHECK(found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS, op, ": cuBLASLt found no algorithm for [",
+               p.batch, ", ", p.m, ", ", p.k, "] @ [", p.batch, ", ", p.k, ", ", p.n, "] (epilogue ",
+               static_cast<int>(p.epilogue), ", alignments ", align_a, "/", align_b, "/", align_cd, " bytes)");
+    algorithm = results[0].algo;
+    if (found > 1) {
+      const LaunchDescriptors descriptors{handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc, workspace};
+      algorithm = fastest_algorithm(p, descriptors, results.data(), found);
+    }
     LtState& state = lt_state();
     std::lock_guard<std::mutex> lock(state.mutex);
     state.algorithms.emplace(key, algorithm);

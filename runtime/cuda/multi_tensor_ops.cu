@@ -2,7 +2,8 @@
 // their number and sizes, through multi_tensor_table.cuh tables of 64K-element chunks:
 //   CudaBackend::squared_norms: each block adds the squares of one chunk into a partial sum, then
 //     one warp per tensor adds its chunks' partials in order. f32 accumulation (fmaf), fixed order:
-//     the same bits from run to run. Strided tensors are copied contiguous first.
+//     the same bits from run to run. Strided tensors are copied contiguous first. Tensors aligned to
+//     four elements are read four at a time (scalar loads ran at 1.2 TB/s on the H200).
 //   CudaBackend::scale_in_place: each block scales one chunk (strided tensors go through affine).
 //   CudaBackend::clip_to_norm: one thread turns the squares into a factor in device memory (1 when
 //     the norm is within the limit), then scale_in_place's kernel reads it; no host read.
@@ -26,7 +27,7 @@ struct NormSlot {
   int64_t first_chunk;  // this tensor's chunks are [first_chunk, first_chunk + chunk_count)
   int64_t chunk_count;
   int32_t kind;
-  int32_t unused;  // keeps the slot a multiple of 8 bytes
+  int32_t four_aligned;  // multi_tensor_table.cuh four_aligned(): four elements per access
 };
 
 __global__ void __launch_bounds__(kChunkThreads)
@@ -36,7 +37,21 @@ __global__ void __launch_bounds__(kChunkThreads)
   const NormSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
   float total = 0.0f;
-  for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
+  int64_t scalar_start = chunk.start;
+  if (slot.four_aligned) {
+    // Vector loads, several in flight (no stores between them): the pass is bound by the
+    // memory's bandwidth only with many bytes in flight per thread.
+    const int64_t vector_end = chunk.start + (end - chunk.start) / 4 * 4;
+#pragma unroll 4
+    for (int64_t i = chunk.start + 4 * static_cast<int64_t>(threadIdx.x); i < vector_end; i += 4 * blockDim.x) {
+      float values[4];
+      load4_kind(slot.data, slot.kind, i, values);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) total = fmaf(values[j], values[j], total);
+    }
+    scalar_start = vector_end;
+  }
+  for (int64_t i = scalar_start + threadIdx.x; i < end; i += blockDim.x) {
     const float value = load_kind(slot.data, slot.kind, i);
     total = fmaf(value, value, total);
   }
@@ -60,7 +75,7 @@ struct ScaleSlot {
   void* data;
   int64_t numel;
   int32_t kind;
-  int32_t unused;  // keeps the slot a multiple of 8 bytes
+  int32_t four_aligned;  // four elements per access
 };
 
 // factor_on_device (clip_to_norm), when not null, replaces `factor`; 1 means "nothing to do".
@@ -74,7 +89,19 @@ __global__ void __launch_bounds__(kChunkThreads)
   const ChunkSlot chunk = chunks[blockIdx.x];
   const ScaleSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
-  for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
+  int64_t scalar_start = chunk.start;
+  if (slot.four_aligned) {  // the same per-element rounding as the scalar loop
+    const int64_t vector_end = chunk.start + (end - chunk.start) / 4 * 4;
+    for (int64_t i = chunk.start + 4 * static_cast<int64_t>(threadIdx.x); i < vector_end; i += 4 * blockDim.x) {
+      float values[4];
+      load4_kind(slot.data, slot.kind, i, values);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) values[j] *= factor;
+      store4_kind(slot.data, slot.kind, i, values);
+    }
+    scalar_start = vector_end;
+  }
+  for (int64_t i = scalar_start + threadIdx.x; i < end; i += blockDim.x) {
     store_kind(slot.data, slot.kind, i, load_kind(slot.data, slot.kind, i) * factor);
   }
 }
@@ -111,6 +138,7 @@ void CudaBackend::squared_norms(absl::Span<const Tensor> tensors, const Tensor& 
     slot.numel = x.numel();
     slot.first_chunk = static_cast<int64_t>(chunks.size());
     slot.kind = cuda::storage_kind(x, "squared_norms:");
+    slot.four_aligned = cuda::four_aligned(x);
     cuda::add_chunks(chunks, static_cast<int64_t>(slots.size()), slot.numel);
     slot.chunk_count = static_cast<int64_t>(chunks.size()) - slot.first_chunk;
     slots.push_back(slot);
@@ -152,6 +180,7 @@ void scale_tensors(CudaBackend& backend, absl::Span<const Tensor> tensors, doubl
     slot.data = tensor.raw_data();
     slot.numel = tensor.numel();
     slot.kind = cuda::storage_kind(tensor, "scale_in_place:");
+    slot.four_aligned = cuda::four_aligned(tensor);
     cuda::add_chunks(chunks, static_cast<int64_t>(slots.size()), slot.numel);
     slots.push_back(slot);
   }
