@@ -17,7 +17,8 @@
 // State per device: one cublasLt handle, created lazily; one 32 MiB workspace per (device, stream),
 // allocated through weft (a device Tensor) so that two streams never share a workspace; the chosen
 // algorithm cached per problem key (shape, ops, leading dims, batch strides, alignments, epilogue):
-// the fastest of the heuristic's first few, timed on the key's first product (autotuning, below).
+// the heuristic's first, or with WEFT_MATMUL_AUTOTUNE=1 the fastest of its first few, timed on the
+// key's first product (autotuning, below).
 // Workspaces are keyed by the stream's process-unique id, not its handle (CUDA reuses a destroyed
 // stream's handle, and a new stream must not share the old one's workspace while the old one's
 // matmuls may still run), and dropped when weft destroys their stream (runtime/stream_retirement.h).
@@ -202,21 +203,21 @@ struct Problem {
 
 // --- Autotuning ----------------------------------------------------------------------------------
 
-// cuBLASLt's heuristic ranks algorithms by a model; the first is often not the fastest at a
-// training run's shapes. With autotuning (the default; WEFT_MATMUL_AUTOTUNE=0 turns it off), the
-// first product of each problem key times up to kAutotuneCandidates of the heuristic's algorithms
-// on the real operands and keeps the fastest for the rest of the process. That costs the first step
-// a few milliseconds per shape and a synchronization; a run's later products, and every product of
-// one key in one process, use one algorithm. Two processes may choose differently where two
-// algorithms are within the timing noise, so GPU results are reproducible across runs only with
-// WEFT_MATMUL_AUTOTUNE=0 (the CPU is unaffected).
+// cuBLASLt's heuristic ranks algorithms by a model; the first is not always the fastest at a
+// training run's shapes. With autotuning (WEFT_MATMUL_AUTOTUNE=1; off by default until its gain is
+// measured on the GPU machine), the first product of each problem key times up to
+// kAutotuneCandidates of the heuristic's algorithms on the real operands and keeps the fastest for
+// the rest of the process. That costs the first step a few milliseconds per shape and a
+// synchronization; a run's later products, and every product of one key in one process, use one
+// algorithm. Two processes may choose differently where two algorithms are within the timing noise,
+// so with autotuning GPU results are not bitwise reproducible across runs (the CPU is unaffected).
 constexpr int kAutotuneCandidates = 8;
 constexpr int kAutotuneRuns = 3;
 
 bool autotune_enabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("WEFT_MATMUL_AUTOTUNE");
-    return value == nullptr || std::string_view(value) != "0";
+    return value != nullptr && std::string_view(value) == "1";
   }();
   return enabled;
 }
