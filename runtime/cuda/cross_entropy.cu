@@ -7,10 +7,10 @@
 // loss = lse - logit[target] (0 for ignore_index). Backward: one block per row reads the logits once
 // more and writes grad = (exp(logit - lse) - onehot(target)) * grad_losses[n] in the logits' dtype;
 // ignored rows are written as zeros without reading; the gradient may overwrite the logits (each
-// thread reads its packs before writing them, and no thread reads another's). Nothing of size [N, V] is stored but the
-// gradient itself: no f32 copy of the logits, no probabilities. Math is f32. Targets outside [0, V)
-// that are not ignore_index follow index_check.cuh: a NaN loss forward, a zero gradient row backward,
-// and weft::Error from the record.
+// thread reads its packs before writing them, and no thread reads another's). Nothing of size
+// [N, V] is stored but the gradient itself: no f32 copy of the logits, no probabilities. Math is
+// f32. Targets outside [0, V) that are not ignore_index follow index_check.cuh: a NaN loss forward,
+// a zero gradient row backward, and weft::Error from the record.
 //
 // Speed: every exponential is exp_shifted (row_kernels.cuh: one MUFU.EX2), because with exp2f the
 // forward was issue-bound. Each byte of the logits is used once per kernel and the tensor is far

@@ -209,8 +209,9 @@ struct Problem {
 // the first product of each problem key times up to kAutotuneCandidates of the heuristic's
 // algorithms on the real operands and keeps the fastest for the rest of the process. That costs the
 // first step a few milliseconds per shape and a synchronization; a run's later products, and every
-// product of one key in one process, use one algorithm. Two processes may choose differently where two algorithms are within the timing noise,
-// so with autotuning GPU results are not bitwise reproducible across runs (the CPU is unaffected).
+// product of one key in one process, use one algorithm. Two processes may choose differently where
+// two algorithms are within the timing noise, so with autotuning GPU results are not bitwise
+// reproducible across runs (the CPU is unaffected).
 constexpr int kAutotuneCandidates = 8;
 constexpr int kAutotuneRuns = 3;
 
