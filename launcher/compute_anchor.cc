@@ -11,6 +11,7 @@
 #include "layers/language_model.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/cost/calibration.h"
+#include "parallel/cost/host_topology.h"
 #include "parallel/cost/step_simulator.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
@@ -70,8 +71,7 @@ std::string anchor_compute(const RunConfig& config, Device device, DType dtype, 
   }
   std::shared_ptr<ProcessGroup> world = make_world_process_group(device);
   const int me = world->rank();
-  bool first_of_host = true;
-  for (int r = 0; r < me; ++r) first_of_host = first_of_host && host_ids[static_cast<size_t>(r)] != host_ids[static_cast<size_t>(me)];
+  const bool first_of_host = first_rank_of_host(host_ids, me);
   // Each host's first rank times while the others wait in a barrier, which yields their cores.
   double measured_ms = 0.0;
   world->barrier(CommStream())->synchronize();

@@ -250,8 +250,7 @@ CalibrationResult calibrate(Device device, DType dtype, const CalibrationShapes&
   model.ranks_per_host = ranks_per_host(host_ids);
   std::shared_ptr<ProcessGroup> world = make_world_process_group(device);
   const int me = world->rank();
-  bool first_of_host = true;
-  for (int r = 0; r < me; ++r) first_of_host = first_of_host && host_ids[static_cast<size_t>(r)] != host_ids[static_cast<size_t>(me)];
+  const bool first_of_host = first_rank_of_host(host_ids, me);
   model.compute = measure_compute(device, dtype, shapes, *world, first_of_host);
   // Each rank has a GPU of its own; CPU ranks share the host's cores (Open MPI binds none when
   // oversubscribed, so each sees them all).

@@ -62,4 +62,11 @@ std::vector<int> hosts_of(const std::vector<int>& world_ranks, const std::vector
   return hosts;
 }
 
+bool first_rank_of_host(const std::vector<int>& host_ids, int rank) {
+  for (int r = 0; r < rank; ++r) {
+    if (host_ids[static_cast<size_t>(r)] == host_ids[static_cast<size_t>(rank)]) return false;
+  }
+  return true;
+}
+
 }  // namespace weft

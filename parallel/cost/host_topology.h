@@ -18,5 +18,7 @@ std::vector<int> world_host_ids();
 int ranks_per_host(const std::vector<int>& host_ids);
 // The host ids of `world_ranks` (a group's members), from `host_ids`.
 std::vector<int> hosts_of(const std::vector<int>& world_ranks, const std::vector<int>& host_ids);
+// Whether world rank `rank` is the lowest rank of its host (the one that times compute alone).
+bool first_rank_of_host(const std::vector<int>& host_ids, int rank);
 
 }  // namespace weft

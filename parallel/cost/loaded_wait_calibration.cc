@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "parallel/cost/calibration.h"
+#include "parallel/cost/host_topology.h"
 #include "runtime/clock.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/tensor.h"
@@ -22,6 +23,8 @@ namespace {
 // 0.0-0.3 ms over 2 ranks and 0.05-0.9 ms over 4, 0.2 ms bursts 0.0-0.6 and 0.3-1.3 ms, 1.5 ms
 // bursts 3-6 ms (docs/performance.md): the burst must be a step's, not longer.
 constexpr double kBurstMs = 0.1;
+// The burst alone is timed over at least this long (sustained_mean_ms), as the compute rates are.
+constexpr double kAloneMs = 25.0;
 // Iterations of burst and collective are timed for about this long per group size, in kWindows
 // windows whose median mean is kept: the scheduling regime moves within a few time slices, so a
 // mean over many of them is steadier than any one, and the median drops a window that a
@@ -56,8 +59,7 @@ std::vector<LoadedWait> measure_loaded_waits(ProcessGroup& world, const std::vec
   const double slots = model.compute_slots_per_host;
   if (!device.is_cpu() || ranks < 2 || slots <= 0 || model.ranks_per_host <= slots) return {};
   const int me = world.rank();
-  bool first_of_host = true;
-  for (int r = 0; r < me; ++r) first_of_host = first_of_host && host_ids[static_cast<size_t>(r)] != host_ids[static_cast<size_t>(me)];
+  const bool first_of_host = first_rank_of_host(host_ids, me);
 
   // The burst: n x n by n x n, n from the measured matmul rate (the same on every rank: the rates
   // were agreed by a max), then timed on each host's first rank alone while the others wait in a
@@ -68,7 +70,7 @@ std::vector<LoadedWait> measure_loaded_waits(ProcessGroup& world, const std::vec
   const Tensor b = Tensor::normal({n, n}, 1, 5, 0.0, 1.0, kFloat32, device);
   auto burst = [&] { linear(a, b); };
   world.barrier(CommStream())->synchronize();
-  double alone_ms = first_of_host ? sustained_mean_ms(burst, 25.0) : 0.0;
+  double alone_ms = first_of_host ? sustained_mean_ms(burst, kAloneMs) : 0.0;
   world.barrier(CommStream())->synchronize();
   alone_ms = slowest_over(world, {alone_ms})[0];
   const double sharing = std::max(1.0, static_cast<double>(model.ranks_per_host) / slots);
