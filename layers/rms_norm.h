@@ -22,6 +22,7 @@ class RmsNorm : public Module {
   std::vector<ParallelPlanEntry> tensor_parallel_plan() const override { return {{"", ParallelStyle::kSequence, {}}}; }
 
   Tensor weight() const { return parameter("weight"); }  // [dim]
+  double eps() const { return eps_; }
 
  private:
   int64_t dim_;

@@ -5,6 +5,7 @@
 #include <typeinfo>
 
 #include "layers/layer_norm.h"
+#include "layers/rms_norm.h"
 #include "runtime/autograd/recompute.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/normalization.h"
@@ -28,11 +29,16 @@ Tensor TransformerBlock::forward(const Tensor& x) {
 
 Tensor TransformerBlock::compute(const Tensor& x) {
   const Tensor attention_out = attention_->call(norm1_->call(x));  // [B, T, C]
-  // config.norm "layer_norm" (not a subclass with its own forward, nor wrapped by a plan).
+  // config.norm "layer_norm" or "rms_norm" (not a subclass with its own forward, nor wrapped by a
+  // plan): the residual add and the second norm as one op (one pass over the stream on CUDA).
   if (typeid(*norm2_) == typeid(LayerNorm) && !norm2_->has_forward_wrapper()) {
-    // The residual add and the second layer norm as one op (one pass over the stream on CUDA).
     const auto* norm2 = static_cast<const LayerNorm*>(norm2_.get());
     auto [attended, normalized] = add_layer_norm(x, attention_out, norm2->weight(), norm2->bias(), norm2->eps());
+    return add(attended, mlp_->call(normalized));  // [B, T, C]
+  }
+  if (typeid(*norm2_) == typeid(RmsNorm) && !norm2_->has_forward_wrapper()) {
+    const auto* norm2 = static_cast<const RmsNorm*>(norm2_.get());
+    auto [attended, normalized] = add_rms_norm(x, attention_out, norm2->weight(), norm2->eps());
     return add(attended, mlp_->call(normalized));  // [B, T, C]
   }
   const Tensor attended = add(x, attention_out);                   // [B, T, C]

@@ -5,8 +5,9 @@
 // The norms and the MLP are created by name through LayerRegistry (config.norm, config.mlp), so a
 // user's registered norm or MLP plugs in without touching this file; each must map [..., C] to
 // [..., C] through Module::forward. Construction (and weight draw) order: norm1, attention, norm2,
-// mlp. Registered as "transformer_block". With a LayerNorm as norm2, the first residual add and norm2
-// run as one op (add_layer_norm, runtime/ops/normalization.h); the result is the same.
+// mlp. Registered as "transformer_block". With a LayerNorm or RmsNorm as norm2, the first residual
+// add and norm2 run as one op (add_layer_norm, add_rms_norm: runtime/ops/normalization.h); the
+// result is the same.
 //
 // Activation recomputation (config.recompute, from train.recompute; runtime/autograd/recompute.h):
 // - none: every op keeps what its backward needs.

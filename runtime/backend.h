@@ -31,6 +31,18 @@ enum class UnaryOp : uint8_t {
 enum class ReduceOp : uint8_t { kSum, kMean, kMax };
 enum class RandomDistribution : uint8_t { kUniform, kNormal };
 
+// What a norm's backward folds into its own pass instead of leaving to separate kernels.
+struct NormBackwardExtras {
+  // [N, C] contiguous, x's dtype, or undefined: added to grad_x in the kernel's arithmetic, before
+  // the one rounding (the gradient that x receives from its other uses: the residual stream's,
+  // taken from the engine with autograd::take_pending_gradient).
+  Tensor grad_x_addend;
+  // When true, grad_weight and grad_bias accumulate (+=, each sum rounded once into the existing
+  // value) instead of being written: the op hands the parameters' .grad itself
+  // (AccumulateGrad::gradient_storage) and skips the add of a separate gradient.
+  bool accumulate_parameter_gradients = false;
+};
+
 // Device memory as a backend's allocator sees it (all zero for the CPU, whose memory is the process's).
 struct DeviceMemory {
   int64_t allocated_bytes = 0;       // handed out now
@@ -133,6 +145,17 @@ class Backend {
     unary_backward(UnaryOp::kGelu, pre_activation, product, out);
   }
 
+  // out = alpha * a @ bm + beta * out as matmul (B == 1), and bias_gradient [M] (contiguous, out's
+  // dtype) = each row of a[0] summed over K: a linear layer's dW = dY^T X with db = the column sums
+  // of dY, from one pass over dY. The default (the CPU reference) is matmul, then reduce (kSum) of
+  // a over its last dim; a backend may fuse the sums into the product (CUDA: cuBLASLt's BGRADB
+  // epilogue, which sums in f32 and rounds once).
+  virtual void matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta,
+                                    const Tensor& bias_gradient) {
+    matmul(a, bm, out, alpha, beta);
+    reduce(ReduceOp::kSum, a, {2}, bias_gradient.view({1, a.size(1), 1}), Tensor());
+  }
+
   // --- Softmax over the last dim (contiguous [N, C]) --------------------------------------
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
   // From the forward output y: softmax: gx = y * (gy - sum(gy * y)); log: gx = gy - exp(y) * sum(gy).
@@ -142,10 +165,11 @@ class Backend {
   // x [N, C], weight [C], bias [C] or undefined; out [N, C]; mean, rstd [N] (f32, f64 for f64 x).
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           const Tensor& out, const Tensor& mean, const Tensor& rstd) = 0;
-  // grad_x [N, C] written; grad_weight [C] and grad_bias [C] (bias may be undefined) written.
+  // grad_x [N, C] written; grad_weight [C] and grad_bias [C] (bias may be undefined) written, or
+  // accumulated and grad_x given an addend as `extras` says.
   virtual void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
-                                   const Tensor& grad_bias) = 0;
+                                   const Tensor& grad_bias, const NormBackwardExtras& extras) = 0;
   // sum_out = x + residual (rounded to x's dtype), then out = layer_norm(sum_out) as layer_norm above,
   // with the statistics of the rounded sum. x, residual, sum_out, out [N, C] contiguous, one dtype.
   // The default (the CPU reference) is binary add, then layer_norm; a backend may fuse the two (CUDA:
@@ -159,8 +183,17 @@ class Backend {
   // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd [N].
   virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
                         const Tensor& rstd) = 0;
+  // grad_x and grad_weight as for layer_norm_backward (extras likewise).
   virtual void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
-                                 const Tensor& grad_x, const Tensor& grad_weight) = 0;
+                                 const Tensor& grad_x, const Tensor& grad_weight, const NormBackwardExtras& extras) = 0;
+  // sum_out = x + residual (rounded to x's dtype), then out = rms_norm(sum_out), as add_layer_norm
+  // does for layer norm. The default (the CPU reference) is binary add, then rms_norm; CUDA fuses
+  // the two in one pass.
+  virtual void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                            const Tensor& sum_out, const Tensor& out, const Tensor& rstd) {
+    binary(BinaryOp::kAdd, x, residual, sum_out);
+    rms_norm(sum_out, weight, eps, out, rstd);
+  }
 
   // --- Llama's fused elementwise ops (runtime/ops/rotary.h, runtime/ops/swiglu.h) -----------
   // Rotary position embedding, rotate-half form (layers/rope.h). x, out [B, H, T, D] with any

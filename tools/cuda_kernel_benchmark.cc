@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
                         4 * rows_by_columns * kElement + 2 * n * kStatistic + 2 * c * kElement});
       }
       rows.push_back({"layer_norm backward", shape, mean_ms(device, warmup, iters, [&] {
-                        backend.layer_norm_backward(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias);
+                        backend.layer_norm_backward(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias, {});
                       }),
                       3 * rows_by_columns * kElement + 2 * n * kStatistic + 3 * c * kElement});
       rows.push_back({"rms_norm forward", shape, mean_ms(device, warmup, iters, [&] {
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
                       }),
                       2 * rows_by_columns * kElement + n * kStatistic + c * kElement});
       rows.push_back({"rms_norm backward", shape, mean_ms(device, warmup, iters, [&] {
-                        backend.rms_norm_backward(x, weight, rstd, grad_out, grad_x, grad_weight);
+                        backend.rms_norm_backward(x, weight, rstd, grad_out, grad_x, grad_weight, {});
                       }),
                       3 * rows_by_columns * kElement + n * kStatistic + 2 * c * kElement});
       rows.push_back({"softmax forward", shape, mean_ms(device, warmup, iters, [&] {

@@ -21,6 +21,24 @@ Tensor add_gradients(const Tensor& a, const Tensor& b) {
 
 thread_local bool frees_saved_tensors = false;
 
+// The gradient buffers of the walk running on this thread (take_pending_gradient), per node one
+// slot per forward output; null outside a walk.
+using GradientBuffers = std::unordered_map<Node*, std::vector<Tensor>>;
+thread_local GradientBuffers* current_buffers = nullptr;
+
+// Points current_buffers at one walk's buffers and restores the outer walk's after (recomputation
+// runs a backward inside a node's backward).
+class CurrentBuffersScope {
+ public:
+  explicit CurrentBuffersScope(GradientBuffers* buffers) : before_(current_buffers) { current_buffers = buffers; }
+  ~CurrentBuffersScope() { current_buffers = before_; }
+  CurrentBuffersScope(const CurrentBuffersScope&) = delete;
+  CurrentBuffersScope& operator=(const CurrentBuffersScope&) = delete;
+
+ private:
+  GradientBuffers* before_;
+};
+
 // Sets frees_saved_tensors for one walk and restores it after (a backward may run inside another
 // node's backward, as recomputation does).
 class FreesSavedTensorsScope {
@@ -52,7 +70,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   const FreesSavedTensorsScope frees_scope(!retain_graph);
 
   // Gradient buffers per node (one slot per forward output), and the roots' contributions.
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  GradientBuffers buffers;
+  const CurrentBuffersScope buffers_scope(&buffers);
   std::unordered_map<Node*, std::shared_ptr<Node>> owners;
   auto deposit = [&](const Edge& edge, const Tensor& gradient) {
     std::vector<Tensor>& slots = buffers[edge.node.get()];
@@ -171,5 +190,19 @@ std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const s
 }
 
 bool backward_frees_saved_tensors() { return frees_saved_tensors; }
+
+Tensor take_pending_gradient(const Edge& edge, DType dtype, int64_t numel, const Device& device) {
+  if (current_buffers == nullptr || !edge.valid()) return Tensor();
+  auto found = current_buffers->find(edge.node.get());
+  if (found == current_buffers->end() || edge.input_index >= static_cast<int>(found->second.size())) return Tensor();
+  Tensor& slot = found->second[static_cast<size_t>(edge.input_index)];
+  if (!slot.defined() || slot.dtype() != dtype || slot.numel() != numel || slot.device() != device ||
+      !slot.is_contiguous()) {
+    return Tensor();
+  }
+  Tensor taken = slot;
+  slot = Tensor();  // the caller's gradient, which includes this one, takes its place
+  return taken;
+}
 
 }  // namespace weft::autograd

@@ -13,6 +13,8 @@
 
 namespace weft::autograd {
 
+struct Edge;
+
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph = false);
 
 // backward that stops at `inputs` (leaves that require grad, such as a model segment's input):
@@ -26,5 +28,16 @@ std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const s
 // write its result into the bytes of a saved tensor that nothing else holds (storage use count 1):
 // nobody can read them again. False outside a backward and in one that retains the graph.
 bool backward_frees_saved_tensors();
+
+// Inside a node's backward, run by the engine on this thread: the gradient summed so far for `edge`
+// (one of the running node's next_edges) from the nodes that ran before, taken out of the engine's
+// buffer, when it is contiguous with `numel` elements of `dtype` on `device`; else (none arrived,
+// another layout, or outside a backward) undefined, and the buffer keeps it. The caller must add
+// what it took into the gradient it returns for that edge: the engine would have summed the two.
+// This lets an op fold the sum into its own kernel instead of the engine's separate add (a norm's
+// backward adding the residual stream's gradient in the pass that writes grad_x). Gradients that
+// arrive later are summed by the engine as usual. The tensor may be shared with other edges' slots
+// (an add hands one tensor to both its inputs): read it, never write it.
+Tensor take_pending_gradient(const Edge& edge, DType dtype, int64_t numel, const Device& device);
 
 }  // namespace weft::autograd

@@ -61,6 +61,10 @@ Edge gradient_edge(const Tensor& tensor) {
   return {meta.grad_accumulator, 0};
 }
 
+std::shared_ptr<AccumulateGrad> leaf_accumulator(const Edge& edge) {
+  return std::dynamic_pointer_cast<AccumulateGrad>(edge.node);
+}
+
 bool any_requires_grad(absl::Span<const Tensor> tensors) {
   if (!grad_mode_enabled()) return false;
   for (const Tensor& tensor : tensors) {

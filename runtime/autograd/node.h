@@ -118,6 +118,9 @@ struct AutogradMeta {
 // for a leaf that requires grad), or an invalid edge.
 Edge gradient_edge(const Tensor& tensor);
 
+// The edge's node as an AccumulateGrad (the edge leads straight to a leaf), or null.
+std::shared_ptr<AccumulateGrad> leaf_accumulator(const Edge& edge);
+
 // True when grad mode is on and any of the tensors requires grad.
 bool any_requires_grad(absl::Span<const Tensor> tensors);
 

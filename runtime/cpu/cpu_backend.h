@@ -46,10 +46,10 @@ class CpuBackend final : public Backend {
                   const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                            const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
-                           const Tensor& grad_bias) override;
+                           const Tensor& grad_bias, const NormBackwardExtras& extras) override;
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) override;
   void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
-                         const Tensor& grad_x, const Tensor& grad_weight) override;
+                         const Tensor& grad_x, const Tensor& grad_weight, const NormBackwardExtras& extras) override;
 
   void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) override;
   void rotary_embedding_backward(const Tensor& grad_out, const Tensor& cos, const Tensor& sin,

@@ -3,7 +3,8 @@
 // The backward formulas, per row with xhat = (x - mean) * rstd and g = grad_out * weight:
 //   layer norm: grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   RMS norm:   grad_x = rstd * (g - xhat * mean(g * xhat)),  xhat = x * rstd
-// grad_weight sums grad_out * xhat over rows; grad_bias sums grad_out.
+// grad_weight sums grad_out * xhat over rows; grad_bias sums grad_out. NormBackwardExtras (backend.h):
+// an addend joins grad_x before its rounding, and accumulated parameter gradients are added in double.
 //
 // Threads (parallel_for.h): rows are split over the pool for the outputs and grad_x; grad_weight and
 // grad_bias, sums over rows, are a second pass split by columns, each column summed over the rows in
@@ -17,6 +18,14 @@
 
 namespace weft {
 namespace {
+
+// out[c] = sums[c] rounded to T, or with `accumulate` out[c] + sums[c] (added in double, rounded once).
+template <class T>
+void store_parameter_gradient(const double* sums, int64_t columns, bool accumulate, T* out) {
+  for (int64_t c = 0; c < columns; ++c) {
+    out[c] = store_element<T>(accumulate ? static_cast<double>(load_element(out[c])) + sums[c] : sums[c]);
+  }
+}
 
 // weight_sums[c] = sum over rows r of grad_out[r, c] * xhat[r, c] (and bias_sums[c] the sum of
 // grad_out[r, c] when bias_sums is not null), rows in order, in double; xhat[r, c] = (x[r, c] -
@@ -80,7 +89,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 
 void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                      const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
-                                     const Tensor& grad_bias) {
+                                     const Tensor& grad_bias, const NormBackwardExtras& extras) {
   const int64_t columns = x.size(-1);
   const int64_t rows = columns == 0 ? 0 : x.numel() / columns;
   cpu::dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
@@ -91,6 +100,7 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
     const auto* row_means = mean.data<StatisticType<T>>();
     const auto* row_rstds = rstd.data<StatisticType<T>>();
     T* gx = grad_x.data<T>();
+    const T* addend = extras.grad_x_addend.defined() ? extras.grad_x_addend.data<T>() : nullptr;
     std::vector<double> weight_sums(static_cast<size_t>(columns), 0.0), bias_sums(static_cast<size_t>(columns), 0.0);
     column_sums(in, gy, row_means, row_rstds, rows, columns, weight_sums.data(), bias_sums.data());
     cpu::parallel_for(rows, columns * 12, [&](int64_t begin, int64_t end) {
@@ -109,15 +119,15 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
         for (int64_t c = 0; c < columns; ++c) {
           const C xhat = (load_element(in[base + c]) - row_mean) * row_rstd;
           const C g = load_element(gy[base + c]) * load_element(w[c]);
-          gx[base + c] = store_element<T>(row_rstd * (g - mean_g - xhat * mean_g_xhat));
+          const C gradient = row_rstd * (g - mean_g - xhat * mean_g_xhat);
+          gx[base + c] = store_element<T>(addend != nullptr ? gradient + load_element(addend[base + c]) : gradient);
         }
       }
     });
-    T* gw = grad_weight.data<T>();
-    for (int64_t c = 0; c < columns; ++c) gw[c] = store_element<T>(weight_sums[c]);
+    store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
+                             grad_weight.data<T>());
     if (grad_bias.defined()) {
-      T* gb = grad_bias.data<T>();
-      for (int64_t c = 0; c < columns; ++c) gb[c] = store_element<T>(bias_sums[c]);
+      store_parameter_gradient(bias_sums.data(), columns, extras.accumulate_parameter_gradients, grad_bias.data<T>());
     }
   });
 }
@@ -147,7 +157,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, con
 }
 
 void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
-                                   const Tensor& grad_x, const Tensor& grad_weight) {
+                                   const Tensor& grad_x, const Tensor& grad_weight, const NormBackwardExtras& extras) {
   const int64_t columns = x.size(-1);
   const int64_t rows = columns == 0 ? 0 : x.numel() / columns;
   cpu::dispatch_floating(x.dtype(), "rms_norm_backward", [&]<class T>() {
@@ -157,6 +167,7 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
     const T* gy = grad_out.data<T>();
     const auto* row_rstds = rstd.data<StatisticType<T>>();
     T* gx = grad_x.data<T>();
+    const T* addend = extras.grad_x_addend.defined() ? extras.grad_x_addend.data<T>() : nullptr;
     std::vector<double> weight_sums(static_cast<size_t>(columns), 0.0);
     column_sums(in, gy, static_cast<const StatisticType<T>*>(nullptr), row_rstds, rows, columns, weight_sums.data(),
                 nullptr);
@@ -173,12 +184,13 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
         for (int64_t c = 0; c < columns; ++c) {
           const C xhat = load_element(in[base + c]) * row_rstd;
           const C g = load_element(gy[base + c]) * load_element(w[c]);
-          gx[base + c] = store_element<T>(row_rstd * (g - xhat * mean_g_xhat));
+          const C gradient = row_rstd * (g - xhat * mean_g_xhat);
+          gx[base + c] = store_element<T>(addend != nullptr ? gradient + load_element(addend[base + c]) : gradient);
         }
       }
     });
-    T* gw = grad_weight.data<T>();
-    for (int64_t c = 0; c < columns; ++c) gw[c] = store_element<T>(weight_sums[c]);
+    store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
+                             grad_weight.data<T>());
   });
 }
 

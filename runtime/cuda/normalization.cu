@@ -1,7 +1,7 @@
 // CUDA kernels: layer norm and RMS norm over the last dim of a contiguous [N, C] tensor, forward and
 // backward, and the residual add fused with the layer norm forward (CudaBackend::layer_norm,
-// layer_norm_backward, rms_norm, rms_norm_backward, add_layer_norm; the CPU reference, with the
-// formulas, is runtime/cpu/normalization.cc).
+// layer_norm_backward, rms_norm, rms_norm_backward, add_layer_norm, add_rms_norm; the CPU
+// reference, with the formulas, is runtime/cpu/normalization.cc).
 //
 // Forward: a row is handled by one warp when it fits in at most 4 packs (16 bytes each) per lane
 // (C <= 1024 at bf16, 512 at f32), else by a group of 64..512 threads (a compile-time size: the
@@ -30,7 +30,11 @@
 //      columns in registers. At the end the block adds its groups' sums in a fixed order and writes
 //      one partial row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
 //   2. A small kernel sums the partial rows per column in a fixed order and writes (=) grad_weight
-//      and grad_bias in the weight's dtype.
+//      and grad_bias in the weight's dtype, or adds into them (NormBackwardExtras'
+//      accumulate_parameter_gradients: the parameters' .grad itself).
+// A grad_x addend (NormBackwardExtras: the residual stream's gradient) is read with the store of
+// grad_x and added in f32 before the rounding, so the residual add costs one read of the addend
+// instead of a separate pass that reads two tensors and writes one.
 // Every kernel here is launched as a programmatic dependent (dependent_launch.cuh): its blocks are
 // placed while the kernel before it finishes (stage 2's while stage 1 finishes), and it waits for its
 // predecessor's results before touching global memory. At 15-30 us a call, the launch gap this hides
@@ -94,8 +98,9 @@ bool dispatch_warp_packs(int packs, Body&& body) {
 
 // --- Forward -----------------------------------------------------------------------------------
 
-// kCentered: layer norm (subtract the mean, optional bias); otherwise RMS norm. kResidual (layer norm
-// only): the normalized row is x + residual, rounded to T and written to sum_out.
+// kCentered: layer norm (subtract the mean, optional bias); otherwise RMS norm. kResidual
+// (add_layer_norm, add_rms_norm): the normalized row is x + residual, rounded to T and written to
+// sum_out.
 // Row groups of kThreadsPerRow threads, kBlockThreads / kThreadsPerRow rows per block. The launch
 // bound asks for half the SM's threads resident (64 registers a thread; 85 with a residual, which
 // holds twice the loads, and 128 for rows without packs, which hold 16 single elements): left to
@@ -317,15 +322,32 @@ __device__ __forceinline__ void accumulate_pack(const Pack<T, kVec>& x, const Pa
   }
 }
 
+// One pack of grad_x, plus the addend's pack at `addend` when it is not null (the row's addend
+// pointer is null or not for the whole grid, so the branch does not diverge).
 template <class T, int kVec>
 __device__ __forceinline__ Pack<T, kVec> gradient_pack(const Pack<T, kVec>& x, const Pack<T, kVec>& gy,
-                                                       const float (&w)[kVec], const RowGradient& row) {
+                                                       const float (&w)[kVec], const RowGradient& row,
+                                                       const T* addend) {
   Pack<T, kVec> result;
+  if (addend != nullptr) {
+    const Pack<T, kVec> extra = load_pack<T, kVec>(addend);
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    result.set(j, fmaf(gy.get(j), w[j] * row.rstd, fmaf(x.get(j), row.x_scale, row.constant)));
+    for (int j = 0; j < kVec; ++j) {
+      result.set(j, fmaf(gy.get(j), w[j] * row.rstd, fmaf(x.get(j), row.x_scale, row.constant)) + extra.get(j));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      result.set(j, fmaf(gy.get(j), w[j] * row.rstd, fmaf(x.get(j), row.x_scale, row.constant)));
+    }
   }
   return result;
+}
+
+// The addend's element at `offset`, or null without one.
+template <class T>
+__device__ __forceinline__ const T* addend_at(const T* addend, int64_t offset) {
+  return addend != nullptr ? addend + offset : nullptr;
 }
 
 // Writes the block's partial row: each row group's column sums go to its own slice of `merged`
@@ -410,6 +432,7 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
                                    const float* __restrict__ mean,   // [rows] (layer norm only)
                                    const float* __restrict__ rstd,   // [rows]
                                    const T* __restrict__ grad_out,   // [rows, columns]
+                                   const T* __restrict__ grad_x_addend,  // [rows, columns] or null
                                    T* __restrict__ grad_x,           // [rows, columns]
                                    float* __restrict__ partials,     // [gridDim.x, 2, columns]
                                    int64_t rows, int columns, bool with_bias) {
@@ -509,8 +532,8 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
         } else {
           read(slot, k, xs, gys, w);
         }
-        store_pack(grad_x + row * columns + static_cast<int64_t>(k * kThreadsPerRow + t) * kVec,
-                   gradient_pack(xs, gys, w, gradient));
+        const int64_t offset = row * columns + static_cast<int64_t>(k * kThreadsPerRow + t) * kVec;
+        store_pack(grad_x + offset, gradient_pack(xs, gys, w, gradient, addend_at(grad_x_addend, offset)));
       }
     }
     stage ^= 1;
@@ -548,6 +571,7 @@ __global__ void __launch_bounds__(register_backward_block_threads(kThreadsPerRow
                          const float* __restrict__ mean,    // [rows] (layer norm only)
                          const float* __restrict__ rstd,    // [rows]
                          const T* __restrict__ grad_out,    // [rows, columns]
+                         const T* __restrict__ grad_x_addend,  // [rows, columns] or null
                          T* __restrict__ grad_x,            // [rows, columns]
                          float* __restrict__ partials,      // [gridDim.x, 2, columns]
                          int64_t rows, int columns, bool with_bias) {
@@ -590,7 +614,8 @@ __global__ void __launch_bounds__(register_backward_block_threads(kThreadsPerRow
       const int column = k * kThreadsPerRow + t;
       if (column < columns) {
         const float w[1] = {to_float(weight[column])};
-        store_pack(grad_x + offset + column, gradient_pack(xs[k], gys[k], w, gradient));
+        store_pack(grad_x + offset + column,
+                   gradient_pack(xs[k], gys[k], w, gradient, addend_at(grad_x_addend, offset + column)));
       }
     }
   }
@@ -606,7 +631,8 @@ template <class T, int kVec, bool kCentered>
 __global__ void __launch_bounds__(kStreamingThreads)
     norm_backward_streaming_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                    const float* __restrict__ mean, const float* __restrict__ rstd,
-                                   const T* __restrict__ grad_out, T* __restrict__ grad_x,
+                                   const T* __restrict__ grad_out, const T* __restrict__ grad_x_addend,
+                                   T* __restrict__ grad_x,
                                    float* __restrict__ partials, int64_t rows, int columns, bool with_bias) {
   __shared__ float scratch[32];
   wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
@@ -650,7 +676,8 @@ __global__ void __launch_bounds__(kStreamingThreads)
         block_partials[p * kVec + j] += gy.get(j) * xhat;
         if (bias_sums_needed) block_partials[columns + p * kVec + j] += gy.get(j);
       }
-      store_pack(grad_x + offset + p * kVec, gradient_pack(xv, gy, w, gradient));
+      store_pack(grad_x + offset + p * kVec,
+                 gradient_pack(xv, gy, w, gradient, addend_at(grad_x_addend, offset + p * kVec)));
     }
   }
 }
@@ -666,7 +693,9 @@ __global__ void __launch_bounds__(kSumColumns * kSumSlices)
     sum_partials_kernel(const float* __restrict__ partials,  // [blocks, 2, columns]
                         int blocks, int columns,
                         T* __restrict__ grad_weight,  // [columns]
-                        T* __restrict__ grad_bias) {  // [columns] or null
+                        T* __restrict__ grad_bias,    // [columns] or null
+                        bool accumulate) {            // += into grad_weight and grad_bias
+
   allow_next_kernel_to_start();
   wait_for_previous_kernels();
   __shared__ float slices[kSumSlices][kSumColumns + 1];
@@ -684,11 +713,8 @@ __global__ void __launch_bounds__(kSumColumns * kSumSlices)
   if (slice == 0 && valid) {
     float sum = 0.0f;
     for (int s = 0; s < kSumSlices; ++s) sum += slices[s][lane];
-    if (index < columns) {
-      grad_weight[index] = from_float<T>(sum);
-    } else {
-      grad_bias[index - columns] = from_float<T>(sum);
-    }
+    T* target = index < columns ? grad_weight + index : grad_bias + (index - columns);
+    *target = from_float<T>(accumulate ? to_float(*target) + sum : sum);
   }
 }
 
@@ -752,7 +778,8 @@ constexpr int kPipelinedMaxPacks = 2048;
 
 template <class T, int kVec, bool kCentered>
 bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_data, const float* rstd_data,
-                                    const T* gy, T* gx, int64_t rows, int columns, bool with_bias, int device,
+                                    const T* gy, const T* addend, T* gx, int64_t rows, int columns, bool with_bias,
+                                    int device,
                                     cudaStream_t stream, Tensor& partials, int& blocks) {
   const int packs = columns / kVec;
   if (packs > kPipelinedMaxPacks) return false;
@@ -766,7 +793,7 @@ bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_d
     blocks = static_cast<int>(std::min<int64_t>((rows + kGroups - 1) / kGroups, multiprocessor_count(device)));
     partials = Tensor::empty({blocks, 2, columns}, kFloat32, Device::cuda(device));
     launch_dependent(kernel, blocks, pipeline_block_threads(kThreadsPerRow), shared_bytes, stream, in, w, mean_data,
-                     rstd_data, gy, gx, partials.data<float>(), rows, columns, with_bias);
+                     rstd_data, gy, addend, gx, partials.data<float>(), rows, columns, with_bias);
   };
   static_assert(pipeline_shared_bytes(4, 512, kPipelinedMaxPacks * 8) <= 227 * 1024,
                 "the longest pipelined row fits in an H100/H200 block's shared memory");
@@ -785,17 +812,17 @@ bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_d
 // Stage 2, launched as a programmatic dependent of stage 1 (see sum_partials_kernel).
 template <class T>
 void launch_sum_partials(const Tensor& partials, int blocks, int columns, T* grad_weight, T* grad_bias,
-                         cudaStream_t stream) {
+                         bool accumulate, cudaStream_t stream) {
   const int sums = grad_bias != nullptr ? 2 : 1;
   launch_dependent(sum_partials_kernel<T>, dim3((sums * columns + kSumColumns - 1) / kSumColumns),
                    dim3(kSumColumns * kSumSlices), 0, stream, partials.data<float>(), blocks, columns, grad_weight,
-                   grad_bias);
+                   grad_bias, accumulate);
 }
 
 template <class T, bool kCentered>
 void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                           const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
-                          const Tensor& grad_bias, cudaStream_t stream) {
+                          const Tensor& grad_bias, const NormBackwardExtras& extras, cudaStream_t stream) {
   const int columns = static_cast<int>(x.size(-1));
   const int64_t rows = columns == 0 ? 0 : x.numel() / columns;
   const int device = x.device().index;
@@ -804,7 +831,8 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
   T* gb = with_bias ? grad_bias.data<T>() : nullptr;
   if (columns == 0) return;
   if (rows == 0) {
-    // Sums over no rows: grad_weight and grad_bias are zero.
+    // Sums over no rows: grad_weight and grad_bias are zero (and accumulated, unchanged).
+    if (extras.accumulate_parameter_gradients) return;
     WEFT_CUDA_CHECK(cudaMemsetAsync(gw, 0, sizeof(T) * columns, stream));
     if (gb != nullptr) WEFT_CUDA_CHECK(cudaMemsetAsync(gb, 0, sizeof(T) * columns, stream));
     return;
@@ -813,15 +841,16 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
   const T* w = weight.data<T>();
   const T* gy = grad_out.data<T>();
   T* gx = grad_x.data<T>();
+  const T* addend = extras.grad_x_addend.defined() ? extras.grad_x_addend.data<T>() : nullptr;
   const float* mean_data = kCentered ? mean.data<float>() : nullptr;
   const float* rstd_data = rstd.data<float>();
   // cp.async copies the rows 16 bytes at a time.
-  const bool packed = can_use_packs<T>(columns, in, w, gy, gx);
+  const bool packed = can_use_packs<T>(columns, in, w, gy, gx) && (addend == nullptr || is_aligned_16(addend));
   int blocks = 0;
   Tensor partials;
   dispatch_pack<T>(packed, [&]<int kVec>() {
     if constexpr (kVec > 1) {
-      if (launch_norm_backward_pipelined<T, kVec, kCentered>(in, w, mean_data, rstd_data, gy, gx, rows, columns,
+      if (launch_norm_backward_pipelined<T, kVec, kCentered>(in, w, mean_data, rstd_data, gy, addend, gx, rows, columns,
                                                              with_bias, device, stream, partials, blocks)) {
         return;
       }
@@ -836,7 +865,7 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
         // A persistent grid: twice the SMs (the kernel is small), so that there are few partial rows.
         blocks = static_cast<int>(std::min<int64_t>((rows + kGroups - 1) / kGroups, 2 * multiprocessor_count(device)));
         partials = Tensor::empty({blocks, 2, columns}, kFloat32, x.device());
-        launch_dependent(kernel, blocks, kBlockThreads, shared_bytes, stream, in, w, mean_data, rstd_data, gy, gx,
+        launch_dependent(kernel, blocks, kBlockThreads, shared_bytes, stream, in, w, mean_data, rstd_data, gy, addend, gx,
                          partials.data<float>(), rows, columns, with_bias);
       };
       if (columns <= 32 * kRegisterBackwardValues) {
@@ -855,9 +884,9 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
     blocks = static_cast<int>(std::min<int64_t>(rows, 2 * multiprocessor_count(device)));
     partials = Tensor::empty({blocks, 2, columns}, kFloat32, x.device());
     launch_dependent(norm_backward_streaming_kernel<T, kVec, kCentered>, blocks, kStreamingThreads, 0, stream, in, w,
-                     mean_data, rstd_data, gy, gx, partials.data<float>(), rows, columns, with_bias);
+                     mean_data, rstd_data, gy, addend, gx, partials.data<float>(), rows, columns, with_bias);
   });
-  launch_sum_partials<T>(partials, blocks, columns, gw, gb, stream);
+  launch_sum_partials<T>(partials, blocks, columns, gw, gb, extras.accumulate_parameter_gradients, stream);
 }
 
 }  // namespace
@@ -886,12 +915,13 @@ void CudaBackend::add_layer_norm(const Tensor& x, const Tensor& residual, const 
 
 void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                       const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
-                                      const Tensor& grad_bias) {
+                                      const Tensor& grad_bias, const NormBackwardExtras& extras) {
   const int device = x.device().index;
   cuda::set_device(device);
   const cudaStream_t stream = cuda::current_stream(device);
   cuda::dispatch_cuda_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
-    cuda::launch_norm_backward<T, true>(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias, stream);
+    cuda::launch_norm_backward<T, true>(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias, extras,
+                                        stream);
   });
 }
 
@@ -905,13 +935,26 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, co
   });
 }
 
+void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                               const Tensor& sum_out, const Tensor& out, const Tensor& rstd) {
+  const int device = x.device().index;
+  cuda::set_device(device);
+  const cudaStream_t stream = cuda::current_stream(device);
+  cuda::dispatch_cuda_floating(x.dtype(), "add_rms_norm", [&]<class T>() {
+    cuda::launch_norm_forward<T, false, true>(x, residual, weight, Tensor(), eps, sum_out, out, Tensor(), rstd,
+                                              stream);
+  });
+}
+
 void CudaBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
-                                    const Tensor& grad_x, const Tensor& grad_weight) {
+                                    const Tensor& grad_x, const Tensor& grad_weight,
+                                    const NormBackwardExtras& extras) {
   const int device = x.device().index;
   cuda::set_device(device);
   const cudaStream_t stream = cuda::current_stream(device);
   cuda::dispatch_cuda_floating(x.dtype(), "rms_norm_backward", [&]<class T>() {
-    cuda::launch_norm_backward<T, false>(x, weight, Tensor(), rstd, grad_out, grad_x, grad_weight, Tensor(), stream);
+    cuda::launch_norm_backward<T, false>(x, weight, Tensor(), rstd, grad_out, grad_x, grad_weight, Tensor(), extras,
+                                         stream);
   });
 }
 

@@ -92,6 +92,12 @@ void NvtxAnnotatedBackend::matmul_bias(const Tensor& a, const Tensor& bm, const 
   inner_.matmul_bias(a, bm, bias, out);
 }
 
+void NvtxAnnotatedBackend::matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha,
+                                                double beta, const Tensor& bias_gradient) {
+  NvtxRange range("matmul_bias_gradient");
+  inner_.matmul_bias_gradient(a, bm, out, alpha, beta, bias_gradient);
+}
+
 void NvtxAnnotatedBackend::matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                                                 const Tensor& out) {
   NvtxRange range("matmul_gelu_backward");
@@ -122,9 +128,10 @@ void NvtxAnnotatedBackend::layer_norm(const Tensor& x, const Tensor& weight, con
 
 void NvtxAnnotatedBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                                const Tensor& rstd, const Tensor& grad_out, const Tensor& grad_x,
-                                               const Tensor& grad_weight, const Tensor& grad_bias) {
+                                               const Tensor& grad_weight, const Tensor& grad_bias,
+                                               const NormBackwardExtras& extras) {
   NvtxRange range("layer_norm_backward");
-  inner_.layer_norm_backward(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias);
+  inner_.layer_norm_backward(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias, extras);
 }
 
 void NvtxAnnotatedBackend::add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
@@ -141,9 +148,16 @@ void NvtxAnnotatedBackend::rms_norm(const Tensor& x, const Tensor& weight, doubl
 }
 
 void NvtxAnnotatedBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                             const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight) {
+                                             const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
+                                             const NormBackwardExtras& extras) {
   NvtxRange range("rms_norm_backward");
-  inner_.rms_norm_backward(x, weight, rstd, grad_out, grad_x, grad_weight);
+  inner_.rms_norm_backward(x, weight, rstd, grad_out, grad_x, grad_weight, extras);
+}
+
+void NvtxAnnotatedBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                                        const Tensor& sum_out, const Tensor& out, const Tensor& rstd) {
+  NvtxRange range("add_rms_norm");
+  inner_.add_rms_norm(x, residual, weight, eps, sum_out, out, rstd);
 }
 
 void NvtxAnnotatedBackend::rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin,

@@ -35,6 +35,8 @@ class NvtxAnnotatedBackend final : public Backend {
   void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) override;
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
   void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;
+  void matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta,
+                            const Tensor& bias_gradient) override;
   void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                             const Tensor& out) override;
   void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
@@ -45,12 +47,14 @@ class NvtxAnnotatedBackend final : public Backend {
                   const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                            const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
-                           const Tensor& grad_bias) override;
+                           const Tensor& grad_bias, const NormBackwardExtras& extras) override;
   void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
                       const Tensor& sum_out, const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) override;
+  void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps, const Tensor& sum_out,
+                    const Tensor& out, const Tensor& rstd) override;
   void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& grad_out,
-                         const Tensor& grad_x, const Tensor& grad_weight) override;
+                         const Tensor& grad_x, const Tensor& grad_weight, const NormBackwardExtras& extras) override;
   void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) override;
   void rotary_embedding_backward(const Tensor& grad_out, const Tensor& cos, const Tensor& sin,
                                  const Tensor& grad_x) override;

@@ -69,11 +69,13 @@ class MatmulFunction final : public autograd::Function {
 };
 
 // The parameter gradients of linear from dY ([R, N]) and its input rows X ([R, K]): dW = dY^T X
-// ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]). Where the weight's
-// accumulator offers its .grad (AccumulateGrad::gradient_storage: the gradient buffer's slot, or an
-// earlier micro-batch's gradient), dW is added into it by the GEMM itself (beta = 1) and returned
-// undefined: one kernel instead of a product into a new tensor and an add. One function for the
-// backward and for deferred weight-gradient work, so that both give bitwise the same gradients.
+// ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]), the sums from the
+// same product (Backend::matmul_bias_gradient: on CUDA the GEMM's epilogue, not two reduction
+// kernels). Where the weight's accumulator offers its .grad (AccumulateGrad::gradient_storage: the
+// gradient buffer's slot, or an earlier micro-batch's gradient), dW is added into it by the GEMM
+// itself (beta = 1) and returned undefined: one kernel instead of a product into a new tensor and an
+// add. One function for the backward and for deferred weight-gradient work, so that both give
+// bitwise the same gradients.
 struct LinearParameterGradients {
   Tensor weight;
   Tensor bias;
@@ -83,19 +85,20 @@ LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tenso
                                                     autograd::AccumulateGrad* weight_accumulator) {
   LinearParameterGradients gradients;
   const Tensor storage = weight_accumulator != nullptr ? weight_accumulator->gradient_storage(g.dtype()) : Tensor();
-  if (storage.defined()) {
-    backend_for(g.device()).matmul(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), storage.unsqueeze(0), 1.0, 1.0);
-    weight_accumulator->gradient_added_in_place();
+  const int64_t n = g.size(1), k = rows.size(1);
+  if (!storage.defined()) gradients.weight = Tensor::empty({n, k}, g.dtype(), g.device());
+  const Tensor target = storage.defined() ? storage : gradients.weight;  // [N, K]
+  const double beta = storage.defined() ? 1.0 : 0.0;
+  Backend& backend = backend_for(g.device());
+  if (with_bias) {
+    gradients.bias = Tensor::empty({n}, g.dtype(), g.device());
+    backend.matmul_bias_gradient(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), target.unsqueeze(0), 1.0, beta,
+                                 gradients.bias);
   } else {
-    gradients.weight = product(g.transpose(0, 1), rows);
+    backend.matmul(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), target.unsqueeze(0), 1.0, beta);
   }
-  if (with_bias) gradients.bias = sum_to_shape(g, {g.size(1)});
+  if (storage.defined()) weight_accumulator->gradient_added_in_place();
   return gradients;
-}
-
-// The edge's node as an AccumulateGrad (the edge leads straight to a leaf), or null.
-std::shared_ptr<autograd::AccumulateGrad> leaf_accumulator(const autograd::Edge& edge) {
-  return std::dynamic_pointer_cast<autograd::AccumulateGrad>(edge.node);
 }
 
 // A linear layer's input x [..., K] as rows [R, K] (a view where x allows), and its output's shape
@@ -174,8 +177,8 @@ class LinearFunction final : public autograd::Function {
       grad_x = product(g, weight).view(x_shape_);
     }
     if (autograd::DeferredWeightGradients* deferred = autograd::current_weight_gradient_deferral()) {
-      std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = leaf_accumulator(next_edges[1]);
-      std::shared_ptr<autograd::AccumulateGrad> bias_accumulator = leaf_accumulator(next_edges[2]);
+      std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = autograd::leaf_accumulator(next_edges[1]);
+      std::shared_ptr<autograd::AccumulateGrad> bias_accumulator = autograd::leaf_accumulator(next_edges[2]);
       // A weight that is not a leaf (a converted or gathered copy) must pass its gradient on through
       // the graph now, and so must a bias that is not a leaf; the layer's parameter gradients are
       // then all computed now, as without a deferral, rather than split between B and W.
@@ -191,7 +194,7 @@ class LinearFunction final : public autograd::Function {
         return {grad_x, Tensor(), Tensor()};
       }
     }
-    const std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = leaf_accumulator(next_edges[1]);
+    const std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = autograd::leaf_accumulator(next_edges[1]);
     LinearParameterGradients gradients = linear_parameter_gradients(g, rows, with_bias_, weight_accumulator.get());
     return {grad_x, gradients.weight, gradients.bias};
   }

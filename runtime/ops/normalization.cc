@@ -1,6 +1,7 @@
 // Differentiable layer norm and RMS norm (see normalization.h).
 #include "runtime/ops/normalization.h"
 
+#include "runtime/autograd/engine.h"
 #include "runtime/autograd/function.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
@@ -11,6 +12,52 @@ namespace {
 
 // [..., C] as [rows, C].
 Tensor as_rows(const Tensor& x) { return x.contiguous().view({-1, x.size(-1)}); }
+
+// Where a norm's backward writes its gradients, and what it folds in (Backend's NormBackwardExtras):
+// - the gradient its input x already has from the engine (taken, autograd::take_pending_gradient:
+//   the residual stream's, deposited by the block's later ops), added into grad_x in the kernel
+//   instead of by the engine's separate add afterwards;
+// - the parameters' .grad itself (AccumulateGrad::gradient_storage) when every parameter edge leads
+//   straight to a leaf that offers one, accumulated into by the kernel: no new [C] gradients and
+//   no adds. Those edges then return undefined gradients (gradient_added_in_place).
+struct NormGradientTargets {
+  NormBackwardExtras extras;
+  Tensor grad_weight, grad_bias;  // [C]: the .grad storage or new tensors
+  std::vector<std::shared_ptr<autograd::AccumulateGrad>> accumulators;  // those added into in place
+
+  // x: the saved input rows [N, C]; x_edge, weight_edge, bias_edge: the node's edges for them
+  // (bias_edge null without a bias).
+  NormGradientTargets(const Tensor& x, const Tensor& weight, const autograd::Edge& x_edge,
+                      const autograd::Edge& weight_edge, const autograd::Edge* bias_edge) {
+    extras.grad_x_addend = autograd::take_pending_gradient(x_edge, x.dtype(), x.numel(), x.device());
+    if (extras.grad_x_addend.defined()) extras.grad_x_addend = extras.grad_x_addend.view(x.shape());
+    const auto storage = [&](const autograd::Edge& edge, std::shared_ptr<autograd::AccumulateGrad>& accumulator) {
+      accumulator = autograd::leaf_accumulator(edge);
+      return accumulator != nullptr ? accumulator->gradient_storage(weight.dtype()) : Tensor();
+    };
+    std::shared_ptr<autograd::AccumulateGrad> weight_accumulator, bias_accumulator;
+    const Tensor weight_storage = storage(weight_edge, weight_accumulator);
+    const Tensor bias_storage = bias_edge != nullptr ? storage(*bias_edge, bias_accumulator) : Tensor();
+    extras.accumulate_parameter_gradients = weight_storage.defined() && (bias_edge == nullptr || bias_storage.defined());
+    if (extras.accumulate_parameter_gradients) {
+      grad_weight = weight_storage;
+      grad_bias = bias_storage;
+      accumulators.push_back(weight_accumulator);
+      if (bias_accumulator != nullptr) accumulators.push_back(bias_accumulator);
+    } else {
+      grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+      if (bias_edge != nullptr) grad_bias = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+    }
+  }
+
+  // After the kernel: tells the accumulators written in place, and gives the gradients to return
+  // for weight and bias (undefined for those written in place).
+  std::pair<Tensor, Tensor> returned_parameter_gradients() const {
+    for (const auto& accumulator : accumulators) accumulator->gradient_added_in_place();
+    if (extras.accumulate_parameter_gradients) return {Tensor(), Tensor()};
+    return {grad_weight, grad_bias};
+  }
+};
 
 class LayerNormFunction final : public autograd::Function {
  public:
@@ -33,10 +80,10 @@ class LayerNormFunction final : public autograd::Function {
     const Tensor& x = saved()[0];
     const Tensor& weight = saved()[1];
     Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
-    Tensor grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
-    Tensor grad_bias = has_bias_ ? Tensor::empty(weight.shape(), weight.dtype(), weight.device()) : Tensor();
+    const NormGradientTargets targets(x, weight, next_edges[0], next_edges[1], has_bias_ ? &next_edges[2] : nullptr);
     backend_for(x.device()).layer_norm_backward(x, weight, saved()[2], saved()[3], as_rows(grads[0]), grad_x,
-                                                grad_weight, grad_bias);
+                                                targets.grad_weight, targets.grad_bias, targets.extras);
+    const auto [grad_weight, grad_bias] = targets.returned_parameter_gradients();
     return {grad_x.view(output_shapes[0]), grad_weight, grad_bias};
   }
 
@@ -62,14 +109,57 @@ class RmsNormFunction final : public autograd::Function {
     const Tensor& x = saved()[0];
     const Tensor& weight = saved()[1];
     Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
-    Tensor grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
-    backend_for(x.device()).rms_norm_backward(x, weight, saved()[2], as_rows(grads[0]), grad_x, grad_weight);
-    return {grad_x.view(output_shapes[0]), grad_weight};
+    const NormGradientTargets targets(x, weight, next_edges[0], next_edges[1], nullptr);
+    backend_for(x.device()).rms_norm_backward(x, weight, saved()[2], as_rows(grads[0]), grad_x, targets.grad_weight,
+                                              targets.extras);
+    return {grad_x.view(output_shapes[0]), targets.returned_parameter_gradients().first};
   }
 
  private:
   double eps_;
 };
+
+// The gradient of a fused residual add and norm (AddLayerNormFunction, AddRmsNormFunction): both
+// outputs' gradients meet at the sum, d sum = grad_sum + the norm's input gradient, which flows to x
+// and residual alike. The norm's backward computes it in one pass, with grad_sum as its addend (and
+// its parameters' gradients as NormGradientTargets says); without a gradient for the normalized
+// output, d sum is grad_sum.
+template <class RunNormBackward>
+std::vector<Tensor> add_norm_backward(const autograd::Function& function, const std::vector<Tensor>& grads,
+                                      const Tensor& sum, const Tensor& weight, bool has_bias,
+                                      const RunNormBackward& run_norm_backward) {
+  const std::vector<autograd::Edge>& edges = function.next_edges;
+  const autograd::Edge* bias_edge = has_bias ? &edges[3] : nullptr;
+  std::vector<Tensor> gradients(edges.size());
+  Tensor grad_sum;
+  if (grads[1].defined()) {
+    grad_sum = Tensor::empty(sum.shape(), sum.dtype(), sum.device());
+    NormGradientTargets targets(sum, weight, autograd::Edge(), edges[2], bias_edge);
+    const Tensor addend = grads[0].defined() ? as_rows(grads[0]) : Tensor();
+    Tensor separate_addend;
+    if (addend.defined() && addend.dtype() == sum.dtype()) {
+      targets.extras.grad_x_addend = addend;
+    } else {
+      separate_addend = addend;  // another dtype: added after the kernel
+    }
+    run_norm_backward(as_rows(grads[1]), grad_sum, targets);
+    if (separate_addend.defined()) {
+      backend_for(sum.device()).binary(BinaryOp::kAdd, grad_sum, separate_addend.to(sum.dtype()), grad_sum);
+    }
+    const auto [grad_weight, grad_bias] = targets.returned_parameter_gradients();
+    gradients[2] = grad_weight;
+    if (has_bias) gradients[3] = grad_bias;
+  } else {
+    // (The engine runs a backward only when some gradient arrived, so grads[0] is there; zeros
+    // keep a direct call safe.)
+    grad_sum = grads[0].defined() ? grads[0].contiguous().view(sum.shape())
+                                  : Tensor::zeros(sum.shape(), sum.dtype(), sum.device());
+  }
+  const Tensor grad = grad_sum.view(function.output_shapes[0]);
+  gradients[0] = grad;
+  gradients[1] = grad;
+  return gradients;
+}
 
 // sum = x + residual and out = layer_norm(sum) from one backend call; saves the sum (not x and
 // residual) with the statistics, so the backward is layer_norm's on the sum.
@@ -95,26 +185,48 @@ class AddLayerNormFunction final : public autograd::Function {
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& sum = saved()[0];
     const Tensor& weight = saved()[1];
-    Tensor grad_sum;
-    Tensor grad_weight, grad_bias;
-    if (grads[1].defined()) {
-      grad_sum = Tensor::empty(sum.shape(), sum.dtype(), sum.device());
-      grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
-      grad_bias = has_bias_ ? Tensor::empty(weight.shape(), weight.dtype(), weight.device()) : Tensor();
-      Backend& backend = backend_for(sum.device());
-      backend.layer_norm_backward(sum, weight, saved()[2], saved()[3], as_rows(grads[1]), grad_sum, grad_weight,
-                                  grad_bias);
-      if (grads[0].defined()) backend.binary(BinaryOp::kAdd, grad_sum, as_rows(grads[0]), grad_sum);
-    } else {
-      grad_sum = grad_or_zeros(grads, 0).contiguous().view(sum.shape());
-    }
-    const Tensor grad = grad_sum.view(output_shapes[0]);
-    return {grad, grad, grad_weight, grad_bias};
+    return add_norm_backward(*this, grads, sum, weight, has_bias_,
+                             [&](const Tensor& grad_out, const Tensor& grad_sum, const NormGradientTargets& targets) {
+                               backend_for(sum.device()).layer_norm_backward(
+                                   sum, weight, saved()[2], saved()[3], grad_out, grad_sum, targets.grad_weight,
+                                   targets.grad_bias, targets.extras);
+                             });
   }
 
  private:
   double eps_;
   bool has_bias_ = false;
+};
+
+// sum = x + residual and out = rms_norm(sum) from one backend call, as AddLayerNormFunction.
+class AddRmsNormFunction final : public autograd::Function {
+ public:
+  explicit AddRmsNormFunction(double eps) : eps_(eps) {}
+  std::string name() const override { return "AddRmsNormBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    const Tensor x = as_rows(inputs[0]);
+    const Tensor residual = as_rows(inputs[1]);
+    const Tensor weight = inputs[2].contiguous();
+    Tensor sum = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor rstd = Tensor::empty({x.size(0)}, statistic_dtype(x.dtype()), x.device());
+    backend_for(x.device()).add_rms_norm(x, residual, weight, eps_, sum, out, rstd);
+    save_for_backward({sum, weight, rstd});
+    return {sum.view(inputs[0].shape()), out.view(inputs[0].shape())};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& sum = saved()[0];
+    const Tensor& weight = saved()[1];
+    return add_norm_backward(*this, grads, sum, weight, false,
+                             [&](const Tensor& grad_out, const Tensor& grad_sum, const NormGradientTargets& targets) {
+                               backend_for(sum.device()).rms_norm_backward(sum, weight, saved()[2], grad_out,
+                                                                           grad_sum, targets.grad_weight,
+                                                                           targets.extras);
+                             });
+  }
+
+ private:
+  double eps_;
 };
 
 void check_norm_arguments(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -150,6 +262,15 @@ std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   check_norm_arguments("rms_norm", x, weight, Tensor(), eps);
   return autograd::apply<RmsNormFunction>({x, weight}, eps)[0];
+}
+
+std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps) {
+  check_norm_arguments("add_rms_norm", x, weight, Tensor(), eps);
+  ops::check_compatible("add_rms_norm", x, "x", residual, "residual");
+  WEFT_CHECK(residual.shape() == x.shape(), "add_rms_norm: residual ", residual.describe(),
+             " must have the shape of x ", x.describe());
+  std::vector<Tensor> outputs = autograd::apply<AddRmsNormFunction>({x, residual, weight}, eps);
+  return {outputs[0], outputs[1]};
 }
 
 }  // namespace weft

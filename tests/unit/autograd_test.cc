@@ -379,6 +379,50 @@ class ProductAndDifferenceFunction : public autograd::Function {
   std::vector<bool>* arrived_;
 };
 
+// y = 2x whose backward takes the gradient already pending for x (autograd::take_pending_gradient)
+// and returns it added to its own, recording what it took.
+class TakingDoubleFunction : public autograd::Function {
+ public:
+  TakingDoubleFunction(DType take_dtype, Tensor* taken) : take_dtype_(take_dtype), taken_(taken) {}
+  std::string name() const override { return "TakingDoubleBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override { return {scale(inputs[0], 2.0)}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor own = scale(grads[0], 2.0);
+    *taken_ = autograd::take_pending_gradient(next_edges[0], take_dtype_, own.numel(), own.device());
+    return {taken_->defined() ? add(own, *taken_) : own};
+  }
+
+ private:
+  DType take_dtype_;
+  Tensor* taken_;
+};
+
+TEST(AutogradFunction, TakePendingGradientHandsOverWhatArrivedEarlierOnce) {
+  for (const bool leaf_input : {true, false}) {
+    SCOPED_TRACE(leaf_input ? "x a leaf" : "x from an op");
+    const Tensor x = random_leaf({2, 3}, 60);
+    const Tensor input = leaf_input ? x : tanh(x);
+    Tensor taken;
+    const Tensor doubled = autograd::apply<TakingDoubleFunction>({input}, kFloat64, &taken)[0];
+    const Tensor tripled = scale(input, 3.0);  // created later: its backward runs first
+    sum(add(doubled, tripled)).backward();
+    ASSERT_TRUE(taken.defined()) << "the gradient from the tripling arrived before the doubling's backward";
+    EXPECT_LE(max_abs_difference(taken, Tensor::full({2, 3}, 3.0, kFloat64)), 0.0);
+    // d/dx of 5 * input: summed once (taken and returned), not twice.
+    const Tensor expected = leaf_input ? Tensor::full({2, 3}, 5.0, kFloat64)
+                                       : scale(sub(Tensor::ones({2, 3}, kFloat64), square(tanh(x.detach()))), 5.0);
+    EXPECT_LE(max_abs_difference(x.grad(), expected), 1e-12);
+  }
+  // Nothing is taken where the dtype differs (the engine sums it as usual), nor outside a backward.
+  const Tensor x = random_leaf({2, 3}, 61);
+  Tensor taken;
+  const Tensor doubled = autograd::apply<TakingDoubleFunction>({x}, kFloat32, &taken)[0];
+  sum(add(doubled, scale(x, 3.0))).backward();
+  EXPECT_FALSE(taken.defined());
+  EXPECT_LE(max_abs_difference(x.grad(), Tensor::full({2, 3}, 5.0, kFloat64)), 0.0);
+  EXPECT_FALSE(autograd::take_pending_gradient(autograd::gradient_edge(x), kFloat64, 6, Device::cpu()).defined());
+}
+
 TEST(AutogradFunction, TwoOutputsWithOnlyOneUsed) {
   std::vector<bool> arrived;
   Tensor x = random_leaf({2, 3}, 40), y = random_leaf({2, 3}, 41);

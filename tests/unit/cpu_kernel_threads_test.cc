@@ -76,11 +76,11 @@ TEST_F(CpuKernelThreadsTest, RowKernelsDoNotDependOnTheThreadCount) {
     Tensor norm = Tensor::empty(x.shape()), mean = Tensor::empty({300}), rstd = Tensor::empty({300});
     Tensor grad_x = Tensor::empty(x.shape()), grad_weight = Tensor::empty({257}), grad_bias = Tensor::empty({257});
     cpu_backend().layer_norm(x, weight, bias, 1e-5, norm, mean, rstd);
-    cpu_backend().layer_norm_backward(x, weight, mean, rstd, grad, grad_x, grad_weight, grad_bias);
+    cpu_backend().layer_norm_backward(x, weight, mean, rstd, grad, grad_x, grad_weight, grad_bias, {});
     Tensor rms = Tensor::empty(x.shape()), rms_rstd = Tensor::empty({300});
     Tensor rms_grad_x = Tensor::empty(x.shape()), rms_grad_weight = Tensor::empty({257});
     cpu_backend().rms_norm(x, weight, 1e-5, rms, rms_rstd);
-    cpu_backend().rms_norm_backward(x, weight, rms_rstd, grad, rms_grad_x, rms_grad_weight);
+    cpu_backend().rms_norm_backward(x, weight, rms_rstd, grad, rms_grad_x, rms_grad_weight, {});
     Tensor gelu = Tensor::empty(x.shape()), gelu_grad = Tensor::empty(x.shape());
     cpu_backend().unary(UnaryOp::kGelu, x, gelu);
     cpu_backend().unary_backward(UnaryOp::kGelu, x, grad, gelu_grad);

@@ -1,6 +1,7 @@
-// The fused ops on CUDA against the CPU: add_layer_norm (runtime/cuda/normalization.cu) and
-// linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and backward,
-// and the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward, DGELU).
+// The fused ops on CUDA against the CPU: add_layer_norm and add_rms_norm (runtime/cuda/normalization.cu)
+// and linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and
+// backward, the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward, DGELU),
+// and a linear's bias gradient from its dW GEMM (Backend::matmul_bias_gradient, BGRADB).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
@@ -84,6 +85,34 @@ TEST(CudaFused, AddLayerNormKernelMatchesCpu) {
   }
 }
 
+TEST(CudaFused, AddRmsNormKernelMatchesCpuAndTheUnfusedKernels) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  uint64_t seed = 150;
+  for (DType dtype : kDtypes) {
+    for (const auto& shape : kNormShapes) {
+      const std::string what = describe(shape, dtype);
+      SCOPED_TRACE(what);
+      const int64_t rows = shape[0], c = shape[1];
+      const RoundedInput x = random_input(shape, ++seed, dtype, 0.5, 2.0);
+      const RoundedInput r = random_input(shape, ++seed, dtype);
+      const RoundedInput w = random_input({c}, ++seed, dtype, 1.0, 0.2);
+      const Tensor sum_ref = Tensor::empty(shape), out_ref = Tensor::empty(shape), rstd_ref = Tensor::empty({rows});
+      backend_for(Device::cpu()).add_rms_norm(x.reference, r.reference, w.reference, 1e-6, sum_ref, out_ref, rstd_ref);
+      const Tensor sum = poisoned(shape, dtype), out = poisoned(shape, dtype), rstd = poisoned({rows}, kFloat32);
+      backend_for(kGpu).add_rms_norm(x.gpu, r.gpu, w.gpu, 1e-6, sum, out, rstd);
+      expect_close(sum, sum_ref, tolerance_for(dtype), what + " sum");
+      expect_close(out, out_ref, tolerance_for(dtype), what + " out");
+      expect_close(rstd, rstd_ref, tolerance_for(dtype), what + " rstd");
+      const Tensor sum_unfused = poisoned(shape, dtype), out_unfused = poisoned(shape, dtype);
+      const Tensor rstd_unfused = poisoned({rows}, kFloat32);
+      backend_for(kGpu).binary(BinaryOp::kAdd, x.gpu, r.gpu, sum_unfused);
+      backend_for(kGpu).rms_norm(sum_unfused, w.gpu, 1e-6, out_unfused, rstd_unfused);
+      expect_close(sum, sum_unfused, 0.0, what + " sum vs unfused");
+      expect_close(out, out_unfused, tolerance_for(dtype), what + " out vs unfused");
+    }
+  }
+}
+
 TEST(CudaFused, AddLayerNormOpBackwardMatchesCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   uint64_t seed = 200;
@@ -99,21 +128,29 @@ TEST(CudaFused, AddLayerNormOpBackwardMatchesCpu) {
       const RoundedInput grad_sum = random_input(shape, ++seed, dtype);
       const RoundedInput grad_out = random_input(shape, ++seed, dtype);
 
-      auto run = [&](const Tensor& xv, const Tensor& rv, const Tensor& wv, const Tensor& bv, const Tensor& gs,
-                     const Tensor& go) {
-        std::vector<Tensor> leaves = {leaf(xv), leaf(rv), leaf(wv), leaf(bv)};
-        auto [sum, out] = add_layer_norm(leaves[0], leaves[1], leaves[2], leaves[3]);
-        autograd::backward({sum, out}, {gs, go});
-        std::vector<Tensor> results = {sum.detach(), out.detach()};
-        for (const Tensor& l : leaves) results.push_back(l.grad());
-        return results;
-      };
-      const std::vector<Tensor> want =
-          run(x.reference, r.reference, w.reference, b.reference, grad_sum.reference, grad_out.reference);
-      const std::vector<Tensor> got = run(x.gpu, r.gpu, w.gpu, b.gpu, grad_sum.gpu, grad_out.gpu);
-      const char* names[] = {"sum", "out", "grad x", "grad residual", "grad weight", "grad bias"};
-      for (size_t i = 0; i < want.size(); ++i) {
-        expect_close(got[i], want[i], tolerance_for(dtype), what + " " + names[i]);
+      // Two backward passes: the second accumulates into the .grad the first created (the norms'
+      // parameter gradients are then added in the kernel, NormBackwardExtras).
+      for (const bool rms : {false, true}) {
+        auto run = [&](const Tensor& xv, const Tensor& rv, const Tensor& wv, const Tensor& bv, const Tensor& gs,
+                       const Tensor& go) {
+          std::vector<Tensor> leaves = {leaf(xv), leaf(rv), leaf(wv), leaf(bv)};
+          std::vector<Tensor> results;
+          for (int pass = 0; pass < 2; ++pass) {
+            auto [sum, out] = rms ? add_rms_norm(leaves[0], leaves[1], leaves[2])
+                                  : add_layer_norm(leaves[0], leaves[1], leaves[2], leaves[3]);
+            autograd::backward({sum, out}, {gs, go});
+            if (pass == 0) results = {sum.detach(), out.detach()};
+          }
+          for (const Tensor& l : leaves) results.push_back(l.grad().defined() ? l.grad() : Tensor::zeros({1}));
+          return results;
+        };
+        const std::vector<Tensor> want =
+            run(x.reference, r.reference, w.reference, b.reference, grad_sum.reference, grad_out.reference);
+        const std::vector<Tensor> got = run(x.gpu, r.gpu, w.gpu, b.gpu, grad_sum.gpu, grad_out.gpu);
+        const char* names[] = {"sum", "out", "grad x", "grad residual", "grad weight", "grad bias"};
+        for (size_t i = 0; i < want.size(); ++i) {
+          expect_close(got[i], want[i], tolerance_for(dtype), what + (rms ? " rms " : " ") + names[i]);
+        }
       }
     }
   }
@@ -197,6 +234,34 @@ TEST(CudaFused, MatmulGeluBackwardMatchesCpu) {
       const Tensor got = poisoned({1, c.rows, c.out}, dtype);
       backend_for(kGpu).matmul_gelu_backward(g.gpu, w.gpu.unsqueeze(0), pre.gpu, got);
       expect_close(got, want, tolerance_for(dtype), what);
+    }
+  }
+}
+
+// dW = dY^T X with db = the column sums of dY (a linear's parameter gradients), written (beta 0) and
+// added into an earlier gradient (beta 1), against the CPU's matmul and reduction.
+TEST(CudaFused, MatmulBiasGradientMatchesCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  uint64_t seed = 550;
+  for (DType dtype : kDtypes) {
+    for (const LinearCase& c : kLinearCases) {  // dY [rows, out], X [rows, in]: dW [out, in], db [out]
+      for (const double beta : {0.0, 1.0}) {
+        const std::string what = describe({c.rows, c.in, c.out}, dtype) + (beta == 0.0 ? " written" : " accumulated");
+        SCOPED_TRACE(what);
+        const RoundedInput g = random_input({c.rows, c.out}, ++seed, dtype);
+        const RoundedInput x = random_input({c.rows, c.in}, ++seed, dtype);
+        const RoundedInput earlier = random_input({1, c.out, c.in}, ++seed, dtype);
+        const Tensor want = beta == 0.0 ? Tensor::empty({1, c.out, c.in}) : earlier.reference.clone();
+        const Tensor want_bias = Tensor::empty({c.out});
+        backend_for(Device::cpu()).matmul_bias_gradient(g.reference.transpose(0, 1).unsqueeze(0),
+                                                        x.reference.unsqueeze(0), want, 1.0, beta, want_bias);
+        const Tensor got = beta == 0.0 ? poisoned({1, c.out, c.in}, dtype) : earlier.gpu.clone();
+        const Tensor got_bias = poisoned({c.out}, dtype);
+        backend_for(kGpu).matmul_bias_gradient(g.gpu.transpose(0, 1).unsqueeze(0), x.gpu.unsqueeze(0), got, 1.0, beta,
+                                               got_bias);
+        expect_close(got, want, tolerance_for(dtype), what + " dW");
+        expect_close(got_bias, want_bias, tolerance_for(dtype), what + " db");
+      }
     }
   }
 }

@@ -158,17 +158,34 @@ TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
         expect_close(rstd, expected_rstd, tolerance_for(kFloat32), what + " rstd");
 
         const RoundedInput gy = random_input(shape, ++seed, dtype);
-        const Tensor expected_gx = Tensor::empty(shape, kFloat64), expected_gw = Tensor::empty({columns}, kFloat64);
-        const Tensor expected_gb = with_bias ? Tensor::empty({columns}, kFloat64) : Tensor();
-        cpu_backend().layer_norm_backward(in_f64(x.reference), in_f64(weight.reference), expected_mean, expected_rstd,
-                                          in_f64(gy.reference), expected_gx, expected_gw, expected_gb);
-        const Tensor gx = poisoned(shape, dtype), gw = poisoned({columns}, dtype);
-        const Tensor gb = with_bias ? poisoned({columns}, dtype) : Tensor();
-        gpu_backend().layer_norm_backward(x.gpu, weight.gpu, expected_mean.to(kFloat32).to(kGpu),
-                                          expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw, gb);
-        expect_close(gx, expected_gx, tolerance_for(dtype), what + " grad_x");
-        expect_close(gw, expected_gw, tolerance_for(dtype), what + " grad_weight");
-        if (with_bias) expect_close(gb, expected_gb, tolerance_for(dtype), what + " grad_bias");
+        // Plain, then with NormBackwardExtras: an addend for grad_x and parameter gradients added
+        // into existing values.
+        for (bool folded : {false, true}) {
+          const std::string backward = what + (folded ? " backward with an addend, accumulating" : " backward");
+          const RoundedInput addend = random_input(shape, ++seed, dtype);
+          const RoundedInput earlier_gw = random_input({columns}, ++seed, dtype);
+          const RoundedInput earlier_gb = random_input({columns}, ++seed, dtype);
+          NormBackwardExtras cpu_extras, gpu_extras;
+          if (folded) {
+            cpu_extras = {in_f64(addend.reference), true};
+            gpu_extras = {addend.gpu, true};
+          }
+          const Tensor expected_gx = Tensor::empty(shape, kFloat64);
+          const Tensor expected_gw = folded ? in_f64(earlier_gw.reference) : Tensor::empty({columns}, kFloat64);
+          const Tensor expected_gb =
+              !with_bias ? Tensor() : folded ? in_f64(earlier_gb.reference) : Tensor::empty({columns}, kFloat64);
+          cpu_backend().layer_norm_backward(in_f64(x.reference), in_f64(weight.reference), expected_mean,
+                                            expected_rstd, in_f64(gy.reference), expected_gx, expected_gw,
+                                            expected_gb, cpu_extras);
+          const Tensor gx = poisoned(shape, dtype);
+          const Tensor gw = folded ? earlier_gw.gpu.clone() : poisoned({columns}, dtype);
+          const Tensor gb = !with_bias ? Tensor() : folded ? earlier_gb.gpu.clone() : poisoned({columns}, dtype);
+          gpu_backend().layer_norm_backward(x.gpu, weight.gpu, expected_mean.to(kFloat32).to(kGpu),
+                                            expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw, gb, gpu_extras);
+          expect_close(gx, expected_gx, tolerance_for(dtype), backward + " grad_x");
+          expect_close(gw, expected_gw, tolerance_for(dtype), backward + " grad_weight");
+          if (with_bias) expect_close(gb, expected_gb, tolerance_for(dtype), backward + " grad_bias");
+        }
       }
     }
   }
@@ -193,13 +210,26 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchCpu) {
       expect_close(rstd, expected_rstd, tolerance_for(kFloat32), what + " rstd");
 
       const RoundedInput gy = random_input(shape, ++seed, dtype);
-      const Tensor expected_gx = Tensor::empty(shape, kFloat64), expected_gw = Tensor::empty({columns}, kFloat64);
-      cpu_backend().rms_norm_backward(in_f64(x.reference), in_f64(weight.reference), expected_rstd,
-                                      in_f64(gy.reference), expected_gx, expected_gw);
-      const Tensor gx = poisoned(shape, dtype), gw = poisoned({columns}, dtype);
-      gpu_backend().rms_norm_backward(x.gpu, weight.gpu, expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw);
-      expect_close(gx, expected_gx, tolerance_for(dtype), what + " grad_x");
-      expect_close(gw, expected_gw, tolerance_for(dtype), what + " grad_weight");
+      for (bool folded : {false, true}) {  // as in the layer-norm test
+        const std::string backward = what + (folded ? " backward with an addend, accumulating" : " backward");
+        const RoundedInput addend = random_input(shape, ++seed, dtype);
+        const RoundedInput earlier_gw = random_input({columns}, ++seed, dtype);
+        NormBackwardExtras cpu_extras, gpu_extras;
+        if (folded) {
+          cpu_extras = {in_f64(addend.reference), true};
+          gpu_extras = {addend.gpu, true};
+        }
+        const Tensor expected_gx = Tensor::empty(shape, kFloat64);
+        const Tensor expected_gw = folded ? in_f64(earlier_gw.reference) : Tensor::empty({columns}, kFloat64);
+        cpu_backend().rms_norm_backward(in_f64(x.reference), in_f64(weight.reference), expected_rstd,
+                                        in_f64(gy.reference), expected_gx, expected_gw, cpu_extras);
+        const Tensor gx = poisoned(shape, dtype);
+        const Tensor gw = folded ? earlier_gw.gpu.clone() : poisoned({columns}, dtype);
+        gpu_backend().rms_norm_backward(x.gpu, weight.gpu, expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw,
+                                        gpu_extras);
+        expect_close(gx, expected_gx, tolerance_for(dtype), backward + " grad_x");
+        expect_close(gw, expected_gw, tolerance_for(dtype), backward + " grad_weight");
+      }
     }
   }
 }
@@ -214,7 +244,7 @@ TEST(CudaKernels, NormBackwardGivesTheSameBitsEveryRun) {
   std::vector<Tensor> grad_weights;
   for (int run = 0; run < 2; ++run) {
     const Tensor gx = poisoned({4096, 768}, kFloat32), gw = poisoned({768}, kFloat32), gb = poisoned({768}, kFloat32);
-    gpu_backend().layer_norm_backward(x.gpu, weight.gpu, mean, rstd, gy.gpu, gx, gw, gb);
+    gpu_backend().layer_norm_backward(x.gpu, weight.gpu, mean, rstd, gy.gpu, gx, gw, gb, {});
     grad_weights.push_back(gw);
   }
   expect_identical(grad_weights[0], grad_weights[1], "layer_norm grad_weight, two runs");

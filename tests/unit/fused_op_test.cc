@@ -1,5 +1,7 @@
-// The fused ops add_layer_norm and linear_gelu on the CPU (the reference backend): backward against
-// central finite differences in double precision, and forward equal to the unfused composition.
+// The fused ops add_layer_norm, add_rms_norm and linear_gelu on the CPU (the reference backend):
+// backward against central finite differences in double precision, and forward equal to the unfused
+// composition; the norms' backward folding the residual stream's gradient and accumulating their
+// parameters' .grad in place.
 #include <cmath>
 #include <map>
 #include <memory>
@@ -7,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "layers/layer_norm.h"
+#include "layers/rms_norm.h"
 #include "layers/registry.h"
 #include "layers/transformer_block.h"
 #include "runtime/weft.h"
@@ -72,6 +75,67 @@ TEST(FusedOps, AddLayerNormGradients) {
       {xt, rt, w, b});
 }
 
+TEST(FusedOps, AddRmsNormForwardEqualsAddThenRmsNormAndItsGradientsMatchFiniteDifferences) {
+  Tensor x = random_leaf({2, 3, 7}, 40), r = random_leaf({2, 3, 7}, 41), w = random_leaf({7}, 42);
+  auto [sum, out] = add_rms_norm(x, r, w, 1e-6);
+  const Tensor expected_sum = add(x, r);
+  EXPECT_LE(max_abs_difference(sum, expected_sum), 1e-12);
+  EXPECT_LE(max_abs_difference(out, rms_norm(expected_sum, w, 1e-6)), 1e-12);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        auto [sum, out] = add_rms_norm(in[0], in[1], in[2]);
+        return add(mul(sum, sum), out);
+      },
+      {x, r, w});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return add_rms_norm(in[0], in[1], in[2]).second; },
+                         {x, r, w});
+  EXPECT_THROW(add_rms_norm(x, random_leaf({1, 3, 7}, 43), w), Error);
+}
+
+// A norm whose input already has a gradient from a later op when the norm's backward runs (a
+// residual stream: the add after the norm runs its backward first) takes that gradient into its
+// own kernel (autograd::take_pending_gradient); the result is the plain chain rule's, checked
+// against finite differences, for both norms, with the stream's producer an op and a leaf.
+TEST(FusedOps, NormsFoldTheResidualGradientIntoTheirBackward) {
+  Tensor x = random_leaf({3, 9}, 44), w = random_leaf({9}, 45), b = random_leaf({9}, 46);
+  for (const bool rms : {false, true}) {
+    for (const bool leaf_stream : {false, true}) {
+      SCOPED_TRACE(std::string(rms ? "rms_norm" : "layer_norm") + (leaf_stream ? ", leaf stream" : ", op stream"));
+      expect_gradients_match(
+          [&](const std::vector<Tensor>& in) {
+            const Tensor stream = leaf_stream ? in[0] : tanh(in[0]);  // [3, 9]
+            const Tensor normalized = rms ? rms_norm(stream, in[1]) : layer_norm(stream, in[1], in[2]);
+            // The add is created after the norm, so its backward runs first and deposits the
+            // stream's gradient before the norm's backward runs.
+            return add(mul(stream, stream), scale(normalized, 1.5));
+          },
+          rms ? std::vector<Tensor>{x, w} : std::vector<Tensor>{x, w, b});
+    }
+  }
+}
+
+// With .grad already there (a second micro-batch), layer_norm and rms_norm add their parameter
+// gradients into it in the kernel: two passes give twice one pass's gradient.
+TEST(FusedOps, NormParameterGradientsAccumulateIntoAnExistingGrad) {
+  for (const bool rms : {false, true}) {
+    SCOPED_TRACE(rms ? "rms_norm" : "layer_norm");
+    Tensor x = random_leaf({4, 6}, 47), w = random_leaf({6}, 48), b = random_leaf({6}, 49);
+    const Tensor g = random_leaf({4, 6}, 50, false);
+    auto pass = [&] {
+      const Tensor y = rms ? rms_norm(x, w) : layer_norm(x, w, b);
+      sum(mul(y, g)).backward();
+    };
+    pass();
+    const Tensor once_w = w.grad().clone(), once_x = x.grad().clone();
+    const void* storage_before = w.grad().raw_data();
+    pass();
+    EXPECT_EQ(w.grad().raw_data(), storage_before) << "the second pass adds into the same .grad";
+    EXPECT_LE(max_abs_difference(w.grad(), scale(once_w, 2.0)), 1e-12);
+    EXPECT_LE(max_abs_difference(x.grad(), scale(once_x, 2.0)), 1e-12);
+    if (!rms) EXPECT_GT(max_abs_difference(b.grad(), Tensor::zeros({6}, kFloat64)), 0.0);
+  }
+}
+
 TEST(FusedOps, AddLayerNormRejectsMismatchedResidual) {
   Tensor x = random_leaf({2, 7}, 12), w = random_leaf({7}, 13);
   EXPECT_THROW(add_layer_norm(x, random_leaf({1, 7}, 14), w, Tensor()), Error);
@@ -117,13 +181,26 @@ WEFT_REGISTER_LAYER("unfused_layer_norm_for_test", [](const LayerContext& contex
   return std::make_shared<UnfusedLayerNorm>(context.config.dim, context.config.norm_eps, context.config.bias);
 });
 
-// The block with add_layer_norm gives the unfused block's output and gradients (f64, same weights).
+// An RmsNorm of another type, likewise.
+class UnfusedRmsNorm final : public RmsNorm {
+ public:
+  using RmsNorm::RmsNorm;
+};
+
+WEFT_REGISTER_LAYER("unfused_rms_norm_for_test", [](const LayerContext& context) {
+  return std::make_shared<UnfusedRmsNorm>(context.config.dim, context.config.norm_eps);
+});
+
+// The block with add_layer_norm (add_rms_norm) gives the unfused block's output and gradients (f64,
+// same weights).
 TEST(FusedOps, TransformerBlockMatchesTheUnfusedBlock) {
-  for (bool bias : {true, false}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool bias = variant == 0, rms = variant == 2;
     ModelConfig config = testing::small_model_config();
     config.bias = bias;
+    if (rms) config.norm = "rms_norm";
     ModelConfig unfused_config = config;
-    unfused_config.norm = "unfused_layer_norm_for_test";
+    unfused_config.norm = rms ? "unfused_rms_norm_for_test" : "unfused_layer_norm_for_test";
     uint64_t offset = 0, unfused_offset = 0;
     TransformerBlock fused(LayerContext{config, &offset});
     TransformerBlock unfused(LayerContext{unfused_config, &unfused_offset});
