@@ -72,7 +72,11 @@ class AdamW final : public Optimizer {
     }
   }
 
-  void step(double lr, const Tensor& guard) override {
+  void step(double lr, const Tensor& guard) override { step_with_gradient_scale(lr, guard, Tensor()); }
+
+  bool takes_gradient_scale() const override { return true; }
+
+  void step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "adamw: lr must be finite and >= 0, got ", lr);
     std::vector<AdamWTensorUpdate> updates;
     std::vector<int64_t*> counts;  // the step count of each entry of `updates`
@@ -96,7 +100,8 @@ class AdamW final : public Optimizer {
     }
     // One call per device: every CUDA parameter of a device in one launch.
     const AdamWHyperparameters hyperparameters{
-        .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps, .guard = guard};
+        .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps, .guard = guard,
+        .gradient_scale = gradient_scale};
     for (const DeviceUpdates<AdamWTensorUpdate>& group : updates_by_device(std::move(updates))) {
       backend_for(group.device).adamw_update(group.updates, hyperparameters);
     }

@@ -46,6 +46,11 @@ Optimizer::Optimizer(std::vector<ParameterGroup> groups) : groups_(std::move(gro
   }
 }
 
+void Optimizer::step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale) {
+  WEFT_FAIL("this optimizer does not take a gradient scale (takes_gradient_scale() is false); scale the gradients ",
+            "before step() instead");
+}
+
 void Optimizer::zero_grad() {
   // Dropping the gradient (PyTorch's set_to_none) frees its memory and lets the next backward
   // write a fresh buffer instead of adding to zeros.

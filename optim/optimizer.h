@@ -41,6 +41,13 @@ class Optimizer {
   // NaN policy to the device. The step counts advance either way; once the caller has read the
   // guard and found it non-finite, undo_step() takes them back.
   virtual void step(double lr, const Tensor& guard = Tensor()) = 0;
+  // Whether step_with_gradient_scale is offered (AdamW): gradient clipping can then hand its factor
+  // to the update instead of scaling every gradient first.
+  virtual bool takes_gradient_scale() const { return false; }
+  // step() with every gradient read multiplied by `gradient_scale` (one element on the parameters'
+  // device, as runtime/optimizer_update.h says); the .grad tensors are left as they are. Only where
+  // takes_gradient_scale().
+  virtual void step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale);
   // Forgets the counts of the last step(), which its guard skipped: bias corrections and steps_taken()
   // are then as if it had not been called. Throws weft::Error when there is no step to undo.
   virtual void undo_step() = 0;

@@ -101,6 +101,10 @@ class Backend {
   // scaled in place by max_norm / (norm + 1e-6) (as scale_in_place does), else nothing changes:
   // what clip_grad_norm does, with the decision left on the device.
   virtual void clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) = 0;
+  // clip_to_norm's decision alone: factor (one element, squares' dtype, on the device) = max_norm /
+  // (norm + 1e-6) where clip_to_norm would scale, else 1; for an update that applies it as it reads
+  // the gradients (AdamWHyperparameters::gradient_scale) instead of a pass that scales them.
+  virtual void clip_factor(const Tensor& squares, double max_norm, const Tensor& factor) = 0;
 
   // --- Optimizer updates (runtime/optimizer_update.h states the math and the master-weight rule) ---
   // One AdamW step of every entry, in place (parameter, moments, master), all on this backend's

@@ -35,6 +35,13 @@
 // The update is applied only if the guard is finite, and the device decides, with no host read: a
 // step graph passes its loss, so a non-finite loss skips the update without stopping the host
 // (the NaN policy). Without a guard the update always applies.
+//
+// Gradient scale (AdamW). A call may carry a gradient scale: one element on the device (f32 on
+// CUDA, f32 or f64 on the CPU), rounded to the state dtype; every gradient is read as g * scale
+// (in the state dtype) and is not written. Gradient clipping passes its factor
+// (Backend::clip_factor) this way: the same update as clipping the gradients in place first, for
+// f32 gradients bit for bit, without the pass that reads and writes every gradient (for 16-bit
+// gradients the product is not rounded to 16 bits first).
 #pragma once
 
 #include "runtime/tensor.h"
@@ -58,6 +65,7 @@ struct AdamWHyperparameters {
   double beta2 = 0.999;
   double eps = 1e-8;
   Tensor guard;       // undefined, or one element: the update applies only if it is finite
+  Tensor gradient_scale;  // undefined, or one element: every gradient is read multiplied by it
 };
 
 struct SgdTensorUpdate {

@@ -267,6 +267,7 @@ void DataParallelStrategy::update(StepState& state) {
   autograd::NoGradGuard no_grad;
   Backend& backend = backend_for(device_);
   // Clip and update on the device: the norm and the decision to skip never come to the host here.
+  Tensor clip_factor;  // [1] on the device, when the optimizer applies the clipping itself
   if (zero_ != nullptr) {
     state.grad_squares = zero_->clip_gradients(options_.grad_clip, CommStream());
   } else {
@@ -280,12 +281,22 @@ void DataParallelStrategy::update(StepState& state) {
       state.grad_squares = sum(mul(state.grad_squares, counted_mask_)).reshape({1});
       pipeline_->sum_over_stages(state.grad_squares);
     }
-    backend.clip_to_norm(grads, state.grad_squares, options_.grad_clip);
+    if (options_.grad_clip > 0.0 && optimizer_->takes_gradient_scale()) {
+      // The update applies the clipping factor as it reads each gradient: no pass that scales them.
+      clip_factor = Tensor::empty({1}, accumulation_dtype(device_), device_);
+      backend.clip_factor(state.grad_squares, options_.grad_clip, clip_factor);
+    } else {
+      backend.clip_to_norm(grads, state.grad_squares, options_.grad_clip);
+    }
   }
   // The guard is finite exactly when the loss and the gradient norm both are (their sum, on the
   // device): a NaN or Inf in either skips the update, decided without a host read.
   const Tensor guard = add(state.loss_sum, sum(state.grad_squares).reshape({1}));
-  optimizer_->step(state.lr, guard);
+  if (clip_factor.defined()) {
+    optimizer_->step_with_gradient_scale(state.lr, guard, clip_factor);
+  } else {
+    optimizer_->step(state.lr, guard);
+  }
   if (zero_ != nullptr) gather_pending_.assign(gather_pending_.size(), 1);
   buffer_.zero();  // in place: every .grad stays a view of its bucket
 }

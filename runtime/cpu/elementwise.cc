@@ -288,13 +288,29 @@ void CpuBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor)
   for (const Tensor& tensor : tensors) affine(tensor, factor, 0.0, tensor);  // elementwise: in place is safe
 }
 
-void CpuBackend::clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) {
+namespace {
+
+// clip_to_norm's factor from squares ([k] f64 on the CPU): max_norm / (norm + 1e-6) where it clips, else 1.
+double clip_factor_of(const Tensor& squares, double max_norm, const char* op) {
   WEFT_CHECK(squares.dim() == 1 && squares.is_contiguous() && squares.dtype() == kFloat64 && squares.device().is_cpu(),
-             "clip_to_norm: squares must be [k] f64, contiguous, on the CPU; got ", squares.describe());
+             op, ": squares must be [k] f64, contiguous, on the CPU; got ", squares.describe());
   double sum_of_squares = 0.0;
   for (int64_t i = 0; i < squares.size(0); ++i) sum_of_squares += squares.data<double>()[i];
   const double norm = std::sqrt(sum_of_squares);
-  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) scale_in_place(tensors, max_norm / (norm + 1e-6));
+  return max_norm > 0.0 && std::isfinite(norm) && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+}  // namespace
+
+void CpuBackend::clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) {
+  const double factor = clip_factor_of(squares, max_norm, "clip_to_norm");
+  if (factor != 1.0) scale_in_place(tensors, factor);
+}
+
+void CpuBackend::clip_factor(const Tensor& squares, double max_norm, const Tensor& factor) {
+  WEFT_CHECK(factor.numel() == 1 && factor.dtype() == kFloat64 && factor.device().is_cpu(),
+             "clip_factor: factor must be one f64 element on the CPU; got ", factor.describe());
+  fill(factor, clip_factor_of(squares, max_norm, "clip_factor"));
 }
 
 }  // namespace weft

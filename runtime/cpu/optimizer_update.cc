@@ -60,9 +60,11 @@ void dispatch_parameter(const Tensor& parameter, const char* op, Body&& body) {
 
 // One parameter's AdamW update. grad, exp_avg, exp_avg_sq are State; master is null unless
 // Parameter is 16-bit. Each double scalar is rounded once to State.
+// `scale` multiplies every gradient as it is read (AdamWHyperparameters::gradient_scale; 1 without).
 template <class Parameter, class State>
 WEFT_CPU_VECTORIZED void adamw_loop(Parameter* parameter, const State* grad, State* exp_avg, State* exp_avg_sq, State* master,
-                int64_t count, const AdamWTensorUpdate& update, const AdamWHyperparameters& hyperparameters) {
+                int64_t count, const AdamWTensorUpdate& update, const AdamWHyperparameters& hyperparameters,
+                State scale) {
   const State decay = static_cast<State>(update.decay);
   const State beta1 = static_cast<State>(hyperparameters.beta1);
   const State one_minus_beta1 = static_cast<State>(1.0 - hyperparameters.beta1);
@@ -73,7 +75,7 @@ WEFT_CPU_VECTORIZED void adamw_loop(Parameter* parameter, const State* grad, Sta
   const State eps = static_cast<State>(hyperparameters.eps);
   for (int64_t i = 0; i < count; ++i) {
     State value = load_parameter_value(parameter, master, i);
-    const State g = grad[i];
+    const State g = grad[i] * scale;
     value = value * decay;
     exp_avg[i] = exp_avg[i] * beta1 + g * one_minus_beta1;
     exp_avg_sq[i] = exp_avg_sq[i] * beta2 + g * g * one_minus_beta2;
@@ -117,6 +119,13 @@ bool guard_allows(const Tensor& guard, const char* op) {
 void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
                               const AdamWHyperparameters& hyperparameters) {
   if (!guard_allows(hyperparameters.guard, "adamw_update")) return;
+  const Tensor& gradient_scale = hyperparameters.gradient_scale;
+  if (gradient_scale.defined()) {
+    WEFT_CHECK(gradient_scale.numel() == 1 && is_floating(gradient_scale.dtype()) && gradient_scale.device().is_cpu(),
+               "adamw_update: the gradient scale must be one floating element on the CPU, got ",
+               gradient_scale.describe());
+  }
+  const double scale = gradient_scale.defined() ? gradient_scale.item() : 1.0;
   for (const AdamWTensorUpdate& update : updates) {
     const Tensor grad = gradient_in_state_dtype(update.parameter, update.grad);
     dispatch_parameter(update.parameter, "adamw_update", [&]<class Parameter, class State>() {
@@ -128,7 +137,7 @@ void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
       cpu::parallel_for(update.parameter.numel(), 12, [&](int64_t begin, int64_t end) {
         adamw_loop<Parameter, State>(parameter + begin, gradient + begin, exp_avg + begin, exp_avg_sq + begin,
                                      master != nullptr ? master + begin : nullptr, end - begin, update,
-                                     hyperparameters);
+                                     hyperparameters, static_cast<State>(scale));
       });
     });
   }

@@ -35,6 +35,7 @@ class CudaBackend final : public Backend {
   void squared_norms(absl::Span<const Tensor> tensors, const Tensor& out) override;
   void scale_in_place(absl::Span<const Tensor> tensors, double factor) override;
   void clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) override;
+  void clip_factor(const Tensor& squares, double max_norm, const Tensor& factor) override;
 
   void adamw_update(absl::Span<const AdamWTensorUpdate> updates, const AdamWHyperparameters& hyperparameters) override;
   void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) override;

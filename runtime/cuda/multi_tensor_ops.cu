@@ -199,6 +199,18 @@ void CudaBackend::scale_in_place(absl::Span<const Tensor> tensors, double factor
   scale_tensors(*this, tensors, factor, nullptr);
 }
 
+void CudaBackend::clip_factor(const Tensor& squares, double max_norm, const Tensor& factor) {
+  WEFT_CHECK(squares.dim() == 1 && squares.is_contiguous() && squares.dtype() == kFloat32 && squares.device().is_cuda(),
+             "clip_factor: squares must be [k] f32, contiguous, on a CUDA device; got ", squares.describe());
+  WEFT_CHECK(factor.numel() == 1 && factor.dtype() == kFloat32 && factor.device() == squares.device(),
+             "clip_factor: factor must be one f32 element on ", squares.device().to_string(), "; got ",
+             factor.describe());
+  cuda::set_device(squares.device().index);
+  cuda::clip_factor_kernel<<<1, 1, 0, cuda::current_stream(squares.device().index)>>>(
+      squares.data<float>(), squares.size(0), max_norm, factor.data<float>());
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
 void CudaBackend::clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) {
   WEFT_CHECK(squares.dim() == 1 && squares.is_contiguous() && squares.dtype() == kFloat32 && squares.device().is_cuda(),
              "clip_to_norm: squares must be [k] f32, contiguous, on a CUDA device; got ", squares.describe());

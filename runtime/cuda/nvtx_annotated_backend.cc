@@ -65,6 +65,11 @@ void NvtxAnnotatedBackend::scale_in_place(absl::Span<const Tensor> tensors, doub
   inner_.scale_in_place(tensors, factor);
 }
 
+void NvtxAnnotatedBackend::clip_factor(const Tensor& squares, double max_norm, const Tensor& factor) {
+  NvtxRange range("clip_factor");
+  inner_.clip_factor(squares, max_norm, factor);
+}
+
 void NvtxAnnotatedBackend::clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& squares, double max_norm) {
   NvtxRange range("clip_to_norm");
   inner_.clip_to_norm(tensors, squares, max_norm);

@@ -72,21 +72,23 @@ __device__ __forceinline__ float adamw_step(float value, float g, float& m, floa
 }
 
 // Element i alone (tails, and tensors that are not four_aligned).
-__device__ __forceinline__ void adamw_one(const TensorSlot& slot, int64_t i, const AdamWConstants& c) {
+__device__ __forceinline__ void adamw_one(const TensorSlot& slot, int64_t i, const AdamWConstants& c, float scale) {
   const bool has_master = slot.master != nullptr;
   const float stored = load_kind(slot.parameter, slot.parameter_kind, i);
   float value = starting_value(stored, has_master ? slot.master[i] : 0.0f, slot.parameter_kind, has_master);
   float m = slot.exp_avg[i], v = slot.exp_avg_sq[i];
-  value = adamw_step(value, load_kind(slot.grad, slot.grad_kind, i), m, v, slot, c);
+  value = adamw_step(value, load_kind(slot.grad, slot.grad_kind, i) * scale, m, v, slot, c);
   slot.exp_avg[i] = m;
   slot.exp_avg_sq[i] = v;
   if (has_master) slot.master[i] = value;
   store_kind(slot.parameter, slot.parameter_kind, i, value);
 }
 
+// gradient_scale: null, or the factor every gradient is multiplied by as it is read.
 __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, AdamWConstants constants,
-                                    const float* guard) {
+                                    const float* guard, const float* gradient_scale) {
   if (!guard_allows(guard)) return;
+  const float scale = gradient_scale != nullptr ? *gradient_scale : 1.0f;
   const ChunkSlot chunk = chunks[blockIdx.x];
   const TensorSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
@@ -100,6 +102,8 @@ __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* 
       load4_kind(slot.parameter, slot.parameter_kind, i, stored);
       if (has_master) load4_kind(slot.master, kStorageF32, i, kept);
       load4_kind(slot.grad, slot.grad_kind, i, g);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) g[j] *= scale;
       load4_kind(slot.exp_avg, kStorageF32, i, m);
       load4_kind(slot.exp_avg_sq, kStorageF32, i, v);
 #pragma unroll
@@ -114,7 +118,7 @@ __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* 
     }
     scalar_start = vector_end;
   }
-  for (int64_t i = scalar_start + threadIdx.x; i < end; i += blockDim.x) adamw_one(slot, i, constants);
+  for (int64_t i = scalar_start + threadIdx.x; i < end; i += blockDim.x) adamw_one(slot, i, constants, scale);
 }
 
 struct SgdSlot {
@@ -166,20 +170,22 @@ void check_update_tensors(const char* op, const Device& device, const Tensor& pa
              sixteen_bit ? " needs an f32 master copy" : " must not have a master copy");
 }
 
-// The guard's device pointer (null without one), after checking it is one f32 on `device`.
-const float* guard_pointer(const Tensor& guard, const Device& device, const char* op) {
-  if (!guard.defined()) return nullptr;
-  WEFT_CHECK(guard.numel() == 1 && guard.dtype() == kFloat32 && guard.device() == device, op,
-             ": the guard must be one f32 element on ", device.to_string(), ", got ", guard.describe());
-  return guard.data<float>();
+// The device pointer of a guard or gradient scale (`what`; null without one), after checking it is
+// one f32 on `device`.
+const float* scalar_pointer(const Tensor& scalar, const Device& device, const char* op, const char* what) {
+  if (!scalar.defined()) return nullptr;
+  WEFT_CHECK(scalar.numel() == 1 && scalar.dtype() == kFloat32 && scalar.device() == device, op, ": the ", what,
+             " must be one f32 element on ", device.to_string(), ", got ", scalar.describe());
+  return scalar.data<float>();
 }
 
 // Updates every entry in one kernel launch on the current stream of their (common) device.
 void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta1, double beta2, double eps,
-                        const Tensor& guard) {
+                        const Tensor& guard, const Tensor& gradient_scale) {
   if (updates.empty()) return;
   const Device device = updates[0].parameter.device();
-  const float* guard_data = guard_pointer(guard, device, "adamw_multi_tensor");
+  const float* guard_data = scalar_pointer(guard, device, "adamw_multi_tensor", "guard");
+  const float* scale_data = scalar_pointer(gradient_scale, device, "adamw_multi_tensor", "gradient scale");
   WEFT_CHECK(device.is_cuda(), "adamw_multi_tensor: parameters must be on a CUDA device, got ",
              updates[0].parameter.describe());
   std::vector<TensorSlot> tensors;
@@ -214,7 +220,7 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
       table.slots, table.chunks,
       AdamWConstants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
                      static_cast<float>(1.0 - beta2), static_cast<float>(eps)},
-      guard_data);
+      guard_data, scale_data);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -223,7 +229,7 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
                       const Tensor& guard) {
   if (updates.empty()) return;
   const Device device = updates[0].parameter.device();
-  const float* guard_data = guard_pointer(guard, device, "sgd_multi_tensor");
+  const float* guard_data = scalar_pointer(guard, device, "sgd_multi_tensor", "guard");
   WEFT_CHECK(device.is_cuda(), "sgd_multi_tensor: parameters must be on a CUDA device, got ",
              updates[0].parameter.describe());
   std::vector<SgdSlot> tensors;
@@ -265,7 +271,7 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
 void CudaBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
                                const AdamWHyperparameters& hyperparameters) {
   cuda::adamw_multi_tensor(updates, hyperparameters.beta1, hyperparameters.beta2, hyperparameters.eps,
-                           hyperparameters.guard);
+                           hyperparameters.guard, hyperparameters.gradient_scale);
 }
 
 void CudaBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) {

@@ -30,8 +30,10 @@ namespace {
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(const std::vector<NamedParameter>&)>;
 
 // Three steps of an optimizer on the same parameters and gradients, on the CPU and on the GPU: the
-// parameters after them, and every state tensor.
-void expect_optimizer_matches(const OptimizerFactory& make, DType dtype, double tolerance) {
+// parameters after them, and every state tensor. With gradient_scale > 0 the steps read every
+// gradient multiplied by it (Optimizer::step_with_gradient_scale, a device scalar on each side).
+void expect_optimizer_matches(const OptimizerFactory& make, DType dtype, double tolerance,
+                              double gradient_scale = 0.0) {
   std::vector<NamedParameter> cpu_parameters, gpu_parameters;
   const std::vector<std::vector<int64_t>> shapes = {{37, 19}, {19}, {300, 257}};
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -48,8 +50,14 @@ void expect_optimizer_matches(const OptimizerFactory& make, DType dtype, double 
       cpu_parameters[i].tensor.set_grad(grad);
       gpu_parameters[i].tensor.set_grad(grad.to(Device::cuda(0)));
     }
-    cpu_optimizer->step(1e-2);
-    gpu_optimizer->step(1e-2);
+    if (gradient_scale > 0.0) {
+      cpu_optimizer->step_with_gradient_scale(1e-2, Tensor(), Tensor::full({1}, gradient_scale, kFloat64));
+      gpu_optimizer->step_with_gradient_scale(1e-2, Tensor(),
+                                              Tensor::full({1}, gradient_scale, kFloat32, Device::cuda(0)));
+    } else {
+      cpu_optimizer->step(1e-2);
+      gpu_optimizer->step(1e-2);
+    }
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
     const double error = testing::relative_error(gpu_parameters[i].tensor.to(Device::cpu()).to(kFloat32),
@@ -65,12 +73,19 @@ void expect_optimizer_matches(const OptimizerFactory& make, DType dtype, double 
   }
 }
 
-void expect_adamw_matches(DType dtype, double tolerance) {
+void expect_adamw_matches(DType dtype, double tolerance, double gradient_scale = 0.0) {
   expect_optimizer_matches(
       [](const std::vector<NamedParameter>& parameters) {
         return make_adamw(default_parameter_groups(parameters, 0.1), {0.9, 0.95, 1e-8});
       },
-      dtype, tolerance);
+      dtype, tolerance, gradient_scale);
+}
+
+// Gradient clipping's factor applied inside the update (AdamWHyperparameters::gradient_scale).
+TEST(CudaAdamW, AppliesAGradientScaleAsTheCpuDoes) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  expect_adamw_matches(kFloat32, 1e-6, 0.37);
+  expect_adamw_matches(kBFloat16, 1e-2, 0.37);
 }
 
 TEST(CudaAdamW, MatchesTheCpuUpdateInF32) {

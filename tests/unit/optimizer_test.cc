@@ -585,6 +585,50 @@ TEST(GradientClipping, ClipToNormDecidesFromTheSquaresAsClipGradNormDoes) {
                weft::Error);  // squares in the CPU's accumulation dtype, f64
 }
 
+// Clipping handed to AdamW as a factor (Backend::clip_factor, Optimizer::step_with_gradient_scale)
+// updates exactly as clipping the gradients first (clip_to_norm, then step) for f32 and f64
+// parameters, over and under the limit, and leaves the gradients as they were.
+TEST(GradientClipping, AdamWWithTheClipFactorUpdatesAsClippingFirstAndLeavesTheGradients) {
+  for (const DType dtype : {kFloat64, kFloat32}) {
+    for (const double max_norm : {0.05, 1e3}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " max_norm " + std::to_string(max_norm));
+      auto run = [&](bool fused) {
+        NamedParameter weight = make_parameter("w", {0.5, -1.0, 2.0, 0.25}, {2, 2}, dtype);
+        NamedParameter bias = make_parameter("b", {0.1, -0.2}, {2}, dtype);
+        auto optimizer = make_adamw(one_group({weight, bias}, 0.1), {});
+        EXPECT_TRUE(optimizer->takes_gradient_scale());
+        for (int step = 0; step < 3; ++step) {
+          weight.tensor.set_grad(synthetic_gradient(weight.tensor, step, 0).to(dtype));
+          bias.tensor.set_grad(synthetic_gradient(bias.tensor, step, 1).to(dtype));
+          const std::vector<Tensor> grads = {weight.tensor.grad(), bias.tensor.grad()};
+          Tensor squares = Tensor::empty({2}, kFloat64);
+          backend_for(Device::cpu()).squared_norms(grads, squares);
+          if (fused) {
+            const std::vector<double> before = weight.tensor.grad().to_vector();
+            Tensor factor = Tensor::empty({1}, kFloat64);
+            backend_for(Device::cpu()).clip_factor(squares, max_norm, factor);
+            optimizer->step_with_gradient_scale(1e-2, Tensor(), factor);
+            EXPECT_EQ(weight.tensor.grad().to_vector(), before) << "the gradients are not written";
+          } else {
+            backend_for(Device::cpu()).clip_to_norm(grads, squares, max_norm);
+            optimizer->step(1e-2);
+          }
+        }
+        std::vector<double> values = weight.tensor.to_vector();
+        for (double value : bias.tensor.to_vector()) values.push_back(value);
+        return values;
+      };
+      EXPECT_EQ(run(true), run(false));
+    }
+  }
+  // SGD takes no gradient scale and says so.
+  NamedParameter weight = make_parameter("w", {1.0}, {1});
+  auto sgd = make_sgd(one_group({weight}), {});
+  EXPECT_FALSE(sgd->takes_gradient_scale());
+  expect_error([&] { sgd->step_with_gradient_scale(0.1, Tensor(), Tensor::ones({1}, kFloat64)); },
+               "does not take a gradient scale");
+}
+
 TEST(GradientClipping, UnderTheMaximumNothingChanges) {
   ClipFixture fixture;
   EXPECT_DOUBLE_EQ(clip_grad_norm(fixture.parameters(), 13.5), 13.0);
