@@ -133,6 +133,37 @@ const std::vector<std::vector<int64_t>> kNormShapes = {{64, 768}, {4096, 768},  
 // left to right, which over 20000-40000 columns is itself off by about 1e-5, the f32 tolerance.
 Tensor in_f64(const Tensor& tensor) { return tensor.defined() ? tensor.to(kFloat64) : Tensor(); }
 
+// One norm backward case, plain or folded: with NormBackwardExtras, an addend for grad_x and the
+// parameter gradients added into earlier values (drawn here), on the CPU reference (f64) and the GPU.
+struct NormBackwardCase {
+  NormBackwardCase(bool folded, const std::vector<int64_t>& shape, uint64_t& seed, DType dtype)
+      : folded(folded), dtype(dtype) {
+    const RoundedInput addend = random_input(shape, ++seed, dtype);
+    earlier_weight = random_input({shape[1]}, ++seed, dtype);
+    earlier_bias = random_input({shape[1]}, ++seed, dtype);
+    if (folded) {
+      cpu_extras = {in_f64(addend.reference), true};
+      gpu_extras = {addend.gpu, true};
+    }
+  }
+  // The CPU's and the GPU's grad_weight (or grad_bias, from `earlier`): the earlier values when
+  // folded, else fresh (the GPU's poisoned).
+  Tensor cpu_parameter_gradient(const RoundedInput& earlier) const {
+    return folded ? in_f64(earlier.reference) : Tensor::empty(earlier.reference.shape(), kFloat64);
+  }
+  Tensor gpu_parameter_gradient(const RoundedInput& earlier) const {
+    return folded ? earlier.gpu.clone() : poisoned(earlier.reference.shape(), dtype);
+  }
+  std::string name(const std::string& what) const {
+    return what + (folded ? " backward with an addend, accumulating" : " backward");
+  }
+
+  bool folded;
+  DType dtype;
+  RoundedInput earlier_weight, earlier_bias;
+  NormBackwardExtras cpu_extras, gpu_extras;
+};
+
 TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   uint64_t seed = 200;
@@ -161,27 +192,19 @@ TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
         // Plain, then with NormBackwardExtras: an addend for grad_x and parameter gradients added
         // into existing values.
         for (bool folded : {false, true}) {
-          const std::string backward = what + (folded ? " backward with an addend, accumulating" : " backward");
-          const RoundedInput addend = random_input(shape, ++seed, dtype);
-          const RoundedInput earlier_gw = random_input({columns}, ++seed, dtype);
-          const RoundedInput earlier_gb = random_input({columns}, ++seed, dtype);
-          NormBackwardExtras cpu_extras, gpu_extras;
-          if (folded) {
-            cpu_extras = {in_f64(addend.reference), true};
-            gpu_extras = {addend.gpu, true};
-          }
+          const NormBackwardCase c(folded, shape, seed, dtype);
+          const std::string backward = c.name(what);
           const Tensor expected_gx = Tensor::empty(shape, kFloat64);
-          const Tensor expected_gw = folded ? in_f64(earlier_gw.reference) : Tensor::empty({columns}, kFloat64);
-          const Tensor expected_gb =
-              !with_bias ? Tensor() : folded ? in_f64(earlier_gb.reference) : Tensor::empty({columns}, kFloat64);
+          const Tensor expected_gw = c.cpu_parameter_gradient(c.earlier_weight);
+          const Tensor expected_gb = with_bias ? c.cpu_parameter_gradient(c.earlier_bias) : Tensor();
           cpu_backend().layer_norm_backward(in_f64(x.reference), in_f64(weight.reference), expected_mean,
                                             expected_rstd, in_f64(gy.reference), expected_gx, expected_gw,
-                                            expected_gb, cpu_extras);
+                                            expected_gb, c.cpu_extras);
           const Tensor gx = poisoned(shape, dtype);
-          const Tensor gw = folded ? earlier_gw.gpu.clone() : poisoned({columns}, dtype);
-          const Tensor gb = !with_bias ? Tensor() : folded ? earlier_gb.gpu.clone() : poisoned({columns}, dtype);
+          const Tensor gw = c.gpu_parameter_gradient(c.earlier_weight);
+          const Tensor gb = with_bias ? c.gpu_parameter_gradient(c.earlier_bias) : Tensor();
           gpu_backend().layer_norm_backward(x.gpu, weight.gpu, expected_mean.to(kFloat32).to(kGpu),
-                                            expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw, gb, gpu_extras);
+                                            expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw, gb, c.gpu_extras);
           expect_close(gx, expected_gx, tolerance_for(dtype), backward + " grad_x");
           expect_close(gw, expected_gw, tolerance_for(dtype), backward + " grad_weight");
           if (with_bias) expect_close(gb, expected_gb, tolerance_for(dtype), backward + " grad_bias");
@@ -210,23 +233,17 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchCpu) {
       expect_close(rstd, expected_rstd, tolerance_for(kFloat32), what + " rstd");
 
       const RoundedInput gy = random_input(shape, ++seed, dtype);
-      for (bool folded : {false, true}) {  // as in the layer-norm test
-        const std::string backward = what + (folded ? " backward with an addend, accumulating" : " backward");
-        const RoundedInput addend = random_input(shape, ++seed, dtype);
-        const RoundedInput earlier_gw = random_input({columns}, ++seed, dtype);
-        NormBackwardExtras cpu_extras, gpu_extras;
-        if (folded) {
-          cpu_extras = {in_f64(addend.reference), true};
-          gpu_extras = {addend.gpu, true};
-        }
+      for (bool folded : {false, true}) {
+        const NormBackwardCase c(folded, shape, seed, dtype);
+        const std::string backward = c.name(what);
         const Tensor expected_gx = Tensor::empty(shape, kFloat64);
-        const Tensor expected_gw = folded ? in_f64(earlier_gw.reference) : Tensor::empty({columns}, kFloat64);
+        const Tensor expected_gw = c.cpu_parameter_gradient(c.earlier_weight);
         cpu_backend().rms_norm_backward(in_f64(x.reference), in_f64(weight.reference), expected_rstd,
-                                        in_f64(gy.reference), expected_gx, expected_gw, cpu_extras);
+                                        in_f64(gy.reference), expected_gx, expected_gw, c.cpu_extras);
         const Tensor gx = poisoned(shape, dtype);
-        const Tensor gw = folded ? earlier_gw.gpu.clone() : poisoned({columns}, dtype);
+        const Tensor gw = c.gpu_parameter_gradient(c.earlier_weight);
         gpu_backend().rms_norm_backward(x.gpu, weight.gpu, expected_rstd.to(kFloat32).to(kGpu), gy.gpu, gx, gw,
-                                        gpu_extras);
+                                        c.gpu_extras);
         expect_close(gx, expected_gx, tolerance_for(dtype), backward + " grad_x");
         expect_close(gw, expected_gw, tolerance_for(dtype), backward + " grad_weight");
       }
