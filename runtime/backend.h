@@ -149,17 +149,6 @@ class Backend {
     unary_backward(UnaryOp::kGelu, pre_activation, product, out);
   }
 
-  // out = alpha * a @ bm + beta * out as matmul (B == 1), and bias_gradient [M] (contiguous, out's
-  // dtype) = each row of a[0] summed over K: a linear layer's dW = dY^T X with db = the column sums
-  // of dY, from one pass over dY. The default (the CPU reference) is matmul, then reduce (kSum) of
-  // a over its last dim; a backend may fuse the sums into the product (CUDA: cuBLASLt's BGRADB
-  // epilogue, which sums in f32 and rounds once).
-  virtual void matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta,
-                                    const Tensor& bias_gradient) {
-    matmul(a, bm, out, alpha, beta);
-    reduce(ReduceOp::kSum, a, {2}, bias_gradient.view({1, a.size(1), 1}), Tensor());
-  }
-
   // --- Softmax over the last dim (contiguous [N, C]) --------------------------------------
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
   // From the forward output y: softmax: gx = y * (gy - sum(gy * y)); log: gx = gy - exp(y) * sum(gy).
@@ -210,7 +199,7 @@ class Backend {
   virtual void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) = 0;
   // The transpose (for the usual tables, whose halves repeat, the inverse rotation), same strides
   // rules: grad_x[i] = g[i] cos[t, i] + g[i + h] sin[t, i + h], grad_x[i + h] = g[i + h] cos[t, i + h]
-  // - g[i] sin[t, i], products rounded as in the forward.
+  // - g[i] sin[t, i], products rounded as in the forward. grad_x may be grad_out itself (in place).
   virtual void rotary_embedding_backward(const Tensor& grad_out, const Tensor& cos, const Tensor& sin,
                                          const Tensor& grad_x) = 0;
   // SwiGLU's activation: out = silu(gate) * up = gate / (1 + exp(-gate)) * up, in the expression

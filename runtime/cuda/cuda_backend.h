@@ -42,8 +42,6 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
   void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;
-  void matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta,
-                            const Tensor& bias_gradient) override;
   void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                             const Tensor& out) override;
   void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,

@@ -1,5 +1,5 @@
-// CUDA matmul through cuBLASLt: CudaBackend::matmul and the fused bias / GELU / GELU-backward /
-// bias-gradient epilogues of matmul.h.
+// CUDA matmul through cuBLASLt: CudaBackend::matmul and the fused bias / GELU / GELU-backward
+// epilogues of matmul.h.
 //
 // Row-major to column-major: weft's out[M, N] = a[M, K] @ bm[K, N] (row-major) is, read as
 // column-major memory, out^T[N, M] = bm^T[N, K] @ a^T[K, M]. So cuBLASLt's "A" is bm and its "B" is
@@ -32,7 +32,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -55,8 +54,6 @@ struct LtState {
   std::map<int, cublasLtHandle_t> handles;
   std::map<StreamKey, Tensor> workspaces;
   std::map<std::array<int64_t, 24>, cublasLtMatmulAlgo_t> algorithms;
-  // Keys of optional epilogues (Problem::optional) for which the heuristic found no algorithm: asked once.
-  std::set<std::array<int64_t, 24>> unsupported;
 };
 
 LtState& lt_state() {
@@ -200,11 +197,8 @@ struct Problem {
   void* out = nullptr;
   float alpha = 1.f, beta = 0.f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;  // read by BIAS epilogues; written by BGRADB (the bias gradient)
+  const void* bias = nullptr;
   void* aux = nullptr;  // the pre-GELU values (written by GELU_AUX, read by DGELU); ld = n
-  // When the heuristic finds no algorithm for this epilogue, run_problem returns false (the caller
-  // computes it another way) instead of raising.
-  bool optional = false;
 };
 
 // --- Autotuning ----------------------------------------------------------------------------------
@@ -291,8 +285,7 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
   return best;
 }
 
-// Runs the product; false only when p.optional and cuBLASLt has no algorithm for it (nothing ran).
-bool run_problem(const Problem& p, std::string_view op) {
+void run_problem(const Problem& p, std::string_view op) {
   const int64_t element = p.type == CUDA_R_32F ? 4 : 2;
   // cuBLASLt: D'[n, m] (col-major, ld n) = op(A')[n, k] @ op(B')[k, m]; A' from bm, B' from a.
   // bm logical [k, n]: a row-major bm is memory [n, k] (op N); a transposed bm is memory [k, n] (op T).
@@ -338,7 +331,6 @@ bool run_problem(const Problem& p, std::string_view op) {
   {
     LtState& state = lt_state();
     std::lock_guard<std::mutex> lock(state.mutex);
-    if (state.unsupported.count(key) != 0) return false;
     auto found = state.algorithms.find(key);
     if (found != state.algorithms.end()) {
       algorithm = found->second;
@@ -355,16 +347,8 @@ bool run_problem(const Problem& p, std::string_view op) {
     preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(align_cd));
     std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results = {};
     int found = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc,
-                                       layout_cd.desc, preference.pref, wanted, results.data(), &found);
-    if (p.optional && (status != CUBLAS_STATUS_SUCCESS || found == 0 || results[0].state != CUBLAS_STATUS_SUCCESS)) {
-      LtState& state = lt_state();
-      std::lock_guard<std::mutex> lock(state.mutex);
-      state.unsupported.insert(key);
-      return false;
-    }
-    WEFT_CUBLAS_CHECK(status);
+    WEFT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc,
+                                                     layout_cd.desc, preference.pref, wanted, results.data(), &found));
     WEFT_CHECK(found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS, op, ": cuBLASLt found no algorithm for [",
                p.batch, ", ", p.m, ", ", p.k, "] @ [", p.batch, ", ", p.k, ", ", p.n, "] (epilogue ",
                static_cast<int>(p.epilogue), ", alignments ", align_a, "/", align_b, "/", align_cd, " bytes)");
@@ -380,7 +364,6 @@ bool run_problem(const Problem& p, std::string_view op) {
   WEFT_CUBLAS_CHECK(cublasLtMatmul(handle, desc.desc, &p.alpha, p.b, layout_a.desc, p.a, layout_b.desc, &p.beta,
                                    p.out, layout_cd.desc, p.out, layout_cd.desc, &algorithm, workspace,
                                    kWorkspaceBytes, p.stream));
-  return true;
 }
 
 // Settles layouts (copying unusable operands to contiguous, folding a shared-bm batch into rows)
@@ -483,27 +466,6 @@ void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_g
   run_problem(p, "matmul_gelu_backward");
 }
 
-bool matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta,
-                          const Tensor& bias_gradient) {
-  std::vector<Tensor> keep;
-  Problem p = make_problem(a, bm, out, "matmul_bias_gradient", keep);
-  WEFT_CHECK(out.numel() > 0 && p.k > 0 && p.batch == 1 && out.size(0) == 1,
-             "matmul_bias_gradient: needs one product (B == 1) with M, N, K > 0; got a ", a.describe(), ", bm ",
-             bm.describe());
-  WEFT_CHECK(bias_gradient.dim() == 1 && bias_gradient.size(0) == p.m && bias_gradient.is_contiguous() &&
-                 bias_gradient.dtype() == out.dtype() && bias_gradient.device() == out.device(),
-             "matmul_bias_gradient: bias_gradient must be [", p.m, "] contiguous, ", dtype_name(out.dtype()), " on ",
-             out.device().to_string(), "; got ", bias_gradient.describe());
-  p.alpha = static_cast<float>(alpha);
-  p.beta = static_cast<float>(beta);
-  // cuBLASLt's B is weft's a (see the file comment), and BGRADB sums B over the product's K: one
-  // value per column of cuBLASLt's D, which is a row of weft's out.
-  p.bias = bias_gradient.raw_data();
-  p.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-  p.optional = true;
-  return run_problem(p, "matmul_bias_gradient");
-}
-
 void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) {
   run_epilogue(a, bm, bias, out, Tensor(), CUBLASLT_EPILOGUE_BIAS, "matmul_bias");
 }
@@ -547,20 +509,6 @@ void CudaBackend::matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& b
     return;
   }
   cuda::matmul_bias(a, bm, bias, out);
-}
-
-// The bias gradient rides cuBLASLt's BGRADB epilogue for one product (a linear layer's dW); other
-// cases, and shapes for which cuBLASLt offers no BGRADB algorithm, take the default (matmul, then a
-// reduction).
-void CudaBackend::matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha,
-                                       double beta, const Tensor& bias_gradient) {
-  const bool fused = out.numel() > 0 && out.dim() == 3 && out.size(0) == 1 && a.dim() == 3 && a.size(2) > 0 &&
-                     out.is_contiguous() && out.dtype() != kFloat64 && bias_gradient.defined() &&
-                     bias_gradient.dim() == 1 && bias_gradient.size(0) == out.size(1) &&
-                     bias_gradient.is_contiguous() && bias_gradient.dtype() == out.dtype() &&
-                     bias_gradient.device() == out.device();
-  if (fused && cuda::matmul_bias_gradient(a, bm, out, alpha, beta, bias_gradient)) return;
-  Backend::matmul_bias_gradient(a, bm, out, alpha, beta, bias_gradient);
 }
 
 // gelu' rides cuBLASLt's DGELU epilogue (aux = the pre-activation, N a multiple of 8) in the

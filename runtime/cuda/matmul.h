@@ -14,12 +14,6 @@ namespace weft::cuda {
 // out = a @ bm + bias.
 void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out);
 
-// out = alpha * a @ bm + beta * out, and bias_gradient [M] (contiguous, out's dtype) = the rows of a
-// summed over K, from cuBLASLt's BGRADB epilogue; B must be 1. False, with nothing computed, when
-// cuBLASLt has no BGRADB algorithm for these layouts.
-bool matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta,
-                          const Tensor& bias_gradient);
-
 // out = gelu(a @ bm + bias). pre_gelu, when defined ([B, M, N] contiguous, out's dtype, N a multiple
 // of 8), receives a @ bm + bias for the backward pass.
 void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,

@@ -97,12 +97,6 @@ void NvtxAnnotatedBackend::matmul_bias(const Tensor& a, const Tensor& bm, const 
   inner_.matmul_bias(a, bm, bias, out);
 }
 
-void NvtxAnnotatedBackend::matmul_bias_gradient(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha,
-                                                double beta, const Tensor& bias_gradient) {
-  NvtxRange range("matmul_bias_gradient");
-  inner_.matmul_bias_gradient(a, bm, out, alpha, beta, bias_gradient);
-}
-
 void NvtxAnnotatedBackend::matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                                                 const Tensor& out) {
   NvtxRange range("matmul_gelu_backward");

@@ -47,11 +47,14 @@ struct RotaryShape {
 };
 
 template <class T, int kPack, bool kTranspose>
-__global__ void rotary_kernel(const T* __restrict__ in,    // [B, H, T, D], strides in_strides
+// in and out may be one tensor (the backward in place, ops/rotary.cc): each thread reads its pair
+// of packs whole before it writes them, and no other thread touches them; so they carry no
+// __restrict__.
+__global__ void rotary_kernel(const T* in,                 // [B, H, T, D], strides in_strides
                               RowStrides in_strides,
                               const T* __restrict__ cos,   // [T, D]
                               const T* __restrict__ sin,   // [T, D]
-                              T* __restrict__ out,         // [B, H, T, D], strides out_strides
+                              T* out,                      // [B, H, T, D], strides out_strides
                               RowStrides out_strides, RotaryShape shape) {
   wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const int packs_per_row = shape.half / kPack;

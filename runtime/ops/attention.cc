@@ -7,6 +7,7 @@
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/ops/op_checks.h"
+#include "runtime/ops/rotary.h"
 
 namespace weft {
 namespace {
@@ -55,6 +56,10 @@ class AttentionFunction final : public autograd::Function {
     Tensor grad_v = heads_of(heads + kv_heads, kv_heads);
     backend_for(s[0].device()).attention_backward(s[0], s[1], s[2], s[3], s[4], with_unit_row_stride(grads[0]),
                                                   scale_, grad_q, grad_k, grad_v);
+    // Llama's q and k arrive rotated (rotary_embedding): their transpose is applied here, in place in
+    // `joined`, so the q and k gradients reach the split still laid out as the projection's.
+    unrotate_gradient_in_place(next_edges[0], grad_q);
+    unrotate_gradient_in_place(next_edges[1], grad_k);
     return {grad_q, grad_k, grad_v};
   }
 

@@ -69,13 +69,13 @@ class MatmulFunction final : public autograd::Function {
 };
 
 // The parameter gradients of linear from dY ([R, N]) and its input rows X ([R, K]): dW = dY^T X
-// ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]), the sums from the
-// same product (Backend::matmul_bias_gradient: on CUDA the GEMM's epilogue, not two reduction
-// kernels). Where the weight's accumulator offers its .grad (AccumulateGrad::gradient_storage: the
-// gradient buffer's slot, or an earlier micro-batch's gradient), dW is added into it by the GEMM
-// itself (beta = 1) and returned undefined: one kernel instead of a product into a new tensor and an
-// add. One function for the backward and for deferred weight-gradient work, so that both give
-// bitwise the same gradients.
+// ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]). Where the weight's
+// accumulator offers its .grad (AccumulateGrad::gradient_storage: the gradient buffer's slot, or an
+// earlier micro-batch's gradient), dW is added into it by the GEMM itself (beta = 1) and returned
+// undefined: one kernel instead of a product into a new tensor and an add. One function for the
+// backward and for deferred weight-gradient work, so that both give bitwise the same gradients.
+// (db stays weft's column-sum reduction: cuBLASLt's BGRADB epilogue was measured on the H200 and
+// runs as a separate kernel of its own, slower than the reduction: docs/performance.md.)
 struct LinearParameterGradients {
   Tensor weight;
   Tensor bias;
@@ -85,19 +85,13 @@ LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tenso
                                                     autograd::AccumulateGrad* weight_accumulator) {
   LinearParameterGradients gradients;
   const Tensor storage = weight_accumulator != nullptr ? weight_accumulator->gradient_storage(g.dtype()) : Tensor();
-  const int64_t n = g.size(1), k = rows.size(1);
-  if (!storage.defined()) gradients.weight = Tensor::empty({n, k}, g.dtype(), g.device());
-  const Tensor target = storage.defined() ? storage : gradients.weight;  // [N, K]
-  const double beta = storage.defined() ? 1.0 : 0.0;
-  Backend& backend = backend_for(g.device());
-  if (with_bias) {
-    gradients.bias = Tensor::empty({n}, g.dtype(), g.device());
-    backend.matmul_bias_gradient(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), target.unsqueeze(0), 1.0, beta,
-                                 gradients.bias);
+  if (storage.defined()) {
+    backend_for(g.device()).matmul(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), storage.unsqueeze(0), 1.0, 1.0);
+    weight_accumulator->gradient_added_in_place();
   } else {
-    backend.matmul(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), target.unsqueeze(0), 1.0, beta);
+    gradients.weight = product(g.transpose(0, 1), rows);
   }
-  if (storage.defined()) weight_accumulator->gradient_added_in_place();
+  if (with_bias) gradients.bias = sum_to_shape(g, {g.size(1)});
   return gradients;
 }
 

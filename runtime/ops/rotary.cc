@@ -35,18 +35,43 @@ class RotaryEmbeddingFunction final : public autograd::Function {
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (gradient_unrotated_) {  // the consumer already applied the transpose (unrotate_gradient_in_place)
+      gradient_unrotated_ = false;
+      return {grads[0]};
+    }
     const Tensor grad = with_unit_row_stride(grads[0]);
     Tensor grad_x = empty_heads(grad.shape(), heads_inner_, grad.dtype(), grad.device());
     backend_for(grad.device()).rotary_embedding_backward(grad, cos_, sin_, grad_x);
     return {grad_x};
   }
 
+  // unrotate_gradient_in_place's work, for this node's output gradient `grad`.
+  bool unrotate_in_place(const Tensor& grad) {
+    if (output_uses(0) != 1 || grad.dim() != 4 || (grad.size(3) > 1 && grad.stride(3) != 1) ||
+        grad.shape() != output_shapes[0] || grad.dtype() != cos_.dtype() || grad.device() != cos_.device()) {
+      return false;
+    }
+    // In place: each pair (i, i + D/2) of a row is read whole before it is written, on the CPU and
+    // on CUDA (one thread a pair), so grad_x may be grad_out.
+    backend_for(grad.device()).rotary_embedding_backward(grad, cos_, sin_, grad);
+    gradient_unrotated_ = true;
+    return true;
+  }
+
  private:
   Tensor cos_, sin_;  // [T, D] contiguous, constants
   bool heads_inner_ = false;
+  // Set by the consumer (unrotate_in_place): the gradient arriving is the input's already.
+  bool gradient_unrotated_ = false;
 };
 
 }  // namespace
+
+bool unrotate_gradient_in_place(const autograd::Edge& edge, const Tensor& grad) {
+  if (!edge.valid() || edge.input_index != 0) return false;
+  const auto rotary = std::dynamic_pointer_cast<RotaryEmbeddingFunction>(edge.node);
+  return rotary != nullptr && rotary->unrotate_in_place(grad);
+}
 
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   constexpr std::string_view kOp = "rotary_embedding";

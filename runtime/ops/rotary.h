@@ -14,12 +14,26 @@
 //
 // cos and sin are constant tables of x's dtype and device: no gradient flows to them, and one that
 // requires grad is refused. D must be even.
+//
+// Handing over the backward: an op that consumes the rotated tensor as its one use (causal
+// attention, ops/attention.cc) may un-rotate the gradient it computes for it in place
+// (unrotate_gradient_in_place), in the buffer where it wrote it; the rotary node then passes that
+// gradient through as its input's. Attention writes the q, k and v gradients into one buffer laid
+// out as the qkv projection's output, so the split's backward then takes them as they lie, with no
+// copies (it would copy the two new buffers an ordinary rotary backward writes).
 #pragma once
 
+#include "runtime/autograd/node.h"
 #include "runtime/tensor.h"
 
 namespace weft {
 
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// When `edge` (a consumer's edge for one of its inputs) leads to the output of a rotary_embedding
+// whose one use is that consumer, and that node's backward has not run: `grad` ([B, H, T, D], unit
+// stride in D: the gradient the consumer computed for that input) is un-rotated in place, the node
+// will return it as its input's gradient, and the result is true. Else nothing happens and false.
+bool unrotate_gradient_in_place(const autograd::Edge& edge, const Tensor& grad);
 
 }  // namespace weft

@@ -1,7 +1,7 @@
 // The fused ops on CUDA against the CPU: add_layer_norm and add_rms_norm (runtime/cuda/normalization.cu)
 // and linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and
-// backward, the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward, DGELU),
-// and a linear's bias gradient from its dW GEMM (Backend::matmul_bias_gradient, BGRADB).
+// backward, and the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward,
+// DGELU).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
@@ -234,34 +234,6 @@ TEST(CudaFused, MatmulGeluBackwardMatchesCpu) {
       const Tensor got = poisoned({1, c.rows, c.out}, dtype);
       backend_for(kGpu).matmul_gelu_backward(g.gpu, w.gpu.unsqueeze(0), pre.gpu, got);
       expect_close(got, want, tolerance_for(dtype), what);
-    }
-  }
-}
-
-// dW = dY^T X with db = the column sums of dY (a linear's parameter gradients), written (beta 0) and
-// added into an earlier gradient (beta 1), against the CPU's matmul and reduction.
-TEST(CudaFused, MatmulBiasGradientMatchesCpu) {
-  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
-  uint64_t seed = 550;
-  for (DType dtype : kDtypes) {
-    for (const LinearCase& c : kLinearCases) {  // dY [rows, out], X [rows, in]: dW [out, in], db [out]
-      for (const double beta : {0.0, 1.0}) {
-        const std::string what = describe({c.rows, c.in, c.out}, dtype) + (beta == 0.0 ? " written" : " accumulated");
-        SCOPED_TRACE(what);
-        const RoundedInput g = random_input({c.rows, c.out}, ++seed, dtype);
-        const RoundedInput x = random_input({c.rows, c.in}, ++seed, dtype);
-        const RoundedInput earlier = random_input({1, c.out, c.in}, ++seed, dtype);
-        const Tensor want = beta == 0.0 ? Tensor::empty({1, c.out, c.in}) : earlier.reference.clone();
-        const Tensor want_bias = Tensor::empty({c.out});
-        backend_for(Device::cpu()).matmul_bias_gradient(g.reference.transpose(0, 1).unsqueeze(0),
-                                                        x.reference.unsqueeze(0), want, 1.0, beta, want_bias);
-        const Tensor got = beta == 0.0 ? poisoned({1, c.out, c.in}, dtype) : earlier.gpu.clone();
-        const Tensor got_bias = poisoned({c.out}, dtype);
-        backend_for(kGpu).matmul_bias_gradient(g.gpu.transpose(0, 1).unsqueeze(0), x.gpu.unsqueeze(0), got, 1.0, beta,
-                                               got_bias);
-        expect_close(got, want, tolerance_for(dtype), what + " dW");
-        expect_close(got_bias, want_bias, tolerance_for(dtype), what + " db");
-      }
     }
   }
 }

@@ -3,8 +3,9 @@
 // replace bit for bit in f32 and f64 (split/neg/concat/mul/add for the rotation; silu then mul);
 // 16-bit dtypes equal the f32 result rounded once; gradients match central finite differences in
 // f64, also for tables whose halves differ (the backward is the transpose, not only the inverse
-// rotation); the rotation's output keeps the [B, T, H, D] memory of a projection's heads; bad
-// arguments are weft::Error.
+// rotation); the rotation's output keeps the [B, T, H, D] memory of a projection's heads; attention
+// un-rotating its q and k gradients in place (unrotate_gradient_in_place) gives the same gradients
+// and hands the qkv projection one gradient buffer; bad arguments are weft::Error.
 #include <string>
 #include <vector>
 
@@ -111,6 +112,35 @@ TEST(RotaryEmbedding, GradientsMatchFiniteDifferences) {
                          {random_leaf({kB, kH, kT, kD}, 11)});
   EXPECT_EQ(rotary_embedding(random_leaf({1, 1, kT, kD}, 12), any_cos, any_sin).to_vector(),
             unfused_rotary(random_leaf({1, 1, kT, kD}, 12), any_cos, any_sin).to_vector());
+}
+
+// Rotated q and k of one qkv projection into causal attention, as the Llama layer does: attention's
+// backward un-rotates their gradients in place and the qkv gradient is right (finite differences,
+// also with tables whose halves differ); with a second use of the rotated q the rotary node runs its
+// own backward (the handover needs one use) and the gradient is right too.
+TEST(RotaryEmbedding, AttentionUnrotatesItsGradientsInPlace) {
+  const auto [cos, sin] = rotary_tables(kT, kD, 100.0);
+  const Tensor any_cos = random_leaf({kT, kD}, 13, false), any_sin = random_leaf({kT, kD}, 14, false);
+  for (const bool second_use : {false, true}) {
+    for (const bool any_tables : {false, true}) {
+      SCOPED_TRACE(std::string(second_use ? "two uses" : "one use") + (any_tables ? ", any tables" : ""));
+      const Tensor& c = any_tables ? any_cos : cos;
+      const Tensor& s = any_tables ? any_sin : sin;
+      expect_gradients_match(
+          [&](const std::vector<Tensor>& in) {
+            // in[0]: the projection [B, T, (H + 2 KV) D] with H = 2, KV = 1 (grouped-query).
+            const std::vector<Tensor> parts = split(in[0], {2 * kD, kD, kD}, -1);
+            const auto heads = [&](const Tensor& part, int64_t count) {
+              return part.reshape({kB, kT, count, kD}).permute({0, 2, 1, 3});
+            };
+            const Tensor q = rotary_embedding(heads(parts[0], 2), c, s);
+            const Tensor k = rotary_embedding(heads(parts[1], 1), c, s);
+            const Tensor out = causal_attention(q, k, heads(parts[2], 1));
+            return second_use ? add(out, mul(q, q)) : out;
+          },
+          {random_leaf({kB, kT, 4 * kD}, 15)});
+    }
+  }
 }
 
 TEST(RotaryEmbedding, RejectsBadArguments) {
