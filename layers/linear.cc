@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runtime/error.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/matmul.h"
 
 namespace weft {
@@ -34,6 +35,11 @@ Tensor Linear::bias() const { return has_bias_ ? parameter("bias") : Tensor(); }
 
 Tensor LinearLayer::forward(const Tensor& x) {
   return gelu_ ? linear_gelu(x, weight(), bias()) : linear(x, weight(), bias());
+}
+
+Tensor LinearLayer::forward_adding(const Tensor& x, const Tensor& residual) {
+  if (gelu_ || has_forward_wrapper()) return add(residual, call(x));
+  return linear_add(x, weight(), bias(), residual);
 }
 
 }  // namespace weft

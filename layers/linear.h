@@ -32,6 +32,9 @@ class LinearLayer : public Module {
   void set_gelu(bool gelu = true) { gelu_ = gelu; }
   // x [..., in] -> [..., out]: linear, or linear_gelu with gelu().
   Tensor forward(const Tensor& x) override;
+  // residual + forward(x) with the add in the product (linear_add), for a layer without gelu() whose
+  // forward is not wrapped by a plan; otherwise the plain add of call(x).
+  Tensor forward_adding(const Tensor& x, const Tensor& residual);
 
  private:
   bool gelu_ = false;

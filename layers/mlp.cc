@@ -51,6 +51,11 @@ Tensor GeluMlp::forward(const Tensor& x) {
   return dropout_.apply(projection_->call(hidden), is_training());
 }
 
+Tensor GeluMlp::forward_adding(const Tensor& x, const Tensor& residual) {
+  if (release_hidden_ || (dropout_.probability() > 0.0 && is_training())) return add(residual, forward(x));
+  return projection_->forward_adding(fc_->call(x), residual);
+}
+
 SwigluMlp::SwigluMlp(const LayerContext& context)
     : dim_(context.config.dim),
       hidden_dim_(swiglu_hidden_dim(context.config.dim, context.config.hidden_dim)),
@@ -75,6 +80,11 @@ Tensor SwigluMlp::forward(const Tensor& x) {
   const Tensor out =
       autograd::release_until_backward(down_->call(hidden), hidden, [gate, up] { return swiglu(gate, up); });
   return dropout_.apply(out, is_training());
+}
+
+Tensor SwigluMlp::forward_adding(const Tensor& x, const Tensor& residual) {
+  if (release_hidden_ || (dropout_.probability() > 0.0 && is_training())) return add(residual, forward(x));
+  return down_->forward_adding(swiglu(gate_->call(x), up_->call(x)), residual);
 }
 
 std::vector<ParallelPlanEntry> GeluMlp::tensor_parallel_plan() const {

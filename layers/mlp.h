@@ -40,6 +40,10 @@ class GeluMlp : public Module {
   std::string settings() const override;
   // x [..., C] -> [..., C]
   Tensor forward(const Tensor& x) override;
+  // residual + forward(x), the add inside the output projection's product (LinearLayer::
+  // forward_adding) where nothing comes between them (no dropout in training, no selective
+  // recomputation); else the plain add. The residual stream's step of a TransformerBlock.
+  Tensor forward_adding(const Tensor& x, const Tensor& residual);
   std::vector<ParallelPlanEntry> tensor_parallel_plan() const override;
   int64_t hidden_dim() const { return hidden_dim_; }
 
@@ -60,6 +64,8 @@ class SwigluMlp : public Module {
   std::string settings() const override;
   // x [..., C] -> [..., C]
   Tensor forward(const Tensor& x) override;
+  // As GeluMlp::forward_adding.
+  Tensor forward_adding(const Tensor& x, const Tensor& residual);
   std::vector<ParallelPlanEntry> tensor_parallel_plan() const override;
   int64_t hidden_dim() const { return hidden_dim_; }
 

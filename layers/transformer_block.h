@@ -6,8 +6,9 @@
 // user's registered norm or MLP plugs in without touching this file; each must map [..., C] to
 // [..., C] through Module::forward. Construction (and weight draw) order: norm1, attention, norm2,
 // mlp. Registered as "transformer_block". With a LayerNorm or RmsNorm as norm2, the first residual
-// add and norm2 run as one op (add_layer_norm, add_rms_norm: runtime/ops/normalization.h); the
-// result is the same.
+// add and norm2 run as one op (add_layer_norm, add_rms_norm: runtime/ops/normalization.h), and
+// with a built-in MLP (GeluMlp, SwigluMlp) the second add happens inside the MLP's output
+// projection (linear_add, runtime/ops/matmul.h); the result is the same.
 //
 // Activation recomputation (config.recompute, from train.recompute; runtime/autograd/recompute.h):
 // - none: every op keeps what its backward needs.
@@ -45,6 +46,8 @@ class TransformerBlock : public Module {
  private:
   // The block's computation, x [B, T, C] -> [B, T, C]: what forward runs, directly or recomputed.
   Tensor compute(const Tensor& x);
+  // residual + mlp(normalized) [B, T, C]: the built-in MLPs add it inside their output projection.
+  Tensor mlp_adding(const Tensor& normalized, const Tensor& residual);
 
   std::shared_ptr<Module> norm1_;                    // config.norm over C
   std::shared_ptr<CausalSelfAttention> attention_;

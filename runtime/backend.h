@@ -127,6 +127,20 @@ class Backend {
     matmul(a, bm, out, 1.0, 0.0);
     binary(BinaryOp::kAdd, out, bias.view({1, 1, bias.size(0)}).expand(out.shape()), out);
   }
+  // out[b] = a[b] @ bm[b] + bias + addend[b]: a layer's output and the residual stream's add in one
+  // pass. bias [N] contiguous or undefined; addend [B, M, N] contiguous, out's dtype, not out itself;
+  // operands as for matmul. The default (the CPU reference) is matmul (matmul_bias with a bias),
+  // then a binary add rounded again; a backend may fuse it (CUDA: cuBLASLt reads the addend as its
+  // C matrix with beta 1 and adds the bias in the epilogue, in f32, rounding once).
+  virtual void matmul_bias_add(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& addend,
+                               const Tensor& out) {
+    if (bias.defined()) {
+      matmul_bias(a, bm, bias, out);
+    } else {
+      matmul(a, bm, out, 1.0, 0.0);
+    }
+    binary(BinaryOp::kAdd, out, addend, out);
+  }
   // out[b] = gelu(a[b] @ bm[b] + bias) (tanh form, UnaryOp::kGelu), and pre_activation [B, M, N]
   // (contiguous, out's dtype) = a[b] @ bm[b] + bias, which the backward needs. Operands as for
   // matmul_bias. The default (the CPU reference) is matmul_bias into pre_activation, then unary gelu

@@ -42,6 +42,8 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
   void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;
+  void matmul_bias_add(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& addend,
+                       const Tensor& out) override;
   void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                             const Tensor& out) override;
   void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,

@@ -1,5 +1,5 @@
 // CUDA matmul through cuBLASLt: CudaBackend::matmul and the fused bias / GELU / GELU-backward
-// epilogues of matmul.h.
+// epilogues and the residual-adding product of matmul.h.
 //
 // Row-major to column-major: weft's out[M, N] = a[M, K] @ bm[K, N] (row-major) is, read as
 // column-major memory, out^T[N, M] = bm^T[N, K] @ a^T[K, M]. So cuBLASLt's "A" is bm and its "B" is
@@ -195,6 +195,7 @@ struct Problem {
   ColumnMajor b_layout;
   int64_t b_batch_stride = 0;
   void* out = nullptr;
+  const void* c = nullptr;  // cuBLASLt's C when it is not out (matmul_bias_add's addend), with beta 1
   float alpha = 1.f, beta = 0.f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
@@ -238,8 +239,8 @@ struct LaunchDescriptors {
 };
 
 cublasStatus_t launch(const Problem& p, const LaunchDescriptors& d, const cublasLtMatmulAlgo_t& algorithm, void* out) {
-  return cublasLtMatmul(d.handle, d.desc, &p.alpha, p.b, d.a, p.a, d.b, &p.beta, p.out, d.cd, out, d.cd, &algorithm,
-                        d.workspace, kWorkspaceBytes, p.stream);
+  return cublasLtMatmul(d.handle, d.desc, &p.alpha, p.b, d.a, p.a, d.b, &p.beta, p.c != nullptr ? p.c : p.out, d.cd,
+                        out, d.cd, &algorithm, d.workspace, kWorkspaceBytes, p.stream);
 }
 
 // The candidate of `candidates` that runs `p` fastest, timed on p's stream. A product that
@@ -300,7 +301,8 @@ void run_problem(const Problem& p, std::string_view op) {
 
   const int64_t align_a = alignment_of({address_of(p.b), p.b_layout.ld * element, a_batch_stride * element});
   const int64_t align_b = alignment_of({address_of(p.a), p.a_layout.ld * element, b_batch_stride * element});
-  const int64_t align_cd = alignment_of({address_of(p.out), p.n * element, p.batch > 1 ? out_batch_stride * element : 0});
+  const int64_t align_cd = alignment_of(
+      {address_of(p.out), address_of(p.c), p.n * element, p.batch > 1 ? out_batch_stride * element : 0});
   const int64_t align_extra =
       alignment_of({address_of(p.bias), address_of(p.aux), p.aux != nullptr ? p.n * element : 0});
 
@@ -362,8 +364,8 @@ void run_problem(const Problem& p, std::string_view op) {
     state.algorithms.emplace(key, algorithm);
   }
   WEFT_CUBLAS_CHECK(cublasLtMatmul(handle, desc.desc, &p.alpha, p.b, layout_a.desc, p.a, layout_b.desc, &p.beta,
-                                   p.out, layout_cd.desc, p.out, layout_cd.desc, &algorithm, workspace,
-                                   kWorkspaceBytes, p.stream));
+                                   p.c != nullptr ? p.c : p.out, layout_cd.desc, p.out, layout_cd.desc, &algorithm,
+                                   workspace, kWorkspaceBytes, p.stream));
 }
 
 // Settles layouts (copying unusable operands to contiguous, folding a shared-bm batch into rows)
@@ -466,6 +468,29 @@ void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_g
   run_problem(p, "matmul_gelu_backward");
 }
 
+void matmul_bias_add(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& addend, const Tensor& out) {
+  std::vector<Tensor> keep;
+  Problem p = make_problem(a, bm, out, "matmul_bias_add", keep);
+  if (out.numel() == 0) return;
+  WEFT_CHECK(p.k > 0 && p.batch == 1, "matmul_bias_add: needs K > 0 and a batch that folds into rows; got a ",
+             a.describe(), ", bm ", bm.describe());
+  WEFT_CHECK(addend.shape() == out.shape() && addend.is_contiguous() && addend.dtype() == out.dtype() &&
+                 addend.device() == out.device() && addend.raw_data() != out.raw_data(),
+             "matmul_bias_add: addend must match out ", out.describe(), " (contiguous, not out itself); got ",
+             addend.describe());
+  if (bias.defined()) {
+    WEFT_CHECK(bias.dim() == 1 && bias.size(0) == p.n && bias.is_contiguous() && bias.dtype() == out.dtype() &&
+                   bias.device() == out.device(),
+               "matmul_bias_add: bias must be [", p.n, "] contiguous, ", dtype_name(out.dtype()), "; got ",
+               bias.describe());
+    p.bias = bias.raw_data();
+    p.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  }
+  p.c = addend.raw_data();
+  p.beta = 1.f;
+  run_problem(p, "matmul_bias_add");
+}
+
 void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) {
   run_epilogue(a, bm, bias, out, Tensor(), CUBLASLT_EPILOGUE_BIAS, "matmul_bias");
 }
@@ -509,6 +534,23 @@ void CudaBackend::matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& b
     return;
   }
   cuda::matmul_bias(a, bm, bias, out);
+}
+
+// The addend rides cuBLASLt's C (beta 1) and the bias its epilogue when the batch is one product (a
+// linear layer's rows); other cases take the default (matmul_bias or matmul, then an add).
+void CudaBackend::matmul_bias_add(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& addend,
+                                  const Tensor& out) {
+  const bool fused = out.numel() > 0 && out.dim() == 3 && out.size(0) == 1 && a.dim() == 3 && a.size(2) > 0 &&
+                     out.is_contiguous() && out.dtype() != kFloat64 && addend.shape() == out.shape() &&
+                     addend.is_contiguous() && addend.dtype() == out.dtype() && addend.device() == out.device() &&
+                     addend.raw_data() != out.raw_data() &&
+                     (!bias.defined() || (bias.dim() == 1 && bias.size(0) == out.size(2) && bias.is_contiguous() &&
+                                          bias.dtype() == out.dtype() && bias.device() == out.device()));
+  if (!fused) {
+    Backend::matmul_bias_add(a, bm, bias, addend, out);
+    return;
+  }
+  cuda::matmul_bias_add(a, bm, bias, addend, out);
 }
 
 // gelu' rides cuBLASLt's DGELU epilogue (aux = the pre-activation, N a multiple of 8) in the

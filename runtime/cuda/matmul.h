@@ -1,5 +1,6 @@
 // Matrix products on CUDA through cuBLASLt, beyond the Backend interface: fused bias and GELU
-// epilogues for linear layers (CudaBackend::matmul in matmul.cu is the plain product).
+// epilogues for linear layers, and a residual read as the C matrix (CudaBackend::matmul in matmul.cu
+// is the plain product).
 //
 // Shapes as for Backend::matmul: a [B, M, K], bm [B, K, N], out [B, M, N] contiguous, a and bm
 // row-major or transposed views; for these calls the batch must fold into rows (B == 1, or bm shared
@@ -13,6 +14,10 @@ namespace weft::cuda {
 
 // out = a @ bm + bias.
 void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out);
+
+// out = a @ bm + bias + addend (bias undefined: none); addend [B, M, N] contiguous, out's dtype, read as
+// cuBLASLt's C with beta 1 (C is not D: out is written, addend only read).
+void matmul_bias_add(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& addend, const Tensor& out);
 
 // out = gelu(a @ bm + bias). pre_gelu, when defined ([B, M, N] contiguous, out's dtype, N a multiple
 // of 8), receives a @ bm + bias for the backward pass.

@@ -97,6 +97,12 @@ void NvtxAnnotatedBackend::matmul_bias(const Tensor& a, const Tensor& bm, const 
   inner_.matmul_bias(a, bm, bias, out);
 }
 
+void NvtxAnnotatedBackend::matmul_bias_add(const Tensor& a, const Tensor& bm, const Tensor& bias,
+                                           const Tensor& addend, const Tensor& out) {
+  NvtxRange range("matmul_bias_add");
+  inner_.matmul_bias_add(a, bm, bias, addend, out);
+}
+
 void NvtxAnnotatedBackend::matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                                                 const Tensor& out) {
   NvtxRange range("matmul_gelu_backward");

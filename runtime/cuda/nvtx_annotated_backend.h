@@ -36,6 +36,8 @@ class NvtxAnnotatedBackend final : public Backend {
   void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) override;
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
   void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;
+  void matmul_bias_add(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& addend,
+                       const Tensor& out) override;
   void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                             const Tensor& out) override;
   void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,

@@ -109,7 +109,9 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
 }
 
 // linear with a bias as one product with the bias fused (Backend::matmul_bias), or with `gelu`
-// gelu(linear(...)) from one Backend::matmul_bias_gelu call, which also writes the pre-activation.
+// gelu(linear(...)) from one Backend::matmul_bias_gelu call, which also writes the pre-activation,
+// or with `residual` (a fourth input, [..., N]) residual + linear(...) from one
+// Backend::matmul_bias_add call; the residual's gradient is dY itself.
 // Backward: with gelu, dPre = gelu'(pre) * dY (Backend::unary_backward) first, unless the linear
 // after it (an MLP's projection, the one use of this output) already handed it dPre from its own
 // dX GEMM with gelu' in the epilogue (Backend::matmul_gelu_backward); then dX = dY W now,
@@ -118,8 +120,10 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
 // engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run().
 class LinearFunction final : public autograd::Function {
  public:
-  explicit LinearFunction(bool gelu) : gelu_(gelu) {}
-  std::string name() const override { return gelu_ ? "LinearGeluBackward" : "LinearBackward"; }
+  explicit LinearFunction(bool gelu, bool residual = false) : gelu_(gelu), residual_(residual) {}
+  std::string name() const override {
+    return gelu_ ? "LinearGeluBackward" : residual_ ? "LinearAddBackward" : "LinearBackward";
+  }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const Tensor& x = inputs[0];
     const Tensor& weight = inputs[1];  // [N, K]
@@ -128,6 +132,15 @@ class LinearFunction final : public autograd::Function {
     x_shape_ = x.shape();
     with_bias_ = bias.defined();
     const auto [rows, out_shape] = linear_rows(x, weight);  // [R, K], [..., N]
+    if (residual_) {
+      const Tensor residual = inputs[3].contiguous();  // [..., N]
+      Tensor out = Tensor::empty({1, rows.size(0), n}, x.dtype(), x.device());
+      backend_for(x.device()).matmul_bias_add(rows.unsqueeze(0), weight.transpose(0, 1).unsqueeze(0),
+                                              with_bias_ ? bias.contiguous() : Tensor(),
+                                              residual.view({1, rows.size(0), n}), out);
+      save_for_backward({rows, weight});
+      return {out.view(out_shape)};
+    }
     if (!with_bias_) {
       // The product matmul(x, weight^T) makes, the same GEMM; as a linear, its weight gradient can
       // be deferred (zero-bubble pipelines).
@@ -185,12 +198,12 @@ class LinearFunction final : public autograd::Function {
           weight_accumulator->run_backward({gradients.weight});
           if (bias_accumulator != nullptr) bias_accumulator->run_backward({gradients.bias});
         });
-        return {grad_x, Tensor(), Tensor()};
+        return with_residual_gradient({grad_x, Tensor(), Tensor()}, grads);
       }
     }
     const std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = autograd::leaf_accumulator(next_edges[1]);
     LinearParameterGradients gradients = linear_parameter_gradients(g, rows, with_bias_, weight_accumulator.get());
-    return {grad_x, gradients.weight, gradients.bias};
+    return with_residual_gradient({grad_x, gradients.weight, gradients.bias}, grads);
   }
 
  private:
@@ -211,7 +224,14 @@ class LinearFunction final : public autograd::Function {
                : nullptr;
   }
 
+  // The gradients of x, weight and bias, and with a residual its gradient: the output's, as it came.
+  std::vector<Tensor> with_residual_gradient(std::vector<Tensor> gradients, const std::vector<Tensor>& grads) const {
+    if (residual_) gradients.push_back(grad_or_zeros(grads, 0));
+    return gradients;
+  }
+
   bool gelu_;
+  bool residual_;
   bool with_bias_ = true;
   Shape x_shape_;
   // Set by the linear after this one (gelu_producer): the gradient arriving is already dPre.
@@ -260,6 +280,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x;
   const Tensor out = autograd::apply<LinearFunction>({rows, weight, bias}, false)[0];
   return x.dim() == 1 ? out.squeeze(0) : out;
+}
+
+Tensor linear_add(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual) {
+  check_linear_arguments("linear_add", x, weight, bias);
+  ops::check_compatible("linear_add", x, "input", residual, "residual");
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.size(0);
+  WEFT_CHECK(residual.shape() == out_shape, "linear_add: residual ", residual.describe(),
+             " must have the output's shape ", shape_string(out_shape), " (input ", x.describe(), ", weight ",
+             weight.describe(), ")");
+  if (x.dim() == 1) {
+    return autograd::apply<LinearFunction>({x.unsqueeze(0), weight, bias, residual.unsqueeze(0)}, false, true)[0]
+        .squeeze(0);
+  }
+  return autograd::apply<LinearFunction>({x, weight, bias, residual}, false, true)[0];
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {

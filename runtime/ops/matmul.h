@@ -7,6 +7,10 @@
 // linear_gelu(x, weight, bias) = gelu(linear(x, weight, bias)) (tanh form) as one op: on CUDA the bias
 // and GELU ride the product's cuBLASLt epilogue (Backend::matmul_bias_gelu), which also keeps the
 // pre-activation for the backward. Without a bias it is gelu(linear(x, weight)).
+// linear_add(x, weight, bias, residual [..., Out]) = residual + linear(x, weight, bias) as one op: on
+// CUDA the product reads the residual as its C matrix (Backend::matmul_bias_add), so a block's
+// output projection and the residual stream's add are one kernel. The residual's gradient is the
+// output's, passed through.
 #pragma once
 
 #include "runtime/tensor.h"
@@ -16,5 +20,6 @@ namespace weft {
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Tensor linear_add(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual);
 
 }  // namespace weft

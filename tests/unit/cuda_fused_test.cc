@@ -1,7 +1,7 @@
 // The fused ops on CUDA against the CPU: add_layer_norm and add_rms_norm (runtime/cuda/normalization.cu)
 // and linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and
-// backward, and the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward,
-// DGELU).
+// backward, the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward,
+// DGELU), and linear_add (Backend::matmul_bias_add: the residual read as cuBLASLt's C).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
@@ -182,6 +182,50 @@ TEST(CudaFused, MatmulBiasGeluMatchesCpu) {
       backend_for(kGpu).matmul_bias_gelu(x.gpu, w.gpu.transpose(0, 1).unsqueeze(0), b.gpu, out, pre);
       expect_close(out, out_ref, tolerance_for(dtype), what + " out");
       expect_close(pre, pre_ref, tolerance_for(dtype), what + " pre_activation");
+    }
+  }
+}
+
+// out = x W^T + b + residual with the residual as C (beta 1) and the bias in the epilogue, against
+// the CPU's matmul_bias and add; then linear_add's backward, where the residual's gradient is dY.
+TEST(CudaFused, MatmulBiasAddAndLinearAddMatchCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  uint64_t seed = 350;
+  for (DType dtype : kDtypes) {
+    for (const LinearCase& c : kLinearCases) {
+      for (const bool with_bias : {true, false}) {
+        const std::string what = describe({c.rows, c.in, c.out}, dtype) + (with_bias ? " bias" : " no bias");
+        SCOPED_TRACE(what);
+        const RoundedInput x = random_input({1, c.rows, c.in}, ++seed, dtype);
+        const RoundedInput w =
+            random_input({c.out, c.in}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+        const RoundedInput b = random_input({c.out}, ++seed, dtype);
+        const RoundedInput r = random_input({1, c.rows, c.out}, ++seed, dtype);
+        const Tensor want = Tensor::empty({1, c.rows, c.out});
+        backend_for(Device::cpu())
+            .matmul_bias_add(x.reference, w.reference.transpose(0, 1).unsqueeze(0),
+                             with_bias ? b.reference : Tensor(), r.reference, want);
+        const Tensor got = poisoned({1, c.rows, c.out}, dtype);
+        backend_for(kGpu).matmul_bias_add(x.gpu, w.gpu.transpose(0, 1).unsqueeze(0), with_bias ? b.gpu : Tensor(),
+                                          r.gpu, got);
+        expect_close(got, want, tolerance_for(dtype), what + " out");
+        expect_close(r.gpu.to(Device::cpu()).to(kFloat32), r.reference, 0.0, what + " the residual is only read");
+
+        const RoundedInput grad = random_input({1, c.rows, c.out}, ++seed, dtype);
+        auto run = [&](const Tensor& xv, const Tensor& wv, const Tensor& bv, const Tensor& rv, const Tensor& g) {
+          std::vector<Tensor> leaves = {leaf(xv), leaf(wv), leaf(bv), leaf(rv)};
+          linear_add(leaves[0], leaves[1], with_bias ? leaves[2] : Tensor(), leaves[3]).backward(g);
+          std::vector<Tensor> results;
+          for (const Tensor& l : leaves) results.push_back(l.grad().defined() ? l.grad() : Tensor::zeros({1}));
+          return results;
+        };
+        const std::vector<Tensor> expected = run(x.reference, w.reference, b.reference, r.reference, grad.reference);
+        const std::vector<Tensor> actual = run(x.gpu, w.gpu, b.gpu, r.gpu, grad.gpu);
+        const char* names[] = {"grad x", "grad weight", "grad bias", "grad residual"};
+        for (size_t i = 0; i < expected.size(); ++i) {
+          expect_close(actual[i], expected[i], tolerance_for(dtype), what + " " + names[i]);
+        }
+      }
     }
   }
 }

@@ -92,6 +92,26 @@ TEST(FusedOps, AddRmsNormForwardEqualsAddThenRmsNormAndItsGradientsMatchFiniteDi
   EXPECT_THROW(add_rms_norm(x, random_leaf({1, 3, 7}, 43), w), Error);
 }
 
+// linear_add: residual + linear in one op; bitwise the add of the linear on the CPU, gradients by
+// finite differences (the residual's is the output's), with and without a bias.
+TEST(FusedOps, LinearAddEqualsTheAddOfTheLinearAndItsGradientsMatchFiniteDifferences) {
+  Tensor x = random_leaf({2, 3, 5}, 51), w = random_leaf({4, 5}, 52), b = random_leaf({4}, 53);
+  Tensor r = random_leaf({2, 3, 4}, 54);
+  for (const bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "bias" : "no bias");
+    const Tensor fused = linear_add(x, w, bias ? b : Tensor(), r);
+    EXPECT_EQ(fused.to_vector(), add(r, linear(x, w, bias ? b : Tensor())).to_vector());
+    if (bias) {
+      expect_gradients_match(
+          [](const std::vector<Tensor>& in) { return mul(linear_add(in[0], in[1], in[2], in[3]), in[3]); }, {x, w, b, r});
+    } else {
+      expect_gradients_match([](const std::vector<Tensor>& in) { return linear_add(in[0], in[1], Tensor(), in[2]); },
+                             {x, w, r});
+    }
+  }
+  EXPECT_THROW(linear_add(x, w, b, random_leaf({2, 3, 5}, 55)), Error);  // the residual must be [2, 3, 4]
+}
+
 // A norm whose input already has a gradient from a later op when the norm's backward runs (a
 // residual stream: the add after the norm runs its backward first) takes that gradient into its
 // own kernel (autograd::take_pending_gradient); the result is the plain chain rule's, checked
