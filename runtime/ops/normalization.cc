@@ -135,17 +135,9 @@ std::vector<Tensor> add_norm_backward(const autograd::Function& function, const 
   if (grads[1].defined()) {
     grad_sum = Tensor::empty(sum.shape(), sum.dtype(), sum.device());
     NormGradientTargets targets(sum, weight, autograd::Edge(), edges[2], bias_edge);
-    const Tensor addend = grads[0].defined() ? as_rows(grads[0]) : Tensor();
-    Tensor separate_addend;
-    if (addend.defined() && addend.dtype() == sum.dtype()) {
-      targets.extras.grad_x_addend = addend;
-    } else {
-      separate_addend = addend;  // another dtype: added after the kernel
-    }
+    // The kernels read the addend in the sum's dtype (to() is the tensor itself when it already is).
+    if (grads[0].defined()) targets.extras.grad_x_addend = as_rows(grads[0]).to(sum.dtype());
     run_norm_backward(as_rows(grads[1]), grad_sum, targets);
-    if (separate_addend.defined()) {
-      backend_for(sum.device()).binary(BinaryOp::kAdd, grad_sum, separate_addend.to(sum.dtype()), grad_sum);
-    }
     const auto [grad_weight, grad_bias] = targets.returned_parameter_gradients();
     gradients[2] = grad_weight;
     if (has_bias) gradients[3] = grad_bias;
