@@ -16,7 +16,7 @@ CausalSelfAttention::CausalSelfAttention(const LayerContext& context)
       head_dim_(heads_ > 0 ? dim_ / heads_ : 0),
       seq_len_(context.config.seq_len),
       rope_(context.config.positions == "rope"),
-      recompute_core_(context.config.recompute == "selective"),
+      release_rotated_(context.config.recompute == "selective" && rope_),
       // Taken before any weight is drawn: unique to this layer, consumes no offsets.
       dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {
   register_random_stream("dropout", &dropout_);
@@ -52,7 +52,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const Tensor qkv = qkv_->call(x);  // [B, T, (H + 2KV) D], or this rank's heads of each
   // The sequence from the projection: under sequence parallelism x is a chunk of it, which the
   // column-parallel projection gathers.
-  const int64_t batch = qkv.size(0), time = qkv.size(1);
+  const int64_t time = qkv.size(1);
   WEFT_CHECK(!rope_ || time <= seq_len_, "CausalSelfAttention: sequence of ", time,
              " positions is longer than model.seq_len = ", seq_len_);
   const int64_t D = head_dim_;
@@ -60,32 +60,42 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // and KV / tp key/value heads (whole heads of each, layers/parallel_plan.h's blocks).
   const int64_t shards = (heads_ + 2 * kv_heads_) * D / qkv.size(-1);
   const int64_t H = heads_ / shards, KV = kv_heads_ / shards;
-  // The core of attention, qkv -> merged heads [B, T, H D]. train.recompute selective reruns it in
-  // backward (runtime/autograd/recompute.h) instead of keeping the rotated q, k, the output and its
-  // statistics; so it captures by value.
-  const auto attend = [this, batch, time, D, H, KV](const Tensor& projected) {
-    const std::vector<Tensor> parts = split(projected, {H * D, KV * D, KV * D}, -1);
-    const auto heads_first = [&](const Tensor& part, int64_t count) {                  // -> [B, count, T, D]
-      return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
-    };
-    Tensor q = heads_first(parts[0], H);   // [B, H, T, D]
-    Tensor k = heads_first(parts[1], KV);  // [B, KV, T, D]
-    Tensor v = heads_first(parts[2], KV);  // [B, KV, T, D]
-
-    if (rope_) {
-      const Tensor cos = buffer("rope_cos").narrow(0, 0, time);  // [T, D]
-      const Tensor sin = buffer("rope_sin").narrow(0, 0, time);  // [T, D]
-      q = apply_rotary_embedding(q, cos, sin);
-      k = apply_rotary_embedding(k, cos, sin);
-    }
-    // Grouped-query attention without expanding k, v: query head h reads kv head h / (H / KV).
-    const Tensor attended = causal_attention(q, k, v);                                 // [B, H, T, D]
-    return attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});             // [B, T, H D]
-  };
-  if (!recompute_core_) return dropout_.apply(projection_->call(attend(qkv)), is_training());
-  const auto core = [attend](const std::vector<Tensor>& inputs) { return std::vector<Tensor>{attend(inputs[0])}; };
-  const Tensor merged = autograd::recompute(core, {qkv})[0];  // [B, T, H D]
+  const Tensor cos = rope_ ? buffer("rope_cos").narrow(0, 0, time) : Tensor();  // [T, D]
+  const Tensor sin = rope_ ? buffer("rope_sin").narrow(0, 0, time) : Tensor();  // [T, D]
+  const Tensor merged = attention_core(qkv, H, KV, D, cos, sin, release_rotated_);  // [B, T, H D]
   return dropout_.apply(projection_->call(merged), is_training());
+}
+
+Tensor attention_core(const Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim, const Tensor& cos,
+                      const Tensor& sin, bool release_rotated) {
+  const int64_t batch = qkv.size(0), time = qkv.size(1);
+  const int64_t H = heads, KV = kv_heads, D = head_dim;
+  const std::vector<Tensor> parts = split(qkv, {H * D, KV * D, KV * D}, -1);
+  const auto heads_first = [&](const Tensor& part, int64_t count) {  // -> [B, count, T, D], a view
+    return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
+  };
+  Tensor q = heads_first(parts[0], H);         // [B, H, T, D]
+  Tensor k = heads_first(parts[1], KV);        // [B, KV, T, D]
+  const Tensor v = heads_first(parts[2], KV);  // [B, KV, T, D]
+  const Tensor q_projected = q, k_projected = k;
+  if (cos.defined()) {
+    q = apply_rotary_embedding(q_projected, cos, sin);  // heads inner in memory, as qkv's views
+    k = apply_rotary_embedding(k_projected, cos, sin);
+  }
+  // Grouped-query attention without expanding k, v: query head h reads kv head h / (H / KV).
+  Tensor attended = causal_attention(q, k, v);  // [B, H, T, D]
+  if (release_rotated && cos.defined()) {
+    // train.recompute selective: the rotated q and k are attention's only tensors of its own (v is
+    // a view of qkv, the output is the projection's input, the statistics are small); freed once
+    // attention has read them, rotated again from qkv's views in backward.
+    attended = autograd::release_until_backward(attended, q, [q_in = q_projected.detach(), cos, sin] {
+      return apply_rotary_embedding(q_in, cos, sin);
+    });
+    attended = autograd::release_until_backward(attended, k, [k_in = k_projected.detach(), cos, sin] {
+      return apply_rotary_embedding(k_in, cos, sin);
+    });
+  }
+  return attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});  // [B, T, H D]
 }
 
 std::vector<ParallelPlanEntry> CausalSelfAttention::tensor_parallel_plan() const {

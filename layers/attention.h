@@ -14,8 +14,12 @@
 // Tensor parallelism (auto mode, tensor_parallel_plan): qkv column-wise in three blocks, so each
 // rank holds whole heads of q, k and v (whole kv groups with GQA), proj row-wise; the head counts
 // the forward uses are read from qkv's width, so a shard attends over its own heads.
-// With config.recompute selective, the core (qkv -> merged heads) reruns in backward from qkv
-// (runtime/autograd/recompute.h). Registered as "causal_self_attention".
+// With config.recompute selective and rope, the rotated q and k are freed once attention has read
+// them and rotated again from qkv in backward (runtime/autograd/recompute.h's
+// release_until_backward): they are the only tensors attention keeps of its own. The attention
+// itself never reruns: the fused kernel keeps no [T, T] matrix (its backward recomputes it from the
+// statistics), v is a view of qkv and the output is the projection's saved input, so a rerun would
+// free nothing more. Registered as "causal_self_attention".
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,14 @@
 #include "layers/registry.h"
 
 namespace weft {
+
+// The core of attention, qkv [B, T, (H + 2 KV) D] -> merged heads [B, T, H D]: q, k, v split off
+// as views, q and k rotated when cos and sin ([T, D]) are defined, causal attention (grouped-query
+// without expanding k, v), heads merged. With release_rotated (train.recompute selective) the
+// rotated q and k are freed once attention has read them and rotated again in backward. Shared by
+// CausalSelfAttention and the manual comm mode's ParallelAttention (on its local heads).
+Tensor attention_core(const Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim, const Tensor& cos,
+                      const Tensor& sin, bool release_rotated);
 
 class CausalSelfAttention : public Module {
  public:
@@ -52,7 +64,7 @@ class CausalSelfAttention : public Module {
   int64_t head_dim_;  // D
   int64_t seq_len_;   // the longest T the rope tables cover
   bool rope_;
-  bool recompute_core_;  // config.recompute == "selective": the core reruns in backward
+  bool release_rotated_;  // config.recompute == "selective" with rope: rotated q, k rebuilt in backward
   std::shared_ptr<Linear> qkv_;         // [(H + 2 KV) D, C]
   std::shared_ptr<Linear> projection_;  // [C, C]
   DropoutStream dropout_;

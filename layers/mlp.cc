@@ -1,6 +1,10 @@
 // GeluMlp and SwigluMlp (mlp.h).
 #include "layers/mlp.h"
 
+#include <functional>
+#include <utility>
+
+#include "runtime/autograd/node.h"
 #include "runtime/autograd/recompute.h"
 #include "runtime/error.h"
 #include "runtime/ops/elementwise.h"
@@ -8,6 +12,14 @@
 #include "runtime/ops/swiglu.h"
 
 namespace weft {
+Tensor release_hidden_activation(const Tensor& projected, const Tensor& hidden) {
+  if (hidden.grad_fn() == nullptr) return projected;  // no history: nothing saves it for a backward
+  std::function<Tensor()> rebuild = autograd::output_rebuilder(hidden);
+  WEFT_CHECK(rebuild != nullptr, "train.recompute selective: the MLP's hidden activation ", hidden.describe(),
+             " came from ", hidden.grad_fn()->name(), ", which cannot compute it again; use train.recompute none or full");
+  return autograd::release_until_backward(projected, hidden, std::move(rebuild));
+}
+
 int64_t swiglu_hidden_dim(int64_t dim, int64_t hidden_dim) {
   if (hidden_dim > 0) return hidden_dim;
   constexpr int64_t kMultiple = 64;
@@ -28,9 +40,7 @@ GeluMlp::GeluMlp(const LayerContext& context)
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
   fc_ = register_module("fc", std::make_shared<Linear>(dim_, hidden_dim_, config.bias, context));
-  // fc and GELU as one op, except when the hidden activation is rebuilt in backward: from the
-  // pre-activation, which the fused op keeps to itself.
-  fc_->set_gelu(!release_hidden_);
+  fc_->set_gelu();  // fc and GELU as one op (on CUDA, GELU in the GEMM's epilogue)
   projection_ = register_module(
       "proj", std::make_shared<Linear>(hidden_dim_, dim_, config.bias, context, residual_init_std(config)));
 }
@@ -38,22 +48,18 @@ GeluMlp::GeluMlp(const LayerContext& context)
 std::string GeluMlp::settings() const { return str(dim_, " -> ", hidden_dim_, " -> ", dim_); }
 
 Tensor GeluMlp::forward(const Tensor& x) {
-  if (release_hidden_) {
-    // train.recompute selective: the hidden activation is freed once proj has read it and rebuilt
-    // from the pre-activation (which gelu's backward keeps anyway) when proj's backward needs it.
-    const Tensor pre_activation = fc_->call(x);  // x fc^T + b [..., hidden]
-    const Tensor hidden = gelu(pre_activation);  // [..., hidden]
-    const Tensor out = autograd::release_until_backward(projection_->call(hidden), hidden,
-                                                        [pre_activation] { return gelu(pre_activation); });
-    return dropout_.apply(out, is_training());
-  }
   const Tensor hidden = fc_->call(x);  // gelu(x fc^T + b) [..., hidden]
-  return dropout_.apply(projection_->call(hidden), is_training());
+  return dropout_.apply(released_after(projection_->call(hidden), hidden), is_training());
 }
 
 Tensor GeluMlp::forward_adding(const Tensor& x, const Tensor& residual) {
-  if (release_hidden_ || (dropout_.probability() > 0.0 && is_training())) return add(residual, forward(x));
-  return projection_->forward_adding(fc_->call(x), residual);
+  if (dropout_.probability() > 0.0 && is_training()) return add(residual, forward(x));
+  const Tensor hidden = fc_->call(x);  // [..., hidden]
+  return released_after(projection_->forward_adding(hidden, residual), hidden);
+}
+
+Tensor GeluMlp::released_after(const Tensor& projected, const Tensor& hidden) const {
+  return release_hidden_ ? release_hidden_activation(projected, hidden) : projected;
 }
 
 SwigluMlp::SwigluMlp(const LayerContext& context)
@@ -72,19 +78,18 @@ SwigluMlp::SwigluMlp(const LayerContext& context)
 std::string SwigluMlp::settings() const { return str(dim_, " -> 2 x ", hidden_dim_, " -> ", dim_); }
 
 Tensor SwigluMlp::forward(const Tensor& x) {
-  const Tensor gate = gate_->call(x), up = up_->call(x);  // [..., hidden]
-  const Tensor hidden = swiglu(gate, up);  // silu(gate) * up [..., hidden], one op
-  if (!release_hidden_) return dropout_.apply(down_->call(hidden), is_training());
-  // train.recompute selective: freed once down has read it, rebuilt from gate and up (which
-  // swiglu's backward keeps anyway) when down's backward needs it.
-  const Tensor out =
-      autograd::release_until_backward(down_->call(hidden), hidden, [gate, up] { return swiglu(gate, up); });
-  return dropout_.apply(out, is_training());
+  const Tensor hidden = swiglu(gate_->call(x), up_->call(x));  // silu(gate) * up [..., hidden], one op
+  return dropout_.apply(released_after(down_->call(hidden), hidden), is_training());
 }
 
 Tensor SwigluMlp::forward_adding(const Tensor& x, const Tensor& residual) {
-  if (release_hidden_ || (dropout_.probability() > 0.0 && is_training())) return add(residual, forward(x));
-  return down_->forward_adding(swiglu(gate_->call(x), up_->call(x)), residual);
+  if (dropout_.probability() > 0.0 && is_training()) return add(residual, forward(x));
+  const Tensor hidden = swiglu(gate_->call(x), up_->call(x));  // [..., hidden]
+  return released_after(down_->forward_adding(hidden, residual), hidden);
+}
+
+Tensor SwigluMlp::released_after(const Tensor& projected, const Tensor& hidden) const {
+  return release_hidden_ ? release_hidden_activation(projected, hidden) : projected;
 }
 
 std::vector<ParallelPlanEntry> GeluMlp::tensor_parallel_plan() const {

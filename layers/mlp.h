@@ -11,8 +11,9 @@
 // Both: biases per config.bias; the output projection is drawn with init_std / sqrt(2 * layers)
 // (GPT-2's residual scaling); dropout (config.dropout) on the output in training only. With
 // config.recompute selective, the hidden activation is freed after the output projection has read it
-// and rebuilt in backward (runtime/autograd/recompute.h's release_until_backward); GeluMlp then runs
-// fc and GELU as two ops, to keep the pre-activation it rebuilds from.
+// and rebuilt in backward (runtime/autograd/recompute.h's release_until_backward) by the op that made
+// it, from the tensors that op keeps for its own backward (output_rebuilder): GELU of fc's saved
+// pre-activation, SwiGLU of its saved gate and up. No product reruns.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,12 @@ int64_t swiglu_hidden_dim(int64_t dim, int64_t hidden_dim);
 // The MLP width of a built-in model: swiglu_hidden_dim for SwiGLU (model.mlp swiglu_mlp, or a
 // Llama), otherwise model.hidden_dim or 4C.
 int64_t mlp_hidden_width(const ModelConfig& config);
+// train.recompute selective: `projected` (the output projection's output) returned so that
+// `hidden` (the MLP's widest activation, which only that projection saves) is freed now and
+// computed again in backward by the op that made it, from what that op keeps for its own backward
+// anyway (output_rebuilder: GELU's pre-activation, SwiGLU's gate and up): no product reruns, one
+// elementwise pass. `projected` itself when hidden has no history.
+Tensor release_hidden_activation(const Tensor& projected, const Tensor& hidden);
 
 class GeluMlp : public Module {
  public:
@@ -41,13 +48,16 @@ class GeluMlp : public Module {
   // x [..., C] -> [..., C]
   Tensor forward(const Tensor& x) override;
   // residual + forward(x), the add inside the output projection's product (LinearLayer::
-  // forward_adding) where nothing comes between them (no dropout in training, no selective
-  // recomputation); else the plain add. The residual stream's step of a TransformerBlock.
+  // forward_adding) where nothing comes between them (no dropout in training); else the plain add.
+  // The residual stream's step of a TransformerBlock.
   Tensor forward_adding(const Tensor& x, const Tensor& residual);
   std::vector<ParallelPlanEntry> tensor_parallel_plan() const override;
   int64_t hidden_dim() const { return hidden_dim_; }
 
  private:
+  // `projected` (the output projection's output), through release_hidden_activation when selective.
+  Tensor released_after(const Tensor& projected, const Tensor& hidden) const;
+
   int64_t dim_;
   int64_t hidden_dim_;
   bool release_hidden_;                 // config.recompute == "selective"
@@ -70,6 +80,9 @@ class SwigluMlp : public Module {
   int64_t hidden_dim() const { return hidden_dim_; }
 
  private:
+  // As GeluMlp's.
+  Tensor released_after(const Tensor& projected, const Tensor& hidden) const;
+
   int64_t dim_;
   int64_t hidden_dim_;
   bool release_hidden_;           // config.recompute == "selective"

@@ -12,11 +12,12 @@
 //
 // Activation recomputation (config.recompute, from train.recompute; runtime/autograd/recompute.h):
 // - none: every op keeps what its backward needs.
-// - selective: the block runs as with none, but its attention reruns its core (heads split from
-//   qkv, rotary, attention, heads merged) in backward instead of keeping the rotated q, k, the
-//   output and its statistics, and the built-in MLPs free their hidden activation [B, T, hidden]
-//   once the output projection has read it and rebuild it from the pre-activation (GELU) or from
-//   gate and up (SwiGLU) in backward. No matmul and no collective runs twice.
+// - selective: the block runs as with none, but the built-in MLPs free their hidden activation
+//   [B, T, hidden] once the output projection has read it and rebuild it in backward from the
+//   tensors its producer keeps anyway (GELU of fc's pre-activation, SwiGLU of gate and up), and
+//   with rope the attention frees its rotated q and k and rotates them again in backward. Only
+//   elementwise passes rerun: no matmul, no attention kernel (the fused kernel keeps no [T, T]
+//   matrix to free) and no collective.
 // - full: the block keeps only its input; backward reruns the whole block with autograd recording
 //   (its dropout masks replayed from the same Philox offsets) and backpropagates through it.
 // Gradients are bitwise those of none on the CPU. The setting lives in ModelConfig because the

@@ -1,6 +1,7 @@
 // ParallelAttention (parallel_attention.h).
 #include "parallel/manual/parallel_attention.h"
 
+#include "layers/attention.h"
 #include "layers/linear.h"
 #include "layers/rope.h"
 #include "runtime/autograd/recompute.h"
@@ -17,7 +18,7 @@ ParallelAttention::ParallelAttention(const LayerContext& context, const TensorPa
       head_dim_(context.config.dim / context.config.heads),
       seq_len_(context.config.seq_len),
       rope_(context.config.positions == "rope"),
-      recompute_core_(context.config.recompute == "selective"),
+      release_rotated_(context.config.recompute == "selective" && rope_),
       dropout_(context.config.dropout, context.config.seed, context.next_offset(0)) {  // as CausalSelfAttention
   register_random_stream("dropout", &dropout_);
   const ModelConfig& config = context.config;
@@ -48,34 +49,15 @@ std::string ParallelAttention::settings() const {
 
 Tensor ParallelAttention::forward(const Tensor& x) {
   const Tensor qkv = qkv_->forward(x);  // [B, T, (H + 2 KV) D / N], the whole sequence
-  const int64_t batch = qkv.size(0), time = qkv.size(1);
+  const int64_t time = qkv.size(1);
   WEFT_CHECK(!rope_ || time <= seq_len_, "ParallelAttention: sequence of ", time,
              " positions is longer than model.seq_len = ", seq_len_);
   const int64_t H = heads_, KV = kv_heads_, D = head_dim_;
-  // The core, qkv -> merged heads, between the two collectives: what train.recompute selective reruns
-  // in backward (as in CausalSelfAttention); it captures by value, since it may run then.
-  const auto attend = [this, batch, time, H, KV, D](const Tensor& projected) {
-    const std::vector<Tensor> parts = split(projected, {H * D, KV * D, KV * D}, -1);
-    const auto heads_first = [&](const Tensor& part, int64_t count) {  // -> [B, count, T, D]
-      return part.reshape({batch, time, count, D}).permute({0, 2, 1, 3});
-    };
-    Tensor q = heads_first(parts[0], H);   // [B, H/N, T, D]
-    Tensor k = heads_first(parts[1], KV);  // [B, KV/N, T, D]
-    Tensor v = heads_first(parts[2], KV);  // [B, KV/N, T, D]
-    if (rope_) {
-      const Tensor cos = buffer("rope_cos").narrow(0, 0, time);  // [T, D]
-      const Tensor sin = buffer("rope_sin").narrow(0, 0, time);  // [T, D]
-      q = apply_rotary_embedding(q, cos, sin);
-      k = apply_rotary_embedding(k, cos, sin);
-    }
-    // Grouped-query attention reads k, v with their KV/N heads as they are: local query head h
-    // reads local kv head h / (H/KV), as in CausalSelfAttention.
-    const Tensor attended = causal_attention(q, k, v);                     // [B, H/N, T, D]
-    return attended.permute({0, 2, 1, 3}).reshape({batch, time, H * D});  // [B, T, C/N]
-  };
-  if (!recompute_core_) return dropout_.apply(projection_->forward(attend(qkv)), is_training());
-  const auto core = [attend](const std::vector<Tensor>& inputs) { return std::vector<Tensor>{attend(inputs[0])}; };
-  const Tensor merged = autograd::recompute(core, {qkv})[0];  // [B, T, C/N]
+  // The core, qkv -> merged heads, between the two collectives (as in CausalSelfAttention; under
+  // train.recompute selective the rotated q and k are rebuilt in backward, no collective reruns).
+  const Tensor cos = rope_ ? buffer("rope_cos").narrow(0, 0, time) : Tensor();  // [T, D]
+  const Tensor sin = rope_ ? buffer("rope_sin").narrow(0, 0, time) : Tensor();  // [T, D]
+  const Tensor merged = attention_core(qkv, H, KV, D, cos, sin, release_rotated_);  // [B, T, C/N]
   return dropout_.apply(projection_->forward(merged), is_training());
 }
 

@@ -40,7 +40,7 @@ class ParallelAttention : public Module {
   int64_t head_dim_;  // D
   int64_t seq_len_;   // the longest T the rope tables cover
   bool rope_;
-  bool recompute_core_;  // config.recompute == "selective": the core (qkv -> merged) reruns in backward
+  bool release_rotated_;  // config.recompute == "selective" with rope: rotated q, k rebuilt in backward
   std::shared_ptr<ColumnParallelLinear> qkv_;      // [(H + 2 KV) D / N, C]
   std::shared_ptr<RowParallelLinear> projection_;  // [C, C / N]
   DropoutStream dropout_;

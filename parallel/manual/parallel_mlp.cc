@@ -24,18 +24,12 @@ ParallelGeluMlp::ParallelGeluMlp(const LayerContext& context, const TensorParall
 }
 
 Tensor ParallelGeluMlp::forward(const Tensor& x) {
-  if (release_hidden_) {
-    // As GeluMlp under train.recompute selective: fc and GELU apart, the hidden freed once proj has
-    // read it and rebuilt from the pre-activation for proj's backward. No collective runs again.
-    const Tensor pre_activation = fc_->local_forward(fc_->input_region(x));  // [B, T, hidden/N]
-    const Tensor hidden = gelu(pre_activation);
-    const Tensor out = autograd::release_until_backward(projection_->forward(hidden), hidden,
-                                                        [pre_activation] { return gelu(pre_activation); });
-    return dropout_.apply(out, is_training());
-  }
-  // fc and GELU as one op, as GeluMlp does (on CUDA the bias and GELU ride the GEMM's epilogue).
+  // fc and GELU as one op, as GeluMlp does (on CUDA the bias and GELU ride the GEMM's epilogue);
+  // under train.recompute selective the hidden is rebuilt from its pre-activation in backward, as
+  // GeluMlp's is. No collective runs again.
   const Tensor hidden = linear_gelu(fc_->input_region(x), fc_->weight(), fc_->bias());  // [B, T, hidden/N]
-  return dropout_.apply(projection_->forward(hidden), is_training());
+  const Tensor projected = projection_->forward(hidden);
+  return dropout_.apply(release_hidden_ ? release_hidden_activation(projected, hidden) : projected, is_training());
 }
 
 ParallelSwigluMlp::ParallelSwigluMlp(const LayerContext& context, const TensorParallelGroup& tp,

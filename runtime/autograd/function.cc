@@ -23,6 +23,10 @@ void Function::save_for_backward(std::vector<Tensor> tensors) {
 
 const std::vector<Tensor>& Function::saved() const { return saved_; }
 
+Tensor Function::rebuild_output(int index) const {
+  WEFT_FAIL(name(), ": cannot compute its output ", index, " again (can_rebuild_output is false)");
+}
+
 Tensor Function::grad_or_zeros(const std::vector<Tensor>& grad_outputs, int index) const {
   if (grad_outputs[index].defined()) return grad_outputs[index];
   return Tensor::zeros(output_shapes[index], output_dtypes[index], output_devices[index]);

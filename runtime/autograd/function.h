@@ -22,6 +22,11 @@
 // gradient arrived; call grad_or_zeros to get zeros instead) and returns one per input (undefined
 // for inputs without a gradient, such as integer ids). Integer outputs never carry history.
 // Every built-in op in runtime/ops/ is written this way.
+//
+// An op whose saved tensors determine an output may also say how to compute that output again
+// (can_rebuild_output / rebuild_output): train.recompute selective frees a large activation that a
+// later op saved and refills it in backward from what its producer kept anyway
+// (recompute.h's output_rebuilder and release_until_backward).
 #pragma once
 
 #include <memory>
@@ -39,6 +44,15 @@ class Function : public Node {
 
   std::vector<Tensor> run_backward(std::vector<Tensor> grad_outputs) final;
   void release_saved() override;
+
+  // Whether rebuild_output(index) can compute output `index` again from the saved tensors.
+  virtual bool can_rebuild_output(int index) const { return false; }
+  // Output `index` computed again (called with grad mode off, before this node's backward has
+  // freed its saved tensors): the same values as forward returned, up to the rounding of fused
+  // epilogues (an op may say which), as a new tensor of the output's shape and dtype.
+  virtual Tensor rebuild_output(int index) const;
+  // Whether the saved tensors were freed (this node's backward ran without retain_graph).
+  bool saved_released() const { return released_; }
 
  protected:
   // Keeps detached aliases of `tensors` for the backward.

@@ -1,11 +1,15 @@
 // recompute and release_until_backward (recompute.h).
 #include "runtime/autograd/recompute.h"
 
+#include <algorithm>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/autograd/engine.h"
+#include "runtime/autograd/function.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/error.h"
@@ -113,12 +117,56 @@ class RecomputeBackward final : public Node {
   bool released_ = false;
 };
 
-// Identity on the consumer's output; its backward puts the activation's bytes back first.
+// The dims of `tensor` from the largest stride to the smallest (size-1 dims last, in order).
+std::vector<int64_t> dims_by_stride(const Tensor& tensor) {
+  std::vector<int64_t> order(static_cast<size_t>(tensor.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&tensor](int64_t a, int64_t b) {
+    const bool a_one = tensor.size(a) == 1, b_one = tensor.size(b) == 1;
+    if (a_one != b_one) return b_one;
+    return !a_one && tensor.stride(a) > tensor.stride(b);
+  });
+  return order;
+}
+
+// Whether `tensor` is a permutation of a contiguous tensor (such as rotary's heads-inner q and k,
+// [B, H, T, D] over [B, T, H, D] bytes) that starts its storage and fills it.
+bool fills_storage_densely(const Tensor& tensor) {
+  if (tensor.raw_data() != tensor.storage()->data() ||
+      tensor.storage()->bytes() != static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype())) {
+    return false;
+  }
+  int64_t expected = 1;
+  const std::vector<int64_t> order = dims_by_stride(tensor);
+  for (auto dim = order.rbegin(); dim != order.rend(); ++dim) {
+    if (tensor.size(*dim) == 1) continue;
+    if (tensor.stride(*dim) != expected) return false;
+    expected *= tensor.size(*dim);
+  }
+  return true;
+}
+
+// A new tensor with `like`'s shape, dtype, device and stride order (fills_storage_densely).
+Tensor empty_in_layout_of(const Tensor& like) {
+  const std::vector<int64_t> order = dims_by_stride(like);
+  Shape ordered_shape;
+  for (int64_t dim : order) ordered_shape.push_back(like.size(dim));
+  std::vector<int64_t> back(order.size());
+  for (size_t i = 0; i < order.size(); ++i) back[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+  return Tensor::empty(ordered_shape, like.dtype(), like.device()).permute(back);
+}
+
+// Identity on the consumer's output; its backward puts the activation's bytes back first, laid
+// out as the activation was (the consumer's saved aliases keep its strides).
 class RebuildActivationBackward final : public Node {
  public:
-  RebuildActivationBackward(std::shared_ptr<Storage> storage, std::function<Tensor()> rebuild, Shape shape,
-                            DType dtype)
-      : storage_(std::move(storage)), rebuild_(std::move(rebuild)), shape_(std::move(shape)), dtype_(dtype) {}
+  RebuildActivationBackward(std::shared_ptr<Storage> storage, std::function<Tensor()> rebuild, const Tensor& activation)
+      : storage_(std::move(storage)),
+        rebuild_(std::move(rebuild)),
+        shape_(activation.shape()),
+        strides_(activation.strides()),
+        dtype_(activation.dtype()),
+        layout_(activation.detach()) {}
   std::string name() const override { return "RebuildActivationBackward"; }
   // What rebuild() captured (the tensors it recomputes from) goes with the graph's saved tensors.
   void release_saved() override { rebuild_ = nullptr; }
@@ -132,11 +180,11 @@ class RebuildActivationBackward final : public Node {
                  rebuilt.describe(), " for an activation of shape ", shape_string(shape_), " and dtype ",
                  dtype_name(dtype_));
       // The rebuilt tensor's own bytes when they are exactly the activation's layout (the usual case: a
-      // fresh contiguous result), otherwise a copy laid out so.
-      const bool fills_storage = rebuilt.is_contiguous() && rebuilt.storage()->bytes() == storage_->bytes() &&
-                                 rebuilt.storage().use_count() == 1 && rebuilt.raw_data() == rebuilt.storage()->data();
-      if (!fills_storage) {
-        Tensor copy = Tensor::empty(shape_, dtype_, rebuilt.device());
+      // fresh result computed the way the activation was), otherwise a copy laid out so.
+      const bool same_layout = rebuilt.strides() == strides_ && rebuilt.storage()->bytes() == storage_->bytes() &&
+                               rebuilt.storage().use_count() == 1 && rebuilt.raw_data() == rebuilt.storage()->data();
+      if (!same_layout) {
+        Tensor copy = empty_in_layout_of(layout_);
         copy.copy_(rebuilt);
         rebuilt = copy;
       }
@@ -149,7 +197,9 @@ class RebuildActivationBackward final : public Node {
   std::shared_ptr<Storage> storage_;
   std::function<Tensor()> rebuild_;
   Shape shape_;
+  Strides strides_;
   DType dtype_;
+  Tensor layout_;  // an alias of the activation: its shape and strides (its bytes are released)
 };
 
 }  // namespace
@@ -185,14 +235,11 @@ std::vector<Tensor> recompute(const RecomputedFunction& function, const std::vec
 Tensor release_until_backward(const Tensor& consumer_output, const Tensor& activation,
                               std::function<Tensor()> rebuild) {
   if (!grad_mode_enabled() || !consumer_output.requires_grad()) return consumer_output;
-  WEFT_CHECK(activation.is_contiguous() && activation.raw_data() == activation.storage()->data() &&
-                 activation.storage()->bytes() == static_cast<size_t>(activation.numel()) * dtype_size(activation.dtype()),
-             "release_until_backward: the activation ", activation.describe(),
-             " must be a whole contiguous tensor (not a view into a larger one)");
+  WEFT_CHECK(fills_storage_densely(activation), "release_until_backward: the activation ", activation.describe(),
+             " must be a whole dense tensor, contiguous or permuted (not a view into a larger one)");
   WEFT_CHECK(!activation.is_same(consumer_output) && activation.storage() != consumer_output.storage(),
              "release_until_backward: the consumer's output shares the activation's bytes");
-  auto node = std::make_shared<RebuildActivationBackward>(activation.storage(), std::move(rebuild), activation.shape(),
-                                                          activation.dtype());
+  auto node = std::make_shared<RebuildActivationBackward>(activation.storage(), std::move(rebuild), activation);
   connect(*node, {consumer_output});
   node->set_num_outputs(1);
   node->output_shapes.push_back(consumer_output.shape());
@@ -202,6 +249,19 @@ Tensor release_until_backward(const Tensor& consumer_output, const Tensor& activ
   set_history(out, node, 0);
   activation.storage()->release();
   return out;
+}
+
+std::function<Tensor()> output_rebuilder(const Tensor& output) {
+  const std::shared_ptr<Function> function = std::dynamic_pointer_cast<Function>(output.grad_fn());
+  if (function == nullptr) return nullptr;
+  const int index = output.impl()->autograd->output_index;
+  if (!function->can_rebuild_output(index)) return nullptr;
+  return [function, index] {
+    WEFT_CHECK(!function->saved_released(), function->name(), ": its output ", index,
+               " cannot be rebuilt: its saved tensors were freed (its backward ran before its consumer's)");
+    NoGradGuard no_grad;
+    return function->rebuild_output(index);
+  };
 }
 
 }  // namespace weft::autograd

@@ -8,8 +8,7 @@
 // mode on, backpropagates the outputs' gradients through that fresh graph, and passes the inputs'
 // gradients on. Parameters the function reads get their gradients (and fire their grad-ready hooks)
 // during that inner backward, and weight-gradient deferral (deferred_weight_gradients.h) applies to
-// it as to any backward on the thread. Used for a whole transformer block (full) and for the core of
-// attention (selective).
+// it as to any backward on the thread. Used for a whole transformer block (full).
 //
 //   std::vector<Tensor> out = autograd::recompute(
 //       [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block_body(in[0])}; }, {x},
@@ -21,7 +20,9 @@
 // activation's bytes are freed; the consumer's output is returned through an identity whose backward
 // first calls rebuild() (with grad mode off) and moves the result's bytes back under the activation,
 // so the consumer's backward, which runs after it, finds them. The producer's own backward must not
-// read the activation (gelu's and mul's read their inputs, not their output).
+// read the activation (gelu's and mul's read their inputs, not their output). output_rebuilder makes
+// rebuild from the producer itself (Function::rebuild_output: GELU from the pre-activation it
+// saved). Used for the MLP's hidden activation and rotary's q and k (selective).
 //
 // Invariants:
 // - `function` must compute the same values on every call. State it reads and advances besides its
@@ -59,10 +60,17 @@ using RecomputedFunction = std::function<std::vector<Tensor>(const std::vector<T
 std::vector<Tensor> recompute(const RecomputedFunction& function, const std::vector<Tensor>& inputs,
                               const std::vector<Tensor>& parameters = {}, const ReplayedCounters& counters = {});
 
-// Frees `activation`'s bytes (it must be contiguous and fill its storage) and returns
+// Frees `activation`'s bytes (it must fill its storage, contiguous or a permutation of contiguous)
+// and returns
 // `consumer_output` through an identity whose backward refills them from rebuild(), a tensor of
-// activation's shape and dtype computed the way the activation was.
+// activation's shape and dtype computed the way the activation was (copied into the activation's
+// layout when its strides differ).
 Tensor release_until_backward(const Tensor& consumer_output, const Tensor& activation,
                               std::function<Tensor()> rebuild);
+
+// rebuild for release_until_backward from the op that made `output`: it computes the output again
+// from the tensors that op saved for its own backward (Function::rebuild_output), so it keeps no
+// tensor of its own. Null when the op cannot (or `output` has no history).
+std::function<Tensor()> output_rebuilder(const Tensor& output);
 
 }  // namespace weft::autograd

@@ -218,9 +218,7 @@ void CudaBackend::clip_to_norm(absl::Span<const Tensor> tensors, const Tensor& s
   const Device device = squares.device();
   cuda::set_device(device.index);
   Tensor factor = Tensor::empty({1}, kFloat32, device);
-  cuda::clip_factor_kernel<<<1, 1, 0, cuda::current_stream(device.index)>>>(squares.data<float>(), squares.size(0),
-                                                                          max_norm, factor.data<float>());
-  WEFT_CUDA_CHECK_LAUNCH();
+  clip_factor(squares, max_norm, factor);
   scale_tensors(*this, tensors, 1.0, factor.data<float>());
 }
 

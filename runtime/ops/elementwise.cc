@@ -93,6 +93,14 @@ class UnaryFunction final : public autograd::Function {
     backend_for(x.device()).unary_backward(op_, x, grads[0], grad_x);
     return {grad_x};
   }
+  // The output again from the saved input: the same op on the same values, bitwise.
+  bool can_rebuild_output(int) const override { return true; }
+  Tensor rebuild_output(int) const override {
+    const Tensor& x = saved()[0];
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+    backend_for(x.device()).unary(op_, x, out);
+    return out;
+  }
 
  private:
   UnaryOp op_;

@@ -159,6 +159,17 @@ class LinearFunction final : public autograd::Function {
     }
     return {out.view(out_shape)};
   }
+  // With gelu, the output again from the saved pre-activation: gelu of the rounded pre-activation
+  // (Backend::unary), which is what the CPU's forward computes; CUDA's forward epilogue applies GELU
+  // to the f32 sum before rounding, so there a rebuilt value may differ from the forward's in its
+  // last bit.
+  bool can_rebuild_output(int) const override { return gelu_; }
+  Tensor rebuild_output(int) const override {
+    const Tensor& pre_activation = saved()[2];  // [R, N]
+    Tensor out = Tensor::empty(pre_activation.shape(), pre_activation.dtype(), pre_activation.device());
+    backend_for(out.device()).unary(UnaryOp::kGelu, pre_activation, out);
+    return out.view(output_shapes[0]);
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& rows = saved()[0];    // [R, K]
     const Tensor& weight = saved()[1];  // [N, K]

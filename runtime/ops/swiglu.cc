@@ -29,6 +29,14 @@ class SwigluFunction final : public autograd::Function {
     backend_for(gate.device()).swiglu_backward(gate, up, grads[0].contiguous(), grad_gate, grad_up);
     return {grad_gate, grad_up};
   }
+  // The output again from the saved gate and up: the same kernel on the same values, bitwise.
+  bool can_rebuild_output(int) const override { return true; }
+  Tensor rebuild_output(int) const override {
+    const Tensor& gate = saved()[0];
+    Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+    backend_for(gate.device()).swiglu(gate, saved()[1], out);
+    return out;
+  }
 };
 
 }  // namespace

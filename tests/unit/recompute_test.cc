@@ -10,10 +10,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "layers/attention.h"
 #include "layers/language_model.h"
+#include "layers/rope.h"
 #include "runtime/autograd/deferred_weight_gradients.h"
 #include "runtime/autograd/recompute.h"
 #include "runtime/cpu_caching_allocator.h"
+#include "runtime/ops/rotary.h"
+#include "runtime/ops/swiglu.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
 #include "tests/support/small_model_config.h"
@@ -86,6 +90,88 @@ TEST(RecomputeTest, ReleasedActivationIsRebuiltBeforeItsConsumersBackward) {
     return out;
   };
   expect_gradients_match(function, {random_leaf({4, 5}, 7), random_leaf({5, 6}, 8), random_leaf({6, 3}, 9)});
+}
+
+TEST(RecomputeTest, OutputRebuilderComputesAgainFromWhatTheOpSaved) {
+  const Tensor x = random_leaf({4, 5}, 11), weight = random_leaf({6, 5}, 12), bias = random_leaf({6}, 13);
+  const Tensor gate = random_leaf({4, 6}, 14), up = random_leaf({4, 6}, 15);
+  // linear_gelu's fused op from its pre-activation, gelu from its input, swiglu from gate and up:
+  // bitwise the forward's values on the CPU.
+  for (const Tensor& output : {linear_gelu(x, weight, bias), gelu(x), swiglu(gate, up)}) {
+    const std::function<Tensor()> rebuild = autograd::output_rebuilder(output);
+    ASSERT_NE(rebuild, nullptr) << output.grad_fn()->name();
+    const Tensor rebuilt = rebuild();
+    EXPECT_FALSE(rebuilt.requires_grad());
+    EXPECT_EQ(rebuilt.shape(), output.shape());
+    EXPECT_EQ(rebuilt.to_vector(), output.to_vector()) << output.grad_fn()->name();
+  }
+  // An op that keeps nothing to rebuild from, a leaf, and an output without history have none.
+  EXPECT_EQ(autograd::output_rebuilder(add(x, x)), nullptr);
+  EXPECT_EQ(autograd::output_rebuilder(linear(x, weight, bias)), nullptr);
+  EXPECT_EQ(autograd::output_rebuilder(x), nullptr);
+  EXPECT_EQ(autograd::output_rebuilder(gelu(x.detach())), nullptr);
+  // Once the producer's backward has freed its saved tensors, rebuilding is an error, not garbage.
+  const Tensor hidden = gelu(x);
+  const std::function<Tensor()> rebuild = autograd::output_rebuilder(hidden);
+  sum(hidden).backward();
+  try {
+    rebuild();
+    FAIL() << "rebuild after the producer's backward did not throw";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("cannot be rebuilt: its saved tensors were freed"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(RecomputeTest, PermutedActivationIsRebuiltInItsLayout) {
+  // Rotary's output for heads split off a [B, T, H D] projection keeps the heads inner in memory
+  // ([B, H, T, D] over [B, T, H, D] bytes): released and rebuilt in that layout, whether the
+  // rebuild gives it so or contiguous (then copied into it).
+  const auto [cos, sin] = rotary_tables(3, 4, 10000.0);  // [T, D]
+  for (const bool contiguous_rebuild : {false, true}) {
+    const auto function = [&, contiguous_rebuild](const std::vector<Tensor>& in) {
+      const Tensor q = in[0].permute({0, 2, 1, 3});  // [B, H, T, D] view of [B, T, H, D]
+      const Tensor rotated = apply_rotary_embedding(q, cos, sin);
+      EXPECT_FALSE(rotated.is_contiguous());
+      const Tensor out = autograd::release_until_backward(
+          mul(rotated, in[1]), rotated, [q_in = q.detach(), cos = cos, sin = sin, contiguous_rebuild] {
+            const Tensor again = apply_rotary_embedding(q_in, cos, sin);
+            return contiguous_rebuild ? again.contiguous() : again;
+          });
+      EXPECT_EQ(rotated.storage()->released(), out.requires_grad());
+      return out;
+    };
+    expect_gradients_match(function, {random_leaf({2, 3, 2, 4}, 16), random_leaf({2, 2, 3, 4}, 17)});
+  }
+}
+
+TEST(RecomputeTest, SelectiveAttentionFreesTheRotatedQueriesAndKeys) {
+  // What one rope attention layer holds after its forward: selective frees the rotated q [B, H, T, D]
+  // and k [B, KV, T, D], and nothing else changes (the same output, bitwise).
+  const int64_t batch = 2, time = 16;
+  std::vector<int64_t> held;
+  std::vector<std::vector<double>> outputs;
+  for (const std::string recompute : {"none", "selective"}) {
+    ModelConfig config;
+    config.dim = 32;
+    config.heads = 4;
+    config.kv_heads = 2;
+    config.seq_len = time;
+    config.positions = "rope";
+    config.recompute = recompute;
+    uint64_t offset = 0;
+    CausalSelfAttention attention(LayerContext{config, &offset});
+    Tensor x = random_leaf({batch, time, config.dim}, 18).to(kFloat32).detach();
+    x.set_requires_grad(true);
+    const int64_t before = cpu_memory_stats().in_use_bytes;
+    const Tensor out = attention.call(x);
+    held.push_back(cpu_memory_stats().in_use_bytes - before);
+    outputs.push_back(out.to_vector());
+    sum(out).backward();
+  }
+  const int64_t rotated_bytes = batch * time * (4 + 2) * 8 * static_cast<int64_t>(sizeof(float));  // q and k
+  EXPECT_EQ(held[0] - held[1], rotated_bytes) << "none " << held[0] << ", selective " << held[1];
+  EXPECT_EQ(outputs[0], outputs[1]);
 }
 
 // --- Whole models ---------------------------------------------------------------------------
