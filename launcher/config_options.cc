@@ -366,7 +366,7 @@ std::vector<ConfigOption> build_options() {
   add(make_option("train.grad_clip", &R::train, &TrainConfig::grad_clip, "global gradient-norm clip (0: off)", at_least(0)));
   add(make_option("train.seed", &R::train, &TrainConfig::seed, "seed of the data order (model.seed draws the weights and the dropout masks)"));
   add(make_option("train.on_nan", &R::train, &TrainConfig::on_nan, "on a NaN or infinite loss: stop the run, or skip the step", one_of({"stop", "skip"})));
-  add(make_option("train.recompute", &R::train, &TrainConfig::recompute, "activation recomputation: none (keep every activation), selective (rerun attention's core and rebuild the MLP activation in backward), full (keep each transformer block's input only and rerun the block in backward)", one_of({"none", "selective", "full"})));
+  add(make_option("train.recompute", &R::train, &TrainConfig::recompute, "activation recomputation: none (keep every activation), selective (free the MLP's hidden activation and rotary's q and k, rebuilt in backward by elementwise passes), full (keep each transformer block's input only and rerun the block in backward)", one_of({"none", "selective", "full"})));
 
   // data
   add(make_option("data.train", &R::data, &DataConfig::train, "training data: text: a file or a folder of files; tokens: a .bin shard or a glob of shards", non_empty()));

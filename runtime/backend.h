@@ -256,6 +256,27 @@ class Backend {
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                       int64_t ignore_index, const Tensor& grad_losses,
                                       const Tensor& grad_logits) = 0;
+  // Both in one call, for a loss whose backward will come: losses and lse as cross_entropy, then
+  // grad_logits as cross_entropy_backward with `grad_losses` (given now, for the seed the backward is
+  // expected to bring). grad_logits may be logits: the logits are then gone after the call. The
+  // default (the CPU reference) is the two calls; CUDA runs one kernel that reads each row twice (the
+  // second time from L2) and writes it once, instead of reading it in two kernels.
+  virtual void cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                           const Tensor& grad_losses, const Tensor& losses, const Tensor& lse,
+                                           const Tensor& grad_logits) {
+    cross_entropy(logits, targets, ignore_index, losses, lse);
+    cross_entropy_backward(logits, targets, lse, ignore_index, grad_losses, grad_logits);
+  }
+  // data *= seed / expected, unless the one element of `seed` equals `expected` rounded to seed's
+  // dtype (then data is not touched): corrects, on the device and without a host read of the seed, a
+  // gradient computed ahead under an expected seed (cross_entropy_with_gradient). data contiguous;
+  // seed f32 or f64, one element, on data's device. The default reads the seed on the host (CUDA
+  // overrides it with a kernel that returns at once when the seed is the expected one).
+  virtual void rescale_unless_expected(const Tensor& data, const Tensor& seed, double expected) {
+    const double value = seed.item();
+    const double rounded = seed.dtype() == DType::kFloat32 ? static_cast<double>(static_cast<float>(expected)) : expected;
+    if (value != rounded) affine(data, value / expected, 0.0, data);
+  }
 
   // --- Dropout ---------------------------------------------------------------------------
   // x, out contiguous, same shape: element i is kept when Philox uniform(seed, offset + i) >= p and

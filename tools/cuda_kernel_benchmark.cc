@@ -5,7 +5,9 @@
 //
 // Matmul shapes, forward (x [B*T, in] @ W^T [in, out]) and the two backward products (dX = dY W,
 // dW = dY^T X), for GPT-2 124M (B*T = 16*1024, C = 768: qkv, attention projection, MLP up and down,
-// the 50304-wide output head) and a 1.3B model (B*T = 8*1024, C = 2048).
+// the 50304-wide output head) and a 1.3B model (B*T = 8*1024, C = 2048); and the MLP's fused GELU
+// products (bias + GELU in the up projection's epilogue or as a pass after it, gelu' in the down
+// projection's dX epilogue or as a pass after it).
 //
 // Shapes: [B*T, C] = [16*1024, 768] (GPT-2 124M at sequence 1024) and [8*1024, 2048] (a 1.3B model),
 // bf16; cross-entropy on [8*1024, 50304] bf16 logits; Llama 1B's rotary embedding (q heads of
@@ -111,6 +113,44 @@ void time_linear(weft::Backend& backend, int device, int warmup, int iters, cons
                    }), flops});
   table.push_back({layer, "backward dY^T X", shape, mean_ms(device, warmup, iters, [&] {
                      backend.matmul(grad_y.transpose(1, 2), x, grad_weight, 1.0, 0.0);
+                   }), flops});
+}
+
+// An MLP's GELU products as training runs them, hidden = 4 * dim wide: the up projection with bias
+// and GELU in the epilogue (also writing the pre-activation), and the down projection's input
+// gradient with gelu' applied, by cuBLASLt's DGELU epilogue and by a plain product followed by
+// the elementwise gelu' pass (what the epilogue saves, or costs, against its kernel choice).
+void time_gelu_products(weft::Backend& backend, int device, int warmup, int iters, const std::string& model,
+                        int64_t rows, int64_t dim, std::vector<MatmulRow>& table) {
+  const Device gpu = Device::cuda(device);
+  const weft::DType bf16 = weft::kBFloat16;
+  const int64_t hidden = 4 * dim;
+  const Tensor x = Tensor::normal({1, rows, dim}, 21, 0, 0.0, 1.0, bf16, gpu);
+  const Tensor up = Tensor::normal({1, hidden, dim}, 22, 0, 0.0, 0.02, bf16, gpu);
+  const Tensor bias = Tensor::normal({hidden}, 23, 0, 0.0, 0.02, bf16, gpu);
+  const Tensor down = Tensor::normal({1, dim, hidden}, 24, 0, 0.0, 0.02, bf16, gpu);
+  const Tensor grad_y = Tensor::normal({1, rows, dim}, 25, 0, 0.0, 1.0, bf16, gpu);
+  const Tensor pre = Tensor::empty({1, rows, hidden}, bf16, gpu);
+  const Tensor out = Tensor::empty({1, rows, hidden}, bf16, gpu);
+  const Tensor product = Tensor::empty({1, rows, hidden}, bf16, gpu);
+  const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(dim) * static_cast<double>(hidden);
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(dim) + "x" + std::to_string(hidden);
+  table.push_back({model + " mlp up", "fwd +bias+GELU", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul_bias_gelu(x, up.transpose(1, 2), bias, out, pre);
+                   }), flops});
+  table.push_back({model + " mlp up", "fwd +bias", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul_bias(x, up.transpose(1, 2), bias, pre);
+                   }), flops});
+  table.push_back({model + " mlp up", "fwd +bias, GELU", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul_bias(x, up.transpose(1, 2), bias, pre);
+                     backend.unary(weft::UnaryOp::kGelu, pre, out);
+                   }), flops});
+  table.push_back({model + " mlp down", "dY W, DGELU epi", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul_gelu_backward(grad_y, down, pre, out);
+                   }), flops});
+  table.push_back({model + " mlp down", "dY W, then gelu'", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(grad_y, down, product, 1.0, 0.0);
+                     backend.unary_backward(weft::UnaryOp::kGelu, pre, product, out);
                    }), flops});
 }
 
@@ -280,6 +320,7 @@ int main(int argc, char** argv) {
       time_linear(backend, device, warmup, iters, model + " mlp up", rows_, dim, 4 * dim, matmuls);
       time_linear(backend, device, warmup, iters, model + " mlp down", rows_, 4 * dim, dim, matmuls);
       time_linear(backend, device, warmup, iters, model + " lm head", rows_, dim, 50304, matmuls);
+      time_gelu_products(backend, device, warmup, iters, model, rows_, dim, matmuls);
     }
     std::printf("bf16 8192^3 matmul (the ceiling): %.1f TFLOP/s\n\n", ceiling_tflops);
     std::printf("%-20s %-17s %-18s %10s %9s %9s\n", "layer", "product", "M x K x N", "time (us)", "TFLOP/s",

@@ -43,11 +43,15 @@ Tensor add_micro_batch_loss(StepState& state, const Tensor& output, int64_t micr
   const int64_t vocabulary = output.size(-1);
   const Tensor logits = output.reshape({-1, vocabulary});
   const Tensor targets = state.targets[micro].reshape({-1});
-  Tensor loss = loss_of ? loss_of(logits, targets, state.counted_targets[micro])
-                        : cross_entropy(logits, targets, kIgnoredTarget, state.counted_targets[micro]);
   // Each micro-batch's mean loss is divided by their count, so the accumulated gradient is the
-  // gradient of the mean over the whole step's batch.
-  if (micro_batches > 1) loss = scale(loss, 1.0 / static_cast<double>(micro_batches));
+  // gradient of the mean over the whole step's batch: the seed its backward brings is 1 / count.
+  const double seed = 1.0 / static_cast<double>(micro_batches);
+  // The built-in loss computes its gradient in the forward pass, over the logits (which nothing
+  // reads after the loss): one pass over [N, V] fewer.
+  Tensor loss = loss_of ? loss_of(logits, targets, state.counted_targets[micro])
+                        : cross_entropy_overwriting_logits(logits, targets, kIgnoredTarget,
+                                                           state.counted_targets[micro], seed);
+  if (micro_batches > 1) loss = scale(loss, seed);
   autograd::NoGradGuard no_grad;
   const Tensor value = loss.detach();
   backend_for(value.device()).binary(BinaryOp::kAdd, state.loss_sum, value.reshape({1}).to(state.loss_sum.dtype()),

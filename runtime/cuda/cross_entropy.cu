@@ -1,6 +1,9 @@
 // CUDA kernels: cross-entropy fused with the softmax over the vocabulary, forward and backward
-// (CudaBackend::cross_entropy, cross_entropy_backward; the CPU reference is
+// (CudaBackend::cross_entropy, cross_entropy_backward, cross_entropy_with_gradient; the CPU reference is
 // runtime/cpu/cross_entropy.cc).
+//
+// cross_entropy_with_gradient runs both in one kernel: each row read twice (the second time from L2)
+// and written once, where the two kernels read it twice from memory.
 //
 // Forward: one block per row reads the logits once, in 16-byte packs, keeping each thread's running
 // (maximum, sum of exp) online; a block merge gives lse = max + log(sum), and
@@ -155,6 +158,88 @@ __global__ void __launch_bounds__(kBackwardThreads)
   }
 }
 
+// Forward and backward in one kernel (CudaBackend::cross_entropy_with_gradient): one block per row
+// (grid-stride) reads the row once for its lse and loss, as cross_entropy_kernel, then once more
+// to write the gradient, as cross_entropy_backward_kernel with grad_losses. The grid is capped at a
+// few blocks per multiprocessor so that the rows in flight (about 100 KB each for GPT-2's
+// vocabulary in bf16) stay in L2 between the two reads: the second read costs no HBM traffic. In
+// place (grad_logits == logits) is safe: each thread reads and writes the same packs in both passes
+// (the same thread-to-pack mapping), the target's logit is read before the block merge, and the
+// merge synchronizes the block between the first pass's reads and the second pass's writes.
+template <class T, class I, int kVec>
+__global__ void __launch_bounds__(kBackwardThreads)
+    cross_entropy_with_gradient_kernel(const T* logits,                        // [rows, vocabulary]
+                                       const I* __restrict__ targets,          // [rows]
+                                       const float* __restrict__ grad_losses,  // [rows]
+                                       float* __restrict__ losses,             // [rows]
+                                       float* __restrict__ lse,                // [rows]
+                                       T* grad_logits,  // [rows, vocabulary], may be logits
+                                       int64_t rows, int vocabulary, int64_t ignore_index,
+                                       IndexErrorRecord* record) {
+  __shared__ float scratch[64];
+  const int packs = vocabulary / kVec;
+  const int threads = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* row_in = logits + row * vocabulary;
+    T* row_out = grad_logits + row * vocabulary;
+    const int64_t target = static_cast<int64_t>(targets[row]);
+    const bool valid = target >= 0 && target < vocabulary;
+    const bool counted = target != ignore_index && valid;
+    // Read before the merge: the second pass may overwrite it.
+    const float target_logit = threadIdx.x == 0 && counted ? to_float(row_in[target]) : 0.0f;
+    MaxSum state{-INFINITY, 0.0f};
+    int p = static_cast<int>(threadIdx.x);
+    for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
+      Pack<T, kVec> loaded[kBackwardUnroll];
+#pragma unroll
+      for (int u = 0; u < kBackwardUnroll; ++u) loaded[u] = load_pack<T, kVec>(row_in + (p + u * threads) * kVec);
+#pragma unroll
+      for (int u = 0; u < kBackwardUnroll; ++u) accumulate(state, loaded[u]);
+    }
+    for (; p < packs; p += threads) accumulate(state, load_pack<T, kVec>(row_in + p * kVec));
+    state = block_merge(state, scratch);
+    const float row_lse = state.maximum + logf(state.sum);
+    if (threadIdx.x == 0) {
+      lse[row] = row_lse;
+      float loss = 0.0f;
+      if (target != ignore_index) {
+        if (valid) [[likely]] {
+          loss = row_lse - target_logit;
+        } else {
+          record_bad_index(record, IndexedOp::kCrossEntropy, row, target, vocabulary, ignore_index);
+          loss = NAN;
+        }
+      }
+      losses[row] = loss;
+    }
+    if (!counted) {
+      Pack<T, kVec> zeros;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) zeros.set(j, 0.0f);
+      for (int q = static_cast<int>(threadIdx.x); q < packs; q += threads) store_pack_streaming(row_out + q * kVec, zeros);
+      continue;
+    }
+    const float grad_loss = grad_losses[row];
+    p = static_cast<int>(threadIdx.x);
+    for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
+      Pack<T, kVec> loaded[kBackwardUnroll];
+#pragma unroll
+      for (int u = 0; u < kBackwardUnroll; ++u) {
+        loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
+      }
+#pragma unroll
+      for (int u = 0; u < kBackwardUnroll; ++u) {
+        const int column = (p + u * threads) * kVec;
+        store_pack_streaming(row_out + column, gradient_pack(loaded[u], column, target, row_lse, grad_loss));
+      }
+    }
+    for (; p < packs; p += threads) {
+      const Pack<T, kVec> pack = load_pack_streaming<T, kVec>(row_in + p * kVec);
+      store_pack_streaming(row_out + p * kVec, gradient_pack(pack, p * kVec, target, row_lse, grad_loss));
+    }
+  }
+}
+
 // Threads per block for rows of `packs` packs, at most `max_threads` (the kernel's launch bound):
 // fewer for short rows, so that small vocabularies do not idle most of a block.
 int threads_for(int packs, int max_threads) {
@@ -207,6 +292,41 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
             <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads), 0, stream>>>(
                 data, targets.data<I>(), lse.data<float>(), grad_losses.data<float>(), out, rows, vocabulary,
                 ignore_index, cuda::index_error_record());
+        WEFT_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+  cuda::finish_index_checked_launch(stream);
+}
+
+void CudaBackend::cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                              const Tensor& grad_losses, const Tensor& losses, const Tensor& lse,
+                                              const Tensor& grad_logits) {
+  cuda::raise_recorded_index_error();
+  const int64_t rows = logits.size(0);
+  const int vocabulary = static_cast<int>(logits.size(1));
+  if (rows == 0) return;
+  if (vocabulary == 0) {
+    cross_entropy(logits, targets, ignore_index, losses, lse);
+    return;
+  }
+  const int device = logits.device().index;
+  cuda::set_device(device);
+  const cudaStream_t stream = cuda::current_stream(device);
+  // Rows in flight: a few blocks per multiprocessor, so that each row is still in L2 when it is
+  // read the second time (132 SMs x 2 rows x 100 KB is 26 MB of the H200's 50 MB).
+  constexpr int kRowsPerMultiprocessor = 2;
+  const unsigned int grid = static_cast<unsigned int>(
+      std::min<int64_t>(rows, static_cast<int64_t>(cuda::multiprocessor_count(device)) * kRowsPerMultiprocessor));
+  cuda::dispatch_cuda_index(targets.dtype(), "cross_entropy_with_gradient", [&]<class I>() {
+    cuda::dispatch_cuda_floating(logits.dtype(), "cross_entropy_with_gradient", [&]<class T>() {
+      const T* data = logits.data<T>();
+      T* out = grad_logits.data<T>();
+      cuda::dispatch_pack<T>(cuda::can_use_packs<T>(vocabulary, data, out), [&]<int kVec>() {
+        cuda::cross_entropy_with_gradient_kernel<T, I, kVec>
+            <<<grid, cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads), 0, stream>>>(
+                data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(), lse.data<float>(), out,
+                rows, vocabulary, ignore_index, cuda::index_error_record());
         WEFT_CUDA_CHECK_LAUNCH();
       });
     });

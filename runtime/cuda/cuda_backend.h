@@ -85,6 +85,10 @@ class CudaBackend final : public Backend {
                      const Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
                               const Tensor& grad_losses, const Tensor& grad_logits) override;
+  void cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                   const Tensor& grad_losses, const Tensor& losses, const Tensor& lse,
+                                   const Tensor& grad_logits) override;
+  void rescale_unless_expected(const Tensor& data, const Tensor& seed, double expected) override;
 
   void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) override;
 };

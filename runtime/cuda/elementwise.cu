@@ -1,5 +1,5 @@
 // CUDA kernels: fill, copy (within a device, across devices, host <-> device), random fill, unary
-// (and its backward), binary and affine ops.
+// (and its backward), binary and affine ops, and rescale_unless_expected.
 //
 // Every elementwise op has two kernels: a contiguous one that moves 16 bytes per load and store
 // (float4, or 8 bf16/f16), taken when every operand is contiguous and 16-byte aligned, and a
@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_math.cuh"
 #include "runtime/cuda/pinned_buffer.h"
+#include "runtime/cuda/row_kernels.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/cuda/strided_indexer.cuh"
 #include "runtime/random.h"
@@ -696,6 +698,45 @@ void launch_elementwise(std::string_view op, const Fn& fn, const std::array<cons
 // ============================================================================================
 // CudaBackend entry points
 // ============================================================================================
+
+namespace cuda {
+namespace {
+
+// Backend::rescale_unless_expected: every thread reads the seed first and returns when it is the
+// expected value, so the usual call writes nothing and costs one launch of a small grid.
+template <class T>
+__global__ void rescale_unless_expected_kernel(T* data, int64_t count, const float* seed, float expected) {
+  const float value = *seed;
+  if (value == expected) return;
+  const float factor = __fdiv_rn(value, expected);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    data[i] = from_float<T>(__fmul_rn(to_float(data[i]), factor));
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::rescale_unless_expected(const Tensor& data, const Tensor& seed, double expected) {
+  WEFT_CHECK(data.is_contiguous() && seed.numel() == 1 && seed.device() == data.device(),
+             "rescale_unless_expected: data ", data.describe(), " must be contiguous and seed ", seed.describe(),
+             " one element on its device");
+  if (seed.dtype() != kFloat32) {  // not a CUDA statistics dtype: the host read of the default
+    Backend::rescale_unless_expected(data, seed, expected);
+    return;
+  }
+  const int64_t count = data.numel();
+  if (count == 0) return;
+  const cudaStream_t stream = cuda::prepare(data);
+  const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(
+      cuda::grid_for(count, cuda::kThreads), static_cast<int64_t>(cuda::multiprocessor_count(data.device().index)) * 4));
+  cuda::dispatch_cuda_floating(data.dtype(), "rescale_unless_expected", [&]<class T>() {
+    cuda::rescale_unless_expected_kernel<T><<<grid, cuda::kThreads, 0, stream>>>(
+        data.data<T>(), count, seed.data<float>(), static_cast<float>(expected));
+    WEFT_CUDA_CHECK_LAUNCH();
+  });
+}
 
 void CudaBackend::fill(const Tensor& out, double value) {
   if (out.numel() == 0) return;

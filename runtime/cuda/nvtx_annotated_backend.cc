@@ -224,6 +224,19 @@ void NvtxAnnotatedBackend::cross_entropy_backward(const Tensor& logits, const Te
   inner_.cross_entropy_backward(logits, targets, lse, ignore_index, grad_losses, grad_logits);
 }
 
+void NvtxAnnotatedBackend::cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets,
+                                                       int64_t ignore_index, const Tensor& grad_losses,
+                                                       const Tensor& losses, const Tensor& lse,
+                                                       const Tensor& grad_logits) {
+  NvtxRange range("cross_entropy_with_gradient");
+  inner_.cross_entropy_with_gradient(logits, targets, ignore_index, grad_losses, losses, lse, grad_logits);
+}
+
+void NvtxAnnotatedBackend::rescale_unless_expected(const Tensor& data, const Tensor& seed, double expected) {
+  NvtxRange range("rescale_unless_expected");
+  inner_.rescale_unless_expected(data, seed, expected);
+}
+
 void NvtxAnnotatedBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
   NvtxRange range("dropout");
   inner_.dropout(x, p, seed, offset, out);

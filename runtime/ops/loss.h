@@ -16,4 +16,15 @@ namespace weft {
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      int64_t counted_rows = -1);
 
+// cross_entropy for a training step, whose gradient is computed in the forward pass and written
+// over the logits (llm.c's fused classifier): one pass over [N, V] fewer than forward then
+// backward. The logits' values are gone after the call, so pass logits that nothing else reads
+// (the output head's, as the step builder does). expected_gradient is the seed the backward is
+// expected to bring to this loss (1, or 1 / micro-batches under a later scale); a different seed
+// still gives the right gradient, at the cost of one more pass (Backend::rescale_unless_expected,
+// decided on the device). counted_rows as for cross_entropy, required here (>= 0). The result is
+// cross_entropy's value and, for the expected seed, bitwise its gradient.
+Tensor cross_entropy_overwriting_logits(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                        int64_t counted_rows, double expected_gradient);
+
 }  // namespace weft

@@ -339,6 +339,52 @@ TEST(CudaKernels, CrossEntropyForwardAndBackwardMatchCpu) {
   }
 }
 
+// Forward and backward in one kernel, in place over the logits, against the CPU's two calls; and
+// the device-side correction for a seed other than the expected one.
+TEST(CudaKernels, CrossEntropyWithGradientMatchesCpuInPlace) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  const std::vector<std::vector<int64_t>> shapes = {{600, 50304}, {64, 50304}, {1000, 1001}, {9, 37}};
+  const int64_t ignore_index = -100;
+  uint64_t seed = 900;
+  for (DType dtype : kDtypes) {
+    for (const auto& shape : shapes) {
+      const std::string what = describe(shape, dtype);
+      SCOPED_TRACE(what);
+      const int64_t rows = shape[0], vocabulary = shape[1];
+      const RoundedInput logits = random_input(shape, ++seed, dtype, 0.0, 4.0);
+      const Tensor targets = random_ids(rows, vocabulary, ++seed, kInt64, /*ignore_every=*/7, ignore_index);
+      const Tensor grad_losses = Tensor::uniform({rows}, ++seed, 0, 0.5, 1.5, kFloat32);
+      const Tensor expected_losses = Tensor::empty({rows}), expected_lse = Tensor::empty({rows});
+      const Tensor expected_grad = Tensor::empty(shape);
+      cpu_backend().cross_entropy(logits.reference, targets, ignore_index, expected_losses, expected_lse);
+      cpu_backend().cross_entropy_backward(logits.reference, targets, expected_lse, ignore_index, grad_losses,
+                                           expected_grad);
+      const Tensor in_place = logits.gpu.clone();
+      const Tensor losses = poisoned({rows}, kFloat32), lse = poisoned({rows}, kFloat32);
+      gpu_backend().cross_entropy_with_gradient(in_place, targets.to(kGpu), ignore_index, grad_losses.to(kGpu), losses,
+                                                lse, in_place);
+      expect_close(losses, expected_losses, tolerance_for(kFloat32), what + " losses");
+      expect_close(lse, expected_lse, tolerance_for(kFloat32), what + " lse");
+      expect_close(in_place, expected_grad, tolerance_for(dtype), what + " grad_logits");
+      // The same bits as the two CUDA kernels.
+      const Tensor separate = poisoned(shape, dtype);
+      gpu_backend().cross_entropy_backward(logits.gpu, targets.to(kGpu), lse, ignore_index, grad_losses.to(kGpu),
+                                           separate);
+      expect_identical(in_place, separate, what + " against cross_entropy_backward");
+
+      const Tensor expected_seed = Tensor::full({1}, 0.25, kFloat32, kGpu);
+      const Tensor kept = in_place.clone();
+      gpu_backend().rescale_unless_expected(kept, expected_seed, 0.25);
+      expect_identical(kept, in_place, what + " rescale with the expected seed");
+      const Tensor other_seed = Tensor::full({1}, 0.75, kFloat32, kGpu);
+      gpu_backend().rescale_unless_expected(kept, other_seed, 0.25);
+      const Tensor expected_rescaled = in_place.to(Device::cpu()).to(kFloat32);
+      cpu_backend().affine(expected_rescaled, 3.0, 0.0, expected_rescaled);
+      expect_close(kept, expected_rescaled, tolerance_for(dtype), what + " rescale with another seed");
+    }
+  }
+}
+
 // --- Dropout -----------------------------------------------------------------------------------
 
 TEST(CudaKernels, DropoutMatchesCpuBitForBit) {

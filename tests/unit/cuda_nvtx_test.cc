@@ -120,7 +120,7 @@ TEST(NvtxRanges, GpuTrainingStepPushesNodeAndOpNames) {
   const std::vector<std::string> gpu_names = names_since(before);
   const std::set<std::string> pushed(gpu_names.begin(), gpu_names.end());
   for (const std::string& node : cpu_names) EXPECT_TRUE(pushed.count(node)) << "node '" << node << "' not pushed on the GPU";
-  for (const char* op : {"matmul_bias", "layer_norm", "attention", "cross_entropy", "cross_entropy_backward",
+  for (const char* op : {"matmul_bias", "layer_norm", "attention", "cross_entropy_with_gradient", "rescale_unless_expected",
                          "attention_backward", "layer_norm_backward", "embedding_backward", "adamw_update"}) {
     EXPECT_TRUE(pushed.count(op)) << "no NVTX range for the op '" << op << "'";
   }

@@ -230,6 +230,60 @@ TEST(OpGradient, CrossEntropyOverwritesTheLogitsOnlyWhenNothingElseHoldsThem) {
       {x});
 }
 
+// The training form: the gradient computed in the forward pass over the logits. Same loss and,
+// for the expected seed, bitwise the gradient of cross_entropy's backward (f32 and f64, with ignored
+// rows, one micro-batch or four under a scale); another seed (or a second backward of a retained
+// graph) still gets the right gradient; without a backward to come the logits are left alone.
+TEST(OpGradient, CrossEntropyOverwritingLogitsMatchesForwardThenBackward) {
+  const Tensor targets = Tensor::from_vector(std::vector<int64_t>{0, 8, 3, 3, -100, 5}, {6});
+  for (const DType dtype : {kFloat32, kFloat64}) {
+    for (const int micro_batches : {1, 4}) {
+      const double seed = 1.0 / micro_batches;
+      const auto loss_and_gradient = [&](bool fused) {
+        Tensor x = random_leaf({6, 9}, 29).to(dtype).detach();
+        x.set_requires_grad(true);
+        const Tensor logits = mul(x, Tensor::full({1}, 1.5, dtype));  // not a leaf, as a head's output
+        Tensor loss = fused ? cross_entropy_overwriting_logits(logits, targets, -100, 5, seed)
+                            : cross_entropy(logits, targets, -100, 5);
+        if (micro_batches > 1) loss = scale(loss, seed);
+        loss.backward();
+        return std::make_pair(loss.item(), x.grad().to_vector());
+      };
+      const auto [fused_loss, fused_gradient] = loss_and_gradient(true);
+      const auto [loss, gradient] = loss_and_gradient(false);
+      EXPECT_EQ(fused_loss, loss) << dtype_name(dtype) << " micro-batches " << micro_batches;
+      EXPECT_EQ(fused_gradient, gradient) << dtype_name(dtype) << " micro-batches " << micro_batches;
+    }
+  }
+  // A seed other than the expected one: the gradient is rescaled, against finite differences.
+  expect_gradients_match(
+      [&](const std::vector<Tensor>& in) {
+        return scale(cross_entropy_overwriting_logits(mul(in[0], in[0]), targets, -100, 5, 0.25), 3.0);
+      },
+      {random_leaf({6, 9}, 30)});
+  // A retained graph: the second backward gets the same gradient as the first.
+  Tensor x = random_leaf({6, 9}, 31);
+  const Tensor loss = scale(cross_entropy_overwriting_logits(mul(x, x), targets, -100, 5, 1.0), 2.0);
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  const std::vector<double> first = x.grad().to_vector();
+  x.zero_grad();
+  loss.backward();
+  EXPECT_EQ(x.grad().to_vector(), first);
+  // The logits hold the gradient afterwards; without grad mode they keep their values.
+  const Tensor logits = mul(x, x);
+  const std::vector<double> values = logits.to_vector();
+  cross_entropy_overwriting_logits(logits, targets, -100, 5, 1.0);
+  EXPECT_NE(logits.to_vector(), values);
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor plain = mul(x, x);
+    const double value = cross_entropy_overwriting_logits(plain, targets, -100, 5, 1.0).item();
+    EXPECT_EQ(plain.to_vector(), values);
+    EXPECT_EQ(value, cross_entropy(plain, targets, -100, 5).item());
+  }
+  EXPECT_THROW(cross_entropy_overwriting_logits(mul(x, x), targets, -100, -1, 1.0), Error);
+}
+
 TEST(OpGradient, DropoutUsesTheSameMaskBackward) {
   Tensor x = random_leaf({4, 9}, 26);
   expect_gradients_match([](const std::vector<Tensor>& in) { return dropout(in[0], 0.3, 99, 5); }, {x});
