@@ -140,9 +140,11 @@ class AdamW final : public Optimizer {
 void adamw_update(const Tensor& parameter, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                   const Tensor& master, const AdamWStep& step) {
   const AdamWTensorUpdate update = tensor_update(parameter, grad, exp_avg, exp_avg_sq, master, step);
-  backend_for(parameter.device())
-      .adamw_update(absl::Span<const AdamWTensorUpdate>(&update, 1),
-                    AdamWHyperparameters{.beta1 = step.beta1, .beta2 = step.beta2, .eps = step.eps});
+  AdamWHyperparameters hyperparameters;  // no guard, no gradient scale
+  hyperparameters.beta1 = step.beta1;
+  hyperparameters.beta2 = step.beta2;
+  hyperparameters.eps = step.eps;
+  backend_for(parameter.device()).adamw_update(absl::Span<const AdamWTensorUpdate>(&update, 1), hyperparameters);
 }
 
 std::unique_ptr<Optimizer> make_adamw(std::vector<ParameterGroup> groups, const AdamWOptions& options) {

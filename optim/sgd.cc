@@ -110,9 +110,10 @@ class Sgd final : public Optimizer {
 void sgd_update(const Tensor& parameter, const Tensor& grad, const Tensor& momentum_buffer, const Tensor& master,
                 const SgdStep& step) {
   const SgdTensorUpdate update = tensor_update(parameter, grad, momentum_buffer, master, step);
-  backend_for(parameter.device())
-      .sgd_update(absl::Span<const SgdTensorUpdate>(&update, 1),
-                  SgdHyperparameters{.momentum = step.momentum, .nesterov = step.nesterov});
+  SgdHyperparameters hyperparameters;  // no guard
+  hyperparameters.momentum = step.momentum;
+  hyperparameters.nesterov = step.nesterov;
+  backend_for(parameter.device()).sgd_update(absl::Span<const SgdTensorUpdate>(&update, 1), hyperparameters);
 }
 
 std::unique_ptr<Optimizer> make_sgd(std::vector<ParameterGroup> groups, const SgdOptions& options) {

@@ -250,9 +250,14 @@ int main(int argc, char** argv) {
       const double backward_ms = mean_ms(device, warmup, iters, [&] {
         backend.cross_entropy_backward(logits, targets, lse, -100, grad_losses, grad_logits);
       });
+      const double fused_ms = mean_ms(device, warmup, iters, [&] {
+        backend.cross_entropy_with_gradient(logits, targets, -100, grad_losses, losses, lse, grad_logits);
+      });
       rows.push_back({"cross_entropy forward", shape, forward_ms, forward_bytes});
       rows.push_back({"cross_entropy backward", shape, backward_ms, backward_bytes});
       rows.push_back({"cross_entropy fwd+bwd", shape, forward_ms + backward_ms, forward_bytes + backward_bytes});
+      // One kernel: the second read of each row comes from L2, so the bytes are the backward's.
+      rows.push_back({"cross_entropy with grad", shape, fused_ms, backward_bytes});
     }
 
     {
