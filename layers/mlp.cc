@@ -12,6 +12,7 @@
 #include "runtime/ops/swiglu.h"
 
 namespace weft {
+
 Tensor release_hidden_activation(const Tensor& projected, const Tensor& hidden) {
   if (hidden.grad_fn() == nullptr) return projected;  // no history: nothing saves it for a backward
   std::function<Tensor()> rebuild = autograd::output_rebuilder(hidden);

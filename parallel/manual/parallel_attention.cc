@@ -4,10 +4,7 @@
 #include "layers/attention.h"
 #include "layers/linear.h"
 #include "layers/rope.h"
-#include "runtime/autograd/recompute.h"
 #include "runtime/error.h"
-#include "runtime/ops/attention.h"
-#include "runtime/ops/concat.h"
 
 namespace weft {
 

@@ -61,10 +61,9 @@ std::vector<Tensor> recompute(const RecomputedFunction& function, const std::vec
                               const std::vector<Tensor>& parameters = {}, const ReplayedCounters& counters = {});
 
 // Frees `activation`'s bytes (it must fill its storage, contiguous or a permutation of contiguous)
-// and returns
-// `consumer_output` through an identity whose backward refills them from rebuild(), a tensor of
-// activation's shape and dtype computed the way the activation was (copied into the activation's
-// layout when its strides differ).
+// and returns `consumer_output` through an identity whose backward refills them from rebuild(), a
+// tensor of activation's shape and dtype computed the way the activation was (copied into the
+// activation's layout when its strides differ).
 Tensor release_until_backward(const Tensor& consumer_output, const Tensor& activation,
                               std::function<Tensor()> rebuild);
 
