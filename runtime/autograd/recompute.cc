@@ -160,46 +160,39 @@ Tensor empty_in_layout_of(const Tensor& like) {
 // out as the activation was (the consumer's saved aliases keep its strides).
 class RebuildActivationBackward final : public Node {
  public:
-  RebuildActivationBackward(std::shared_ptr<Storage> storage, std::function<Tensor()> rebuild, const Tensor& activation)
-      : storage_(std::move(storage)),
-        rebuild_(std::move(rebuild)),
-        shape_(activation.shape()),
-        strides_(activation.strides()),
-        dtype_(activation.dtype()),
-        layout_(activation.detach()) {}
+  RebuildActivationBackward(std::function<Tensor()> rebuild, const Tensor& activation)
+      : rebuild_(std::move(rebuild)), activation_(activation.detach()) {}
   std::string name() const override { return "RebuildActivationBackward"; }
   // What rebuild() captured (the tensors it recomputes from) goes with the graph's saved tensors.
   void release_saved() override { rebuild_ = nullptr; }
 
   std::vector<Tensor> run_backward(std::vector<Tensor> grad_outputs) override {
-    if (storage_->released()) {
+    Storage& storage = *activation_.storage();
+    if (storage.released()) {
       WEFT_CHECK(rebuild_ != nullptr, name(), ": backward through a released activation whose rebuild was already "
                  "freed; pass retain_graph=true to the first backward() to run backward twice");
       Tensor rebuilt = rebuild_();
-      WEFT_CHECK(rebuilt.shape() == shape_ && rebuilt.dtype() == dtype_, name(), ": rebuild() gave ",
-                 rebuilt.describe(), " for an activation of shape ", shape_string(shape_), " and dtype ",
-                 dtype_name(dtype_));
+      WEFT_CHECK(rebuilt.shape() == activation_.shape() && rebuilt.dtype() == activation_.dtype(), name(),
+                 ": rebuild() gave ", rebuilt.describe(), " for an activation of shape ",
+                 shape_string(activation_.shape()), " and dtype ", dtype_name(activation_.dtype()));
       // The rebuilt tensor's own bytes when they are exactly the activation's layout (the usual case: a
       // fresh result computed the way the activation was), otherwise a copy laid out so.
-      const bool same_layout = rebuilt.strides() == strides_ && rebuilt.storage()->bytes() == storage_->bytes() &&
-                               rebuilt.storage().use_count() == 1 && rebuilt.raw_data() == rebuilt.storage()->data();
+      const bool same_layout = rebuilt.strides() == activation_.strides() &&
+                               rebuilt.storage()->bytes() == storage.bytes() && rebuilt.storage().use_count() == 1 &&
+                               rebuilt.raw_data() == rebuilt.storage()->data();
       if (!same_layout) {
-        Tensor copy = empty_in_layout_of(layout_);
+        Tensor copy = empty_in_layout_of(activation_);
         copy.copy_(rebuilt);
         rebuilt = copy;
       }
-      storage_->adopt(*rebuilt.storage());
+      storage.adopt(*rebuilt.storage());
     }
     return {std::move(grad_outputs[0])};
   }
 
  private:
-  std::shared_ptr<Storage> storage_;
   std::function<Tensor()> rebuild_;
-  Shape shape_;
-  Strides strides_;
-  DType dtype_;
-  Tensor layout_;  // an alias of the activation: its shape and strides (its bytes are released)
+  Tensor activation_;  // a detached alias: the storage to refill, the shape, dtype and strides to refill it in
 };
 
 }  // namespace
@@ -239,7 +232,7 @@ Tensor release_until_backward(const Tensor& consumer_output, const Tensor& activ
              " must be a whole dense tensor, contiguous or permuted (not a view into a larger one)");
   WEFT_CHECK(!activation.is_same(consumer_output) && activation.storage() != consumer_output.storage(),
              "release_until_backward: the consumer's output shares the activation's bytes");
-  auto node = std::make_shared<RebuildActivationBackward>(activation.storage(), std::move(rebuild), activation);
+  auto node = std::make_shared<RebuildActivationBackward>(std::move(rebuild), activation);
   connect(*node, {consumer_output});
   node->set_num_outputs(1);
   node->output_shapes.push_back(consumer_output.shape());
