@@ -66,7 +66,7 @@ class AdamW final : public Optimizer {
         register_state(parameter.name + ".exp_avg", state.exp_avg);
         register_state(parameter.name + ".exp_avg_sq", state.exp_avg_sq);
         register_state(parameter.name + ".step", state.step);
-        if (state.master.defined()) register_state(parameter.name + ".master", state.master);
+        if (state.master.defined()) register_master(parameter.name + ".master", tensor, state.master);
         states_.push_back(std::move(state));
       }
     }
@@ -126,7 +126,7 @@ class AdamW final : public Optimizer {
   struct State {
     Tensor exp_avg;     // parameter's shape, state dtype
     Tensor exp_avg_sq;  // parameter's shape, state dtype
-    Tensor master;      // f32 copy for a bf16/f16 parameter, undefined otherwise
+    Tensor master;      // make_master_weights: i16 low halves for bf16, f32 for f16, undefined otherwise
     Tensor step;        // i64 scalar, CPU: updates applied to this parameter
   };
   AdamWOptions options_;

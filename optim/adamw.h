@@ -10,7 +10,7 @@
 // gradient into a runtime/optimizer_update.h AdamWTensorUpdate (the scalars above, in double) and
 // makes one Backend::adamw_update call per device: the CPU backend's loops, or one multi-tensor
 // launch on CUDA. State "<name>.exp_avg", "<name>.exp_avg_sq" and "<name>.step" (PyTorch's names)
-// and, for bf16/f16 parameters, "<name>.master".
+// and, for bf16/f16 parameters, "<name>.master" (the f32 master values, master_weights.h).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,8 @@ struct AdamWStep {
 // parameter [..] (any floating dtype, contiguous), updated in place.
 // grad: parameter's shape, any floating dtype (converted to the state dtype).
 // exp_avg, exp_avg_sq: parameter's shape, contiguous, f32 (f64 for f64 parameters), updated in place.
-// master: f32 contiguous copy for a bf16/f16 parameter (see master_weights.h), undefined otherwise.
+// master: make_master_weights(parameter) (master_weights.h: i16 low halves for bf16, an f32 copy for
+// f16), undefined for other dtypes.
 // Every tensor on the parameter's device; a device without an optimizer kernel is a weft::Error.
 // One parameter's update through its device's backend (the optimizer batches a device's parameters
 // into one call instead).

@@ -5,7 +5,9 @@
 #include <set>
 #include <utility>
 
+#include "optim/master_weights.h"
 #include "runtime/error.h"
+#include "runtime/shape.h"
 
 namespace weft {
 
@@ -64,10 +66,18 @@ void Optimizer::register_state(const std::string& key, const Tensor& tensor) {
              "' registered twice");
 }
 
+void Optimizer::register_master(const std::string& key, const Tensor& parameter, const Tensor& master) {
+  register_state(key, master);
+  master_parameters_.emplace(key, parameter);
+}
+
 std::map<std::string, Tensor> Optimizer::snapshot_state() const {
   std::map<std::string, Tensor> snapshot;
   // Copies, so that a checkpoint taken now is not changed by the steps that follow.
-  for (const auto& [key, tensor] : state_) snapshot.emplace(key, tensor.clone());
+  for (const auto& [key, tensor] : state_) {
+    auto master = master_parameters_.find(key);
+    snapshot.emplace(key, master == master_parameters_.end() ? tensor.clone() : master_values(master->second, tensor));
+  }
   snapshot.emplace("step", Tensor::scalar(static_cast<double>(steps_), kInt64));
   return snapshot;
 }
@@ -85,12 +95,15 @@ void Optimizer::restore_state(const std::map<std::string, Tensor>& state) {
   }
   for (const auto& [key, tensor] : state_) {
     auto entry = state.find(key);
+    // A master is saved as its f32 values (register_master), whatever it is stored as.
+    const DType saved_dtype = master_parameters_.count(key) == 1 ? kFloat32 : tensor.dtype();
     if (entry == state.end()) {
       problem("missing '" + key + "'");
     } else if (!entry->second.defined()) {
       problem("'" + key + "' is undefined");
-    } else if (entry->second.shape() != tensor.shape() || entry->second.dtype() != tensor.dtype()) {
-      problem("'" + key + "' is " + entry->second.describe() + ", expected " + tensor.describe());
+    } else if (entry->second.shape() != tensor.shape() || entry->second.dtype() != saved_dtype) {
+      problem("'" + key + "' is " + entry->second.describe() + ", expected " + std::string(dtype_name(saved_dtype)) +
+              shape_string(tensor.shape()));
     }
   }
   for (const auto& [key, tensor] : state) {
@@ -102,7 +115,8 @@ void Optimizer::restore_state(const std::map<std::string, Tensor>& state) {
              "was loaded:", problems);
   for (const auto& [key, tensor] : state_) {
     Tensor target = tensor;  // a handle to the live tensor: copy_ writes through it
-    target.copy_(state.at(key));
+    auto master = master_parameters_.find(key);
+    target.copy_(master == master_parameters_.end() ? state.at(key) : master_from_values(master->second, state.at(key)));
   }
   steps_ = static_cast<int64_t>(step_entry->second.item());
 }

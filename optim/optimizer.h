@@ -1,8 +1,9 @@
 // Optimizers: update parameters from their accumulated gradients.
 //
 // An Optimizer holds parameter groups (weight decay applies to matrices, not to norms and biases),
-// its per-parameter state (momentum, Adam moments) and, when the model computes in bf16/f16, f32
-// master copies of the weights: step() updates the master weights and writes them back rounded.
+// its per-parameter state (momentum, Adam moments) and, when the model computes in bf16/f16, the
+// f32 master weights (master_weights.h: for bf16 stored as low halves beside the parameter):
+// step() updates the master weights and writes them back rounded.
 // Gradients are read from each parameter's .grad (any floating dtype) and are not cleared by step();
 // call zero_grad(). All state is f32 (f64 for f64 parameters) and is part of the checkpoint.
 //
@@ -65,6 +66,9 @@ class Optimizer {
   // Registers a live state tensor under `key` ("<parameter name>.<state name>"); the subclass keeps
   // its own handle to the same tensor and updates it in place, so restore_state() reaches it.
   void register_state(const std::string& key, const Tensor& tensor);
+  // Registers the master of `parameter` (make_master_weights) under `key` ("<parameter name>.master"):
+  // the state dict holds its f32 values whatever its storage (master_values / master_from_values).
+  void register_master(const std::string& key, const Tensor& parameter, const Tensor& master);
   // The shared halves of state_dict() / load_state_dict(): copies of every registered tensor plus
   // "step" (i64 scalar). restore_state checks everything (missing, unexpected, shape, dtype) before
   // it copies anything, so a failed load leaves the optimizer as it was.
@@ -76,6 +80,7 @@ class Optimizer {
 
  private:
   std::map<std::string, Tensor> state_;  // key -> live state tensor (aliases the subclass's handles)
+  std::map<std::string, Tensor> master_parameters_;  // key of a master in state_ -> its parameter
 };
 
 struct SgdOptions {

@@ -54,7 +54,7 @@ class Sgd final : public Optimizer {
           register_state(parameter.name + ".momentum_buffer", state.momentum_buffer);
         }
         state.master = make_master_weights(tensor);
-        if (state.master.defined()) register_state(parameter.name + ".master", state.master);
+        if (state.master.defined()) register_master(parameter.name + ".master", tensor, state.master);
         states_.push_back(std::move(state));
       }
     }
@@ -98,7 +98,7 @@ class Sgd final : public Optimizer {
  private:
   struct State {
     Tensor momentum_buffer;  // parameter's shape, state dtype; undefined when momentum is 0
-    Tensor master;           // f32 copy for a bf16/f16 parameter, undefined otherwise
+    Tensor master;           // make_master_weights: i16 low halves for bf16, f32 for f16, undefined otherwise
   };
   SgdOptions options_;
   std::vector<State> states_;  // one per parameter, in group order

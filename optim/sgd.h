@@ -26,7 +26,8 @@ struct SgdStep {
 // grad: parameter's shape, any floating dtype (converted to the state dtype).
 // momentum_buffer: parameter's shape, contiguous, f32 (f64 for f64 parameters), updated in place;
 // undefined when momentum is 0.
-// master: f32 contiguous copy for a bf16/f16 parameter (see master_weights.h), undefined otherwise.
+// master: make_master_weights(parameter) (master_weights.h: i16 low halves for bf16, an f32 copy for
+// f16), undefined for other dtypes.
 // Every tensor on the parameter's device; a device without an optimizer kernel is a weft::Error.
 // One parameter's update through its device's backend (the optimizer batches a device's parameters
 // into one call instead).

@@ -15,6 +15,7 @@ int64_t dtype_size(DType dtype) {
     case DType::kFloat64: return 8;
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
+    case DType::kInt16: return 2;
   }
   WEFT_FAIL("dtype_size: unknown dtype ", static_cast<int>(dtype));
 }
@@ -27,6 +28,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kFloat64: return "f64";
     case DType::kInt32: return "i32";
     case DType::kInt64: return "i64";
+    case DType::kInt16: return "i16";
   }
   return "unknown";
 }
@@ -38,13 +40,14 @@ DType parse_dtype(std::string_view name) {
   if (name == "f64" || name == "float64") return kFloat64;
   if (name == "i32" || name == "int32") return kInt32;
   if (name == "i64" || name == "int64") return kInt64;
-  WEFT_FAIL("unknown dtype '", name, "': expected one of f32, bf16, f16, f64, i32, i64");
+  if (name == "i16" || name == "int16") return kInt16;
+  WEFT_FAIL("unknown dtype '", name, "': expected one of f32, bf16, f16, f64, i32, i64, i16");
 }
 
 bool is_floating(DType dtype) {
   return dtype == kFloat32 || dtype == kBFloat16 || dtype == kFloat16 || dtype == kFloat64;
 }
-bool is_integer(DType dtype) { return dtype == kInt32 || dtype == kInt64; }
+bool is_integer(DType dtype) { return dtype == kInt32 || dtype == kInt64 || dtype == kInt16; }
 
 uint16_t Float16::from_float(float value) {
   const uint32_t word = std::bit_cast<uint32_t>(value);

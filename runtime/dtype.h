@@ -3,7 +3,8 @@
 // Floating tensors are stored as f32, bf16, f16 or f64 and computed in f32 (f64 in double, which
 // the gradient checks use). bf16 and f16 are 16-bit storage formats: conversion from float rounds
 // to nearest, ties to even, and keeps NaN a NaN; conversion to float is exact. Integer tensors
-// (i32, i64) hold token ids, targets and indices.
+// (i32, i64) hold token ids, targets and indices; i16 holds the low halves of the optimizer's f32
+// master weights for bf16 parameters (optim/master_weights.h) and is only stored, copied and moved.
 #pragma once
 
 #include <cmath>
@@ -15,7 +16,7 @@
 
 namespace weft {
 
-enum class DType : uint8_t { kFloat32, kBFloat16, kFloat16, kFloat64, kInt32, kInt64 };
+enum class DType : uint8_t { kFloat32, kBFloat16, kFloat16, kFloat64, kInt32, kInt64, kInt16 };
 
 inline constexpr DType kFloat32 = DType::kFloat32;
 inline constexpr DType kBFloat16 = DType::kBFloat16;
@@ -23,13 +24,14 @@ inline constexpr DType kFloat16 = DType::kFloat16;
 inline constexpr DType kFloat64 = DType::kFloat64;
 inline constexpr DType kInt32 = DType::kInt32;
 inline constexpr DType kInt64 = DType::kInt64;
+inline constexpr DType kInt16 = DType::kInt16;
 
 // Bytes per element.
 int64_t dtype_size(DType dtype);
-// "f32", "bf16", "f16", "f64", "i32", "i64".
+// "f32", "bf16", "f16", "f64", "i32", "i64", "i16".
 std::string_view dtype_name(DType dtype);
 // Parses a name as dtype_name prints it (also "float32", "bfloat16", "float16", "float64", "int32",
-// "int64"); throws weft::Error naming the valid names otherwise.
+// "int64", "int16"); throws weft::Error naming the valid names otherwise.
 DType parse_dtype(std::string_view name);
 bool is_floating(DType dtype);
 bool is_integer(DType dtype);
@@ -73,6 +75,7 @@ template <> struct StorageTypeOf<DType::kFloat16> { using type = Float16; };
 template <> struct StorageTypeOf<DType::kFloat64> { using type = double; };
 template <> struct StorageTypeOf<DType::kInt32> { using type = int32_t; };
 template <> struct StorageTypeOf<DType::kInt64> { using type = int64_t; };
+template <> struct StorageTypeOf<DType::kInt16> { using type = int16_t; };
 
 template <class T>
 using ComputeType = std::conditional_t<std::is_same_v<T, double>, double,
@@ -85,6 +88,7 @@ template <> inline DType dtype_of<Float16>() { return kFloat16; }
 template <> inline DType dtype_of<double>() { return kFloat64; }
 template <> inline DType dtype_of<int32_t>() { return kInt32; }
 template <> inline DType dtype_of<int64_t>() { return kInt64; }
+template <> inline DType dtype_of<int16_t>() { return kInt16; }
 
 // Narrows a double to float rounding to odd (truncate, then set the lowest bit when inexact).
 // A 16-bit format rounded to nearest from that float equals the double rounded once, because float

@@ -21,13 +21,17 @@
 // State dtype: f32, or f64 for f64 parameters (statistic_dtype). Gradients of another floating
 // dtype are read converted to it.
 //
-// Master weights. A bf16/f16 parameter comes with an f32 master copy: the update starts from the
-// master, writes the master, and stores the result rounded once (to nearest even) into the
-// parameter, so updates too small to move the 16-bit value accumulate in the master. Invariant:
-// after each update, parameter == round(master), element by element. Where that does not hold when
-// an update starts, something outside the optimizer wrote the parameter (loaded weights, a manual
-// edit) and the parameter wins: that element's master restarts from it. This keeps a stale master
-// from silently undoing a weight load, at the cost of one compare per element.
+// Master weights. A bf16/f16 parameter comes with a master that holds its f32 value: for bf16 the
+// parameter is the master's high half and `master` an i16 tensor of low halves
+// (runtime/split_master_weights.h: 2 bytes a parameter, exact), for f16 an f32 copy. The update
+// starts from the master's value, and stores the result into the master and, rounded once, into
+// the parameter (bf16: to nearest, ties away from zero, which the split needs; f16: to nearest
+// even), so updates too small to move the 16-bit value accumulate in the master. Invariant: after
+// each update, parameter == round(master), element by element. Where something outside the
+// optimizer wrote the parameter (loaded weights, a manual edit), the parameter wins: a bf16
+// element's master becomes the written value plus the low half it had (less than half a bf16 step
+// from it, and rounding back to it); an f16 element, found by one compare, restarts its master
+// from the written value. Either way a stale master cannot undo a weight load.
 //
 // Entries of one call are distinct parameters (no two share storage) on the backend's device.
 //
@@ -53,7 +57,7 @@ struct AdamWTensorUpdate {
   Tensor grad;        // parameter's shape, contiguous, floating (CUDA: f32, bf16 or f16)
   Tensor exp_avg;     // parameter's shape, contiguous, state dtype; updated in place
   Tensor exp_avg_sq;  // parameter's shape, contiguous, state dtype; updated in place
-  Tensor master;      // parameter's shape, contiguous, f32, for a bf16/f16 parameter; undefined otherwise
+  Tensor master;      // parameter's shape, contiguous: i16 low halves for bf16, f32 for f16, undefined otherwise
   double step_size = 0.0;              // lr / (1 - beta1^t)
   double bias_correction2_sqrt = 1.0;  // sqrt(1 - beta2^t)
   double decay = 1.0;                  // 1 - lr * weight_decay
@@ -72,7 +76,7 @@ struct SgdTensorUpdate {
   Tensor parameter;        // [..] f32, bf16, f16 (f64 on the CPU), contiguous; updated in place
   Tensor grad;             // parameter's shape, contiguous, floating (CUDA: f32, bf16 or f16)
   Tensor momentum_buffer;  // parameter's shape, contiguous, state dtype; undefined exactly when momentum is 0
-  Tensor master;           // parameter's shape, contiguous, f32, for a bf16/f16 parameter; undefined otherwise
+  Tensor master;           // parameter's shape, contiguous: i16 low halves for bf16, f32 for f16, undefined otherwise
   double lr = 0.0;
   double weight_decay = 0.0;  // this parameter's group's
 };

@@ -66,6 +66,7 @@ double read_element(const void* base, DType dtype, int64_t offset) {
     case kFloat64: return static_cast<const double*>(base)[offset];
     case kInt32: return static_cast<const int32_t*>(base)[offset];
     case kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[offset]);
+    case kInt16: return static_cast<const int16_t*>(base)[offset];
   }
   return 0;
 }
@@ -78,6 +79,7 @@ void write_element(void* base, DType dtype, int64_t offset, double value) {
     case kFloat64: static_cast<double*>(base)[offset] = value; return;
     case kInt32: static_cast<int32_t*>(base)[offset] = static_cast<int32_t>(value); return;
     case kInt64: static_cast<int64_t*>(base)[offset] = static_cast<int64_t>(value); return;
+    case kInt16: static_cast<int16_t*>(base)[offset] = static_cast<int16_t>(value); return;
   }
 }
 

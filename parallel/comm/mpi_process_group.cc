@@ -24,6 +24,7 @@ MPI_Datatype transfer_type(DType dtype) {
     case DType::kFloat64: return MPI_DOUBLE;
     case DType::kInt32: return MPI_INT32_T;
     case DType::kInt64: return MPI_INT64_T;
+    case DType::kInt16: return MPI_INT16_T;
     case DType::kBFloat16:
     case DType::kFloat16: return MPI_UINT16_T;
   }

@@ -28,6 +28,9 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::kFloat64: return ncclFloat64;
     case DType::kInt32: return ncclInt32;
     case DType::kInt64: return ncclInt64;
+    case DType::kInt16:
+      WEFT_FAIL("NCCL has no 16-bit integer type: i16 tensors (the low halves of bf16 master weights) are not sent "
+                "over NCCL");
   }
   return ncclFloat32;
 }

@@ -375,7 +375,10 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
   const double parameters = heaviest_parameters;
   const double optimizer_state = (workload.optimizer == "adamw" ? 8.0 : 4.0) * parameters / (layout.zero > 0 ? layout.dp : 1);
   const double gradients = parameters * e / (layout.zero >= 2 ? layout.dp : 1);
-  prediction.weights_bytes = parameters * e + (e < 4.0 ? 4.0 * parameters : 0.0) + gradients + optimizer_state;
+  // Master weights under 16-bit weights: the optimizer's i16 low halves beside each parameter
+  // (optim/master_weights.h), or with ZeRO the f32 shard the update keeps.
+  const double masters = e < 4.0 ? (layout.zero > 0 ? 4.0 * parameters / layout.dp : 2.0 * parameters) : 0.0;
+  prediction.weights_bytes = parameters * e + masters + gradients + optimizer_state;
   const double per_layer = tokens * c * (layout.sequence_parallel ? 34.0 / tp : 10.0 + 24.0 / tp) * (e / 2.0);
   int most_blocks = 0;
   for (const StageWork& work : stage_work) most_blocks = std::max(most_blocks, work.blocks);

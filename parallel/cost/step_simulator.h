@@ -13,8 +13,8 @@
 // compute); `auto` overlaps the gradient buckets with backward, pipelines the sequence-parallel
 // collective matmuls (all but one chunk of each ring under its matmul) and posts receives ahead.
 //
-// Memory per rank: weights, gradients and optimizer state (ZeRO shards them over dp), the f32
-// master copy under bf16, and the activations kept in flight (Megatron-LM's per-layer estimate,
+// Memory per rank: weights, gradients and optimizer state (ZeRO shards them over dp), the master
+// weights under bf16 (2 bytes a parameter of low halves; ZeRO's f32 shard), and the activations kept in flight (Megatron-LM's per-layer estimate,
 // sbh(10 + 24/t) bytes at 16 bits, 34sbh/t with sequence parallelism, scaled by the dtype; cuDNN
 // and fused attention keep no T x T scores) times the most micro-batches a stage holds at once.
 //

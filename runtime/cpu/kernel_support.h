@@ -38,6 +38,7 @@ void dispatch_all(DType dtype, std::string_view op, Body&& body) {
   switch (dtype) {
     case kInt32: body.template operator()<int32_t>(); return;
     case kInt64: body.template operator()<int64_t>(); return;
+    case kInt16: body.template operator()<int16_t>(); return;
     default: dispatch_floating(dtype, op, std::forward<Body>(body));
   }
 }

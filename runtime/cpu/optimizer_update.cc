@@ -2,6 +2,7 @@
 // contiguous data, the reference the CUDA multi-tensor kernels are checked against. A large
 // parameter's elements are split over the thread pool (each element's update is independent, so
 // the split changes no result), and the loops are built for the CPU's vector width.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -11,17 +12,25 @@
 #include "runtime/cpu/vectorized.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/split_master_weights.h"
 
 namespace weft {
 namespace {
 
-// The value element `index` of an update starts from: the master when there is one and the
-// parameter still holds its rounding, the parameter otherwise (the master-weight rule of
-// runtime/optimizer_update.h). `Parameter` is the parameter's storage type, `State` the compute
-// type (float or double); `master` is null unless Parameter is 16-bit.
+// What a parameter's master is stored as: the i16 low halves for bf16
+// (runtime/split_master_weights.h), an f32 copy for f16, nothing (a null pointer of State) otherwise.
 template <class Parameter, class State>
-State load_parameter_value(const Parameter* parameter, State* master, int64_t index) {
-  if constexpr (std::is_same_v<Parameter, BFloat16> || std::is_same_v<Parameter, Float16>) {
+using MasterStorage = std::conditional_t<std::is_same_v<Parameter, BFloat16>, int16_t, State>;
+
+// The value element `index` of an update starts from (the master-weight rule of
+// runtime/optimizer_update.h): for bf16 the f32 the parameter and its low half make; for f16 the
+// master when the parameter still holds its rounding, the parameter otherwise; for other dtypes the
+// parameter. `master` is null unless Parameter is 16-bit.
+template <class Parameter, class State>
+State load_parameter_value(const Parameter* parameter, MasterStorage<Parameter, State>* master, int64_t index) {
+  if constexpr (std::is_same_v<Parameter, BFloat16>) {
+    return std::bit_cast<float>(master_bits(parameter[index].bits, master[index]));
+  } else if constexpr (std::is_same_v<Parameter, Float16>) {
     const Parameter rounded = store_element<Parameter>(master[index]);
     if (rounded.bits != parameter[index].bits) master[index] = load_element(parameter[index]);
     return master[index];
@@ -30,13 +39,21 @@ State load_parameter_value(const Parameter* parameter, State* master, int64_t in
   }
 }
 
-// Stores the updated value: into the master and, rounded once, into the parameter.
+// Stores the updated value: into the master and, rounded once, into the parameter (for bf16 the
+// two halves of its bits).
 template <class Parameter, class State>
-void store_parameter_value(Parameter* parameter, State* master, int64_t index, State value) {
-  if constexpr (std::is_same_v<Parameter, BFloat16> || std::is_same_v<Parameter, Float16>) {
+void store_parameter_value(Parameter* parameter, MasterStorage<Parameter, State>* master, int64_t index,
+                           State value) {
+  if constexpr (std::is_same_v<Parameter, BFloat16>) {
+    const uint32_t bits = std::bit_cast<uint32_t>(value);
+    parameter[index].bits = master_high_half(bits);
+    master[index] = master_low_half(bits);
+  } else if constexpr (std::is_same_v<Parameter, Float16>) {
     master[index] = value;
+    parameter[index] = store_element<Parameter>(value);
+  } else {
+    parameter[index] = store_element<Parameter>(value);
   }
-  parameter[index] = store_element<Parameter>(value);
 }
 
 // `grad` in the state dtype, contiguous: itself when it already is, a converted copy otherwise.
@@ -58,11 +75,12 @@ void dispatch_parameter(const Tensor& parameter, const char* op, Body&& body) {
   }
 }
 
-// One parameter's AdamW update. grad, exp_avg, exp_avg_sq are State; master is null unless
-// Parameter is 16-bit. Each double scalar is rounded once to State.
+// One parameter's AdamW update. grad, exp_avg, exp_avg_sq are State; master (MasterStorage) is
+// null unless Parameter is 16-bit. Each double scalar is rounded once to State.
 // `scale` multiplies every gradient as it is read (AdamWHyperparameters::gradient_scale; 1 without).
 template <class Parameter, class State>
-WEFT_CPU_VECTORIZED void adamw_loop(Parameter* parameter, const State* grad, State* exp_avg, State* exp_avg_sq, State* master,
+WEFT_CPU_VECTORIZED void adamw_loop(Parameter* parameter, const State* grad, State* exp_avg, State* exp_avg_sq,
+                MasterStorage<Parameter, State>* master,
                 int64_t count, const AdamWTensorUpdate& update, const AdamWHyperparameters& hyperparameters,
                 State scale) {
   const State decay = static_cast<State>(update.decay);
@@ -74,27 +92,28 @@ WEFT_CPU_VECTORIZED void adamw_loop(Parameter* parameter, const State* grad, Sta
   const State bias_correction2_sqrt = static_cast<State>(update.bias_correction2_sqrt);
   const State eps = static_cast<State>(hyperparameters.eps);
   for (int64_t i = 0; i < count; ++i) {
-    State value = load_parameter_value(parameter, master, i);
+    State value = load_parameter_value<Parameter, State>(parameter, master, i);
     const State g = grad[i] * scale;
     value = value * decay;
     exp_avg[i] = exp_avg[i] * beta1 + g * one_minus_beta1;
     exp_avg_sq[i] = exp_avg_sq[i] * beta2 + g * g * one_minus_beta2;
     const State denominator = std::sqrt(exp_avg_sq[i]) / bias_correction2_sqrt + eps;
     value = value - step_size * (exp_avg[i] / denominator);
-    store_parameter_value(parameter, master, i, value);
+    store_parameter_value<Parameter, State>(parameter, master, i, value);
   }
 }
 
 // One parameter's SGD update; buffer is null when momentum is 0, master null unless Parameter is
 // 16-bit. Each double scalar is rounded once to State.
 template <class Parameter, class State>
-WEFT_CPU_VECTORIZED void sgd_loop(Parameter* parameter, const State* grad, State* buffer, State* master, int64_t count,
+WEFT_CPU_VECTORIZED void sgd_loop(Parameter* parameter, const State* grad, State* buffer,
+              MasterStorage<Parameter, State>* master, int64_t count,
               const SgdTensorUpdate& update, const SgdHyperparameters& hyperparameters) {
   const State lr = static_cast<State>(update.lr);
   const State momentum = static_cast<State>(hyperparameters.momentum);
   const State weight_decay = static_cast<State>(update.weight_decay);
   for (int64_t i = 0; i < count; ++i) {
-    State value = load_parameter_value(parameter, master, i);
+    State value = load_parameter_value<Parameter, State>(parameter, master, i);
     State direction = grad[i];
     if (update.weight_decay != 0.0) direction = direction + weight_decay * value;
     if (buffer != nullptr) {
@@ -102,7 +121,7 @@ WEFT_CPU_VECTORIZED void sgd_loop(Parameter* parameter, const State* grad, State
       direction = hyperparameters.nesterov ? direction + momentum * buffer[i] : buffer[i];
     }
     value = value - lr * direction;
-    store_parameter_value(parameter, master, i, value);
+    store_parameter_value<Parameter, State>(parameter, master, i, value);
   }
 }
 
@@ -133,7 +152,7 @@ void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
       const State* gradient = grad.data<State>();
       State* exp_avg = update.exp_avg.data<State>();
       State* exp_avg_sq = update.exp_avg_sq.data<State>();
-      State* master = update.master.defined() ? update.master.data<State>() : nullptr;
+      auto* master = update.master.defined() ? update.master.data<MasterStorage<Parameter, State>>() : nullptr;
       cpu::parallel_for(update.parameter.numel(), 12, [&](int64_t begin, int64_t end) {
         adamw_loop<Parameter, State>(parameter + begin, gradient + begin, exp_avg + begin, exp_avg_sq + begin,
                                      master != nullptr ? master + begin : nullptr, end - begin, update,
@@ -151,7 +170,7 @@ void CpuBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const Sgd
       Parameter* parameter = update.parameter.data<Parameter>();
       const State* gradient = grad.data<State>();
       State* buffer = update.momentum_buffer.defined() ? update.momentum_buffer.data<State>() : nullptr;
-      State* master = update.master.defined() ? update.master.data<State>() : nullptr;
+      auto* master = update.master.defined() ? update.master.data<MasterStorage<Parameter, State>>() : nullptr;
       cpu::parallel_for(update.parameter.numel(), 6, [&](int64_t begin, int64_t end) {
         sgd_loop<Parameter, State>(parameter + begin, gradient + begin, buffer != nullptr ? buffer + begin : nullptr,
                                    master != nullptr ? master + begin : nullptr, end - begin, update, hyperparameters);

@@ -47,6 +47,7 @@ __device__ __forceinline__ double load_double(__half value) { return static_cast
 __device__ __forceinline__ double load_double(double value) { return value; }
 __device__ __forceinline__ double load_double(int32_t value) { return static_cast<double>(value); }
 __device__ __forceinline__ double load_double(int64_t value) { return static_cast<double>(value); }
+__device__ __forceinline__ double load_double(int16_t value) { return static_cast<double>(value); }
 
 // weft::round_to_odd_float on the device: truncate toward zero, set the lowest bit when inexact.
 __device__ __forceinline__ float round_to_odd_float(double value) {
@@ -72,6 +73,8 @@ template <>
 __device__ __forceinline__ int32_t store_double<int32_t>(double value) { return static_cast<int32_t>(value); }
 template <>
 __device__ __forceinline__ int64_t store_double<int64_t>(double value) { return static_cast<int64_t>(value); }
+template <>
+__device__ __forceinline__ int16_t store_double<int16_t>(double value) { return static_cast<int16_t>(value); }
 
 // Instantiates body for the device storage type of any dtype (copies move every dtype).
 template <class Body>
@@ -83,6 +86,7 @@ void dispatch_cuda_all(DType dtype, std::string_view op, Body&& body) {
     case kFloat64: body.template operator()<double>(); return;
     case kInt32: body.template operator()<int32_t>(); return;
     case kInt64: body.template operator()<int64_t>(); return;
+    case kInt16: body.template operator()<int16_t>(); return;
   }
   WEFT_FAIL(op, ": unknown dtype");
 }
@@ -154,6 +158,11 @@ uint64_t stored_bits(DType dtype, double value) {
     }
     case kInt64: {
       const int64_t stored = static_cast<int64_t>(value);
+      std::memcpy(&bits, &stored, sizeof(stored));
+      break;
+    }
+    case kInt16: {
+      const int16_t stored = static_cast<int16_t>(value);
       std::memcpy(&bits, &stored, sizeof(stored));
       break;
     }

@@ -5,7 +5,8 @@
 // table; each block updates one chunk of 64K elements, so one launch covers a whole model whatever
 // the parameter sizes. AdamW moves four elements per access where a parameter's arrays allow
 // (multi_tensor_table.cuh: four_aligned), with per-element arithmetic unchanged. Parameters are
-// f32, bf16 or f16; gradients f32, bf16 or f16 (read as they are, not converted); state is f32.
+// f32, bf16 or f16; gradients f32, bf16 or f16 (read as they are, not converted); state is f32;
+// masters are i16 low halves for bf16 parameters (runtime/split_master_weights.h), f32 for f16.
 #include "runtime/cuda/cuda_backend.h"
 
 #include <cuda_bf16.h>
@@ -19,6 +20,7 @@
 #include "runtime/cuda/multi_tensor_table.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/error.h"
+#include "runtime/split_master_weights.h"
 
 namespace weft {
 namespace cuda {
@@ -26,12 +28,15 @@ namespace {
 
 constexpr int kThreads = 512;
 
+// How a parameter's master is stored (optim/master_weights.h).
+enum MasterKind : int32_t { kNoMaster = 0, kMasterF32 = 1, kMasterLowHalves = 2 };
+
 struct TensorSlot {
   void* parameter;
   const void* grad;
   float* exp_avg;
   float* exp_avg_sq;
-  float* master;  // null for f32 parameters
+  void* master;  // float* (kMasterF32), int16_t* (kMasterLowHalves), null (kNoMaster)
   int64_t numel;
   float step_size;
   float bias_correction2_sqrt;
@@ -39,18 +44,32 @@ struct TensorSlot {
   int32_t parameter_kind;
   int32_t grad_kind;
   int32_t four_aligned;  // every array of the slot four_aligned(): the kernel moves 4 elements per access
-  int32_t unused;        // keeps the slot a multiple of 8 bytes
+  int32_t master_kind;   // MasterKind
 };
 
-// The value an update starts from: the f32 master of a 16-bit parameter, unless an outside write
-// to the parameter (a weight load) left the master stale, in which case the stored parameter wins
-// (as load_parameter_value does in runtime/cpu/optimizer_update.cc). `stored` is the parameter's
-// value, `kept` the master's (ignored without a master).
-__device__ __forceinline__ float starting_value(float stored, float kept, int32_t parameter_kind, bool has_master) {
-  if (!has_master) return stored;
-  const float rounded = parameter_kind == kStorageBF16 ? __bfloat162float(__float2bfloat16_rn(kept))
-                                                       : __half2float(__float2half_rn(kept));
-  return (rounded == stored || (isnan(rounded) && isnan(stored))) ? kept : stored;
+// The value an update starts from (runtime/optimizer_update.h's master-weight rule, as
+// load_parameter_value does in runtime/cpu/optimizer_update.cc). `stored` is the parameter's value;
+// `kept` the f32 master's (kMasterF32), `low` the low half (kMasterLowHalves). A bf16 parameter
+// and its low half make the f32 value; an f16 parameter whose f32 master no longer rounds to it was
+// written from outside, and the stored value wins.
+__device__ __forceinline__ float starting_value(float stored, float kept, int16_t low, int32_t master_kind) {
+  switch (master_kind) {
+    case kMasterLowHalves:
+      return __uint_as_float(master_bits(static_cast<uint16_t>(__float_as_uint(stored) >> 16), low));
+    case kMasterF32: {
+      const float rounded = __half2float(__float2half_rn(kept));
+      return (rounded == stored || (isnan(rounded) && isnan(stored))) ? kept : stored;
+    }
+    default: return stored;
+  }
+}
+
+// The value the parameter gets for an updated `value`: for low halves the high half, as an f32 that
+// store_kind's rounding keeps exactly (ties away from zero, not to even: split_master_weights.h);
+// otherwise `value`, which store_kind rounds to nearest even.
+__device__ __forceinline__ float parameter_value(float value, int32_t master_kind) {
+  if (master_kind != kMasterLowHalves) return value;
+  return __uint_as_float(static_cast<uint32_t>(master_high_half(__float_as_uint(value))) << 16);
 }
 
 // Whether the step goes ahead: no guard, or a finite one (optimizer_update.h). Read by every block,
@@ -72,16 +91,29 @@ __device__ __forceinline__ float adamw_step(float value, float g, float& m, floa
 }
 
 // Element i alone (tails, and tensors that are not four_aligned).
+// Element i's master, read (into `kept` or `low`) and written, for each MasterKind.
+__device__ __forceinline__ void load_master(const void* master, int32_t master_kind, int64_t i, float& kept,
+                                            int16_t& low) {
+  if (master_kind == kMasterF32) kept = static_cast<const float*>(master)[i];
+  if (master_kind == kMasterLowHalves) low = static_cast<const int16_t*>(master)[i];
+}
+__device__ __forceinline__ void store_master(void* master, int32_t master_kind, int64_t i, float value) {
+  if (master_kind == kMasterF32) static_cast<float*>(master)[i] = value;
+  if (master_kind == kMasterLowHalves) static_cast<int16_t*>(master)[i] = master_low_half(__float_as_uint(value));
+}
+
 __device__ __forceinline__ void adamw_one(const TensorSlot& slot, int64_t i, const AdamWConstants& c, float scale) {
-  const bool has_master = slot.master != nullptr;
   const float stored = load_kind(slot.parameter, slot.parameter_kind, i);
-  float value = starting_value(stored, has_master ? slot.master[i] : 0.0f, slot.parameter_kind, has_master);
+  float kept = 0.0f;
+  int16_t low = 0;
+  load_master(slot.master, slot.master_kind, i, kept, low);
+  float value = starting_value(stored, kept, low, slot.master_kind);
   float m = slot.exp_avg[i], v = slot.exp_avg_sq[i];
   value = adamw_step(value, load_kind(slot.grad, slot.grad_kind, i) * scale, m, v, slot, c);
   slot.exp_avg[i] = m;
   slot.exp_avg_sq[i] = v;
-  if (has_master) slot.master[i] = value;
-  store_kind(slot.parameter, slot.parameter_kind, i, value);
+  store_master(slot.master, slot.master_kind, i, value);
+  store_kind(slot.parameter, slot.parameter_kind, i, parameter_value(value, slot.master_kind));
 }
 
 // gradient_scale: null, or the factor every gradient is multiplied by as it is read.
@@ -95,12 +127,14 @@ __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* 
   int64_t scalar_start = chunk.start;
   if (slot.four_aligned) {
     // Four elements per thread and access: the same arithmetic per element as adamw_one.
-    const bool has_master = slot.master != nullptr;
     const int64_t vector_end = chunk.start + (end - chunk.start) / 4 * 4;
     for (int64_t i = chunk.start + 4 * static_cast<int64_t>(threadIdx.x); i < vector_end; i += 4 * blockDim.x) {
-      float stored[4], kept[4] = {0.f, 0.f, 0.f, 0.f}, g[4], m[4], v[4], value[4];
+      float stored[4], kept[4] = {0.f, 0.f, 0.f, 0.f}, g[4], m[4], v[4], value[4], rounded[4];
+      short4 low = make_short4(0, 0, 0, 0);
       load4_kind(slot.parameter, slot.parameter_kind, i, stored);
-      if (has_master) load4_kind(slot.master, kStorageF32, i, kept);
+      if (slot.master_kind == kMasterF32) load4_kind(slot.master, kStorageF32, i, kept);
+      if (slot.master_kind == kMasterLowHalves) low = *reinterpret_cast<const short4*>(static_cast<const int16_t*>(slot.master) + i);
+      const int16_t lows[4] = {low.x, low.y, low.z, low.w};
       load4_kind(slot.grad, slot.grad_kind, i, g);
 #pragma unroll
       for (int j = 0; j < 4; ++j) g[j] *= scale;
@@ -108,13 +142,19 @@ __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* 
       load4_kind(slot.exp_avg_sq, kStorageF32, i, v);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        value[j] = adamw_step(starting_value(stored[j], kept[j], slot.parameter_kind, has_master), g[j], m[j], v[j],
-                              slot, constants);
+        value[j] = adamw_step(starting_value(stored[j], kept[j], lows[j], slot.master_kind), g[j], m[j], v[j], slot,
+                              constants);
+        rounded[j] = parameter_value(value[j], slot.master_kind);
       }
       store4_kind(slot.exp_avg, kStorageF32, i, m);
       store4_kind(slot.exp_avg_sq, kStorageF32, i, v);
-      if (has_master) store4_kind(slot.master, kStorageF32, i, value);
-      store4_kind(slot.parameter, slot.parameter_kind, i, value);
+      if (slot.master_kind == kMasterF32) store4_kind(slot.master, kStorageF32, i, value);
+      if (slot.master_kind == kMasterLowHalves) {
+        *reinterpret_cast<short4*>(static_cast<int16_t*>(slot.master) + i) =
+            make_short4(master_low_half(__float_as_uint(value[0])), master_low_half(__float_as_uint(value[1])),
+                        master_low_half(__float_as_uint(value[2])), master_low_half(__float_as_uint(value[3])));
+      }
+      store4_kind(slot.parameter, slot.parameter_kind, i, rounded);
     }
     scalar_start = vector_end;
   }
@@ -125,12 +165,14 @@ struct SgdSlot {
   void* parameter;
   const void* grad;
   float* momentum_buffer;  // null when momentum is 0
-  float* master;           // null for f32 parameters
+  void* master;            // as TensorSlot::master
   int64_t numel;
   float lr;
   float weight_decay;
   int32_t parameter_kind;
   int32_t grad_kind;
+  int32_t master_kind;  // MasterKind
+  int32_t unused;       // keeps the slot a multiple of 8 bytes
 };
 
 __global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunks, float momentum, bool nesterov,
@@ -140,9 +182,10 @@ __global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunk
   const SgdSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
   for (int64_t i = chunk.start + threadIdx.x; i < end; i += blockDim.x) {
-    const bool has_master = slot.master != nullptr;
-    float value = starting_value(load_kind(slot.parameter, slot.parameter_kind, i), has_master ? slot.master[i] : 0.0f,
-                                 slot.parameter_kind, has_master);
+    float kept = 0.0f;
+    int16_t low = 0;
+    load_master(slot.master, slot.master_kind, i, kept, low);
+    float value = starting_value(load_kind(slot.parameter, slot.parameter_kind, i), kept, low, slot.master_kind);
     float direction = load_kind(slot.grad, slot.grad_kind, i);
     if (slot.weight_decay != 0.0f) direction = direction + slot.weight_decay * value;
     if (slot.momentum_buffer != nullptr) {
@@ -151,23 +194,31 @@ __global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunk
       direction = nesterov ? direction + momentum * buffer : buffer;
     }
     value = value - slot.lr * direction;
-    if (has_master) slot.master[i] = value;
-    store_kind(slot.parameter, slot.parameter_kind, i, value);
+    store_master(slot.master, slot.master_kind, i, value);
+    store_kind(slot.parameter, slot.parameter_kind, i, parameter_value(value, slot.master_kind));
   }
 }
 
 // The checks every multi-tensor update makes of one parameter's tensors: same device as the first
-// parameter, contiguous, the parameter's size; an f32 master exactly for a 16-bit parameter.
-void check_update_tensors(const char* op, const Device& device, const Tensor& parameter, const Tensor& master,
-                          std::initializer_list<const Tensor*> same_size) {
+// parameter, contiguous, the parameter's size; a master exactly for a 16-bit parameter, i16 low
+// halves for bf16 and f32 for f16. Returns the master's MasterKind.
+int32_t check_update_tensors(const char* op, const Device& device, const Tensor& parameter, const Tensor& master,
+                             std::initializer_list<const Tensor*> same_size) {
   for (const Tensor* tensor : same_size) {
     WEFT_CHECK(tensor->device() == device && tensor->is_contiguous() && tensor->numel() == parameter.numel(), op,
                ": ", tensor->describe(), " does not fit parameter ", parameter.describe(),
                " (same device, size, contiguous)");
   }
-  const bool sixteen_bit = parameter.dtype() != kFloat32;
-  WEFT_CHECK(sixteen_bit == master.defined(), op, ": ", parameter.describe(),
-             sixteen_bit ? " needs an f32 master copy" : " must not have a master copy");
+  if (parameter.dtype() == kFloat32) {
+    WEFT_CHECK(!master.defined(), op, ": ", parameter.describe(), " must not have a master");
+    return kNoMaster;
+  }
+  const DType expected = parameter.dtype() == kBFloat16 ? kInt16 : kFloat32;
+  WEFT_CHECK(master.defined() && master.dtype() == expected && master.device() == device && master.is_contiguous() &&
+                 master.numel() == parameter.numel(),
+             op, ": ", parameter.describe(), " needs a contiguous ", dtype_name(expected),
+             " master of its size on its device, got ", master.defined() ? master.describe() : std::string("none"));
+  return expected == kInt16 ? kMasterLowHalves : kMasterF32;
 }
 
 // The device pointer of a guard or gradient scale (`what`; null without one), after checking it is
@@ -191,17 +242,17 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
   std::vector<TensorSlot> tensors;
   std::vector<ChunkSlot> chunks;
   for (const AdamWTensorUpdate& update : updates) {
-    check_update_tensors("adamw_multi_tensor", device, update.parameter, update.master,
-                         {&update.parameter, &update.grad, &update.exp_avg, &update.exp_avg_sq});
+    const int32_t master_kind = check_update_tensors("adamw_multi_tensor", device, update.parameter, update.master,
+                                                     {&update.parameter, &update.grad, &update.exp_avg, &update.exp_avg_sq});
     WEFT_CHECK(update.exp_avg.dtype() == kFloat32 && update.exp_avg_sq.dtype() == kFloat32,
                "adamw_multi_tensor: state must be f32 on CUDA");
-    const bool sixteen_bit = update.parameter.dtype() != kFloat32;
     TensorSlot slot{};
     slot.parameter = update.parameter.raw_data();
     slot.grad = update.grad.raw_data();
     slot.exp_avg = update.exp_avg.data<float>();
     slot.exp_avg_sq = update.exp_avg_sq.data<float>();
-    slot.master = sixteen_bit ? update.master.data<float>() : nullptr;
+    slot.master = master_kind == kNoMaster ? nullptr : update.master.raw_data();
+    slot.master_kind = master_kind;
     slot.numel = update.parameter.numel();
     slot.step_size = static_cast<float>(update.step_size);
     slot.bias_correction2_sqrt = static_cast<float>(update.bias_correction2_sqrt);
@@ -209,7 +260,7 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
     slot.parameter_kind = storage_kind(update.parameter, "adamw_multi_tensor: parameter");
     slot.grad_kind = storage_kind(update.grad, "adamw_multi_tensor: grad");
     slot.four_aligned = four_aligned(update.parameter) && four_aligned(update.grad) && four_aligned(update.exp_avg) &&
-                        four_aligned(update.exp_avg_sq) && (!sixteen_bit || four_aligned(update.master));
+                        four_aligned(update.exp_avg_sq) && (master_kind == kNoMaster || four_aligned(update.master));
     add_chunks(chunks, static_cast<int64_t>(tensors.size()), slot.numel);
     tensors.push_back(slot);
   }
@@ -235,8 +286,8 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
   std::vector<SgdSlot> tensors;
   std::vector<ChunkSlot> chunks;
   for (const SgdTensorUpdate& update : updates) {
-    check_update_tensors("sgd_multi_tensor", device, update.parameter, update.master,
-                         {&update.parameter, &update.grad});
+    const int32_t master_kind =
+        check_update_tensors("sgd_multi_tensor", device, update.parameter, update.master, {&update.parameter, &update.grad});
     const bool with_buffer = update.momentum_buffer.defined();
     WEFT_CHECK(with_buffer == (momentum != 0.0), "sgd_multi_tensor: a momentum buffer goes with momentum != 0 (",
                momentum, "), got ", with_buffer ? update.momentum_buffer.describe() : std::string("none"));
@@ -248,7 +299,8 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
     slot.parameter = update.parameter.raw_data();
     slot.grad = update.grad.raw_data();
     slot.momentum_buffer = with_buffer ? update.momentum_buffer.data<float>() : nullptr;
-    slot.master = update.master.defined() ? update.master.data<float>() : nullptr;
+    slot.master = master_kind == kNoMaster ? nullptr : update.master.raw_data();
+    slot.master_kind = master_kind;
     slot.numel = update.parameter.numel();
     slot.lr = static_cast<float>(update.lr);
     slot.weight_decay = static_cast<float>(update.weight_decay);

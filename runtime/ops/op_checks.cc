@@ -16,7 +16,8 @@ void check_floating(std::string_view op, const Tensor& tensor, std::string_view 
 
 void check_index(std::string_view op, const Tensor& tensor, std::string_view role) {
   check_defined(op, tensor, role);
-  WEFT_CHECK(is_integer(tensor.dtype()), op, ": ", role, " ", tensor.describe(), " must be i32 or i64");
+  WEFT_CHECK(tensor.dtype() == kInt32 || tensor.dtype() == kInt64, op, ": ", role, " ", tensor.describe(),
+             " must be i32 or i64");
 }
 
 void check_compatible(std::string_view op, const Tensor& a, std::string_view role_a, const Tensor& b,

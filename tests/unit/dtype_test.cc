@@ -180,7 +180,8 @@ TEST(DTypeNames, SizesNamesAndParsing) {
     bool floating;
   } cases[] = {{kFloat32, "f32", "float32", true},   {kBFloat16, "bf16", "bfloat16", true},
                {kFloat16, "f16", "float16", true},   {kFloat64, "f64", "float64", true},
-               {kInt32, "i32", "int32", false},      {kInt64, "i64", "int64", false}};
+               {kInt32, "i32", "int32", false},      {kInt64, "i64", "int64", false},
+               {kInt16, "i16", "int16", false}};
   for (const auto& c : cases) {
     EXPECT_EQ(dtype_name(c.dtype), c.name);
     EXPECT_EQ(parse_dtype(c.name), c.dtype) << c.name;

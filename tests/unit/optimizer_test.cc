@@ -3,6 +3,7 @@
 // Single steps are checked against values computed by hand from the formulas in optim/sgd.h and
 // optim/adamw.h, in f64 so that only rounding separates them. Agreement with PyTorch itself over
 // several steps is the golden test's job (tests/golden/optimizer_golden.*).
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <functional>
@@ -18,7 +19,9 @@
 #include "optim/gradient_accumulation.h"
 #include "optim/gradient_clipping.h"
 #include "optim/lr_schedule.h"
+#include "optim/master_weights.h"
 #include "optim/optimizer.h"
+#include "runtime/split_master_weights.h"
 #include "runtime/weft.h"
 
 namespace weft {
@@ -310,7 +313,11 @@ TEST(AdamW, UpdateChecksItsState) {
                "does not fit");
   Tensor bf16 = Tensor::ones({1}, kBFloat16);
   expect_error([&] { adamw_update(bf16, Tensor::ones({1}), Tensor::zeros({1}), Tensor::zeros({1}), Tensor(), {}); },
-               "needs an f32 master");
+               "a bf16 parameter needs an i16 master");
+  // An f32 master (the storage before masters were split) is refused for bf16, named as such.
+  expect_error([&] {
+    adamw_update(bf16, Tensor::ones({1}), Tensor::zeros({1}), Tensor::zeros({1}), Tensor::zeros({1}), {});
+  }, "got f32[1]");
 }
 
 // --- Master weights --------------------------------------------------------------------------
@@ -356,19 +363,95 @@ TEST(MasterWeights, SgdAndF16UseMastersToo) {
 }
 
 TEST(MasterWeights, AnOutsideWriteToTheParameterWins) {
-  // Loading weights after the optimizer was built must not be undone by a stale master.
+  // Loading weights after the optimizer was built must not be undone by a stale master. For bf16
+  // the master is the written value plus the low half it had: within half a bf16 step of it.
   NamedParameter weight = make_parameter("w", {1.0, 1.0}, {2}, kBFloat16);
   auto optimizer = make_sgd(one_group({weight}), {});
   set_gradient(weight, {1.0, 1.0});
   optimizer->step(1e-3);
   Tensor loaded = weight.tensor;
   loaded.set({0}, 2.0);  // element 0 changes, element 1 keeps its rounding
+  const std::vector<double> written = optimizer->state_dict().at("w.master").to_vector();
+  EXPECT_NEAR(written[0], 2.0, std::ldexp(1.0, -8));  // half of bf16's step of 2^-7 at 2
+  EXPECT_NEAR(written[1], 1.0 - 1e-3, 1e-7);
   optimizer->step(1e-3);
   const std::vector<double> master = optimizer->state_dict().at("w.master").to_vector();
-  EXPECT_NEAR(master[0], 2.0 - 1e-3, 1e-6);
+  EXPECT_NEAR(master[0], written[0] - 1e-3, 1e-6);
   EXPECT_NEAR(master[1], 1.0 - 2e-3, 1e-6);
-  // 1.999 rounds to 2.0; 0.998 is just under the midpoint of 0.99609375 and 1.0.
+  // Both round to the parameter: the first to 2.0, the second (just under the midpoint of
+  // 0.99609375 and 1.0) to 0.99609375.
   EXPECT_EQ(weight.tensor.to_vector(), (std::vector<double>{2.0, 0.99609375}));
+  // f16 keeps an f32 master, which restarts exactly from a written value.
+  NamedParameter half = make_parameter("h", {1.0}, {1}, kFloat16);
+  auto half_optimizer = make_sgd(one_group({half}), {});
+  set_gradient(half, {1.0});
+  half_optimizer->step(1e-3);
+  Tensor half_loaded = half.tensor;
+  half_loaded.set({0}, 2.0);
+  half_optimizer->step(1e-3);
+  EXPECT_NEAR(half_optimizer->state_dict().at("h.master").item(), 2.0 - 1e-3, 1e-6);
+}
+
+// The split master (bf16 parameter + i16 low halves) is an f32 master to the bit: AdamW on bf16
+// parameters gives the f32 run's values, rounded to nearest with ties away from zero, as parameter
+// and master, step after step (the f32 run is the same update on f32 parameters, whose arithmetic
+// is the master's).
+TEST(MasterWeights, SplitMastersTrainBitForBitAsF32Masters) {
+  const std::vector<int64_t> shape = {64, 33};
+  const Tensor initial = Tensor::normal(shape, 21, 0, 0.0, 0.05).to(kBFloat16);  // on the bf16 grid
+  NamedParameter bf16{.name = "w", .tensor = initial.clone(), .layout = Layout::replicate()};
+  NamedParameter f32{.name = "w", .tensor = initial.to(kFloat32), .layout = Layout::replicate()};
+  bf16.tensor.set_requires_grad(true);
+  f32.tensor.set_requires_grad(true);
+  auto split = make_adamw(one_group({bf16}, 0.1), {0.9, 0.95, 1e-8});
+  auto reference = make_adamw(one_group({f32}, 0.1), {0.9, 0.95, 1e-8});
+  for (int step = 0; step < 25; ++step) {
+    // Gradients on the bf16 grid, so that both runs read the same values; some steps small enough
+    // that the parameter only moves through the master.
+    const double size = step % 3 == 0 ? 1e-6 : 1e-2;
+    const Tensor grad = Tensor::normal(shape, 100 + step, 0, 0.0, size).to(kBFloat16);
+    bf16.tensor.set_grad(grad);
+    f32.tensor.set_grad(grad.to(kFloat32));
+    split->step(3e-3);
+    reference->step(3e-3);
+    const std::vector<double> expected = f32.tensor.to_vector();
+    const std::vector<double> master = split->state_dict().at("w.master").to_vector();
+    const std::vector<double> parameter = bf16.tensor.to_vector();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_EQ(master[i], expected[i]) << "step " << step << " element " << i;
+      const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(expected[i]));
+      const float rounded = std::bit_cast<float>(static_cast<uint32_t>(master_high_half(bits)) << 16);
+      ASSERT_EQ(parameter[i], rounded) << "step " << step << " element " << i;
+    }
+  }
+  // And the moments, which do not depend on how the master is kept.
+  EXPECT_EQ(split->state_dict().at("w.exp_avg_sq").to_vector(), reference->state_dict().at("w.exp_avg_sq").to_vector());
+  // The low halves cost 2 bytes a parameter: the master's storage is i16.
+  EXPECT_EQ(make_master_weights(bf16.tensor).dtype(), kInt16);
+  EXPECT_EQ(make_master_weights(Tensor::zeros({2}, kFloat16)).dtype(), kFloat32);
+}
+
+TEST(MasterWeights, AStateDictLoadsIntoSplitMastersExactly) {
+  // f32 master values saved from one optimizer come back into another's low halves bit for bit,
+  // and a state dict of the wrong master dtype is refused with nothing loaded.
+  const Tensor initial = Tensor::normal({5, 7}, 3, 0, 0.0, 0.1).to(kBFloat16);
+  NamedParameter first{.name = "w", .tensor = initial.clone(), .layout = Layout::replicate()};
+  first.tensor.set_requires_grad(true);
+  auto optimizer = make_adamw(one_group({first}), {});
+  for (int step = 0; step < 4; ++step) {
+    first.tensor.set_grad(Tensor::normal({5, 7}, 50 + step, 0, 0.0, 1e-3).to(kBFloat16));
+    optimizer->step(1e-3);
+  }
+  const std::map<std::string, Tensor> saved = optimizer->state_dict();
+  EXPECT_EQ(saved.at("w.master").dtype(), kFloat32);
+  NamedParameter second{.name = "w", .tensor = first.tensor.detach().clone(), .layout = Layout::replicate()};
+  second.tensor.set_requires_grad(true);
+  auto restored = make_adamw(one_group({second}), {});
+  restored->load_state_dict(saved);
+  EXPECT_EQ(restored->state_dict().at("w.master").to_vector(), saved.at("w.master").to_vector());
+  std::map<std::string, Tensor> wrong = saved;
+  wrong["w.master"] = saved.at("w.master").to(kBFloat16);
+  expect_error([&] { restored->load_state_dict(wrong); }, "'w.master' is bf16[5, 7] cpu, expected f32[5, 7]");
 }
 
 // --- Checkpoints -----------------------------------------------------------------------------
