@@ -2,7 +2,9 @@
 // with f32 master weights), and a few training steps of a small GPT on one GPU against the same
 // steps on the CPU; train.recompute selective and full against none on the GPU, with their peak
 // device memory. Skipped where no CUDA device is present.
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,6 +19,7 @@
 #include "optim/gradient_clipping.h"
 #include "optim/optimizer.h"
 #include "runtime/weft.h"
+#include "runtime/split_master_weights.h"
 #include "tests/support/cuda_expectations.h"
 #include "tests/support/gradient_check.h"
 
@@ -70,6 +73,22 @@ void expect_optimizer_matches(const OptimizerFactory& make, DType dtype, double 
   for (const auto& [name, tensor] : gpu_state) {
     if (tensor.dtype() == kInt64) continue;
     EXPECT_LE(testing::relative_error(tensor.to(Device::cpu()), cpu_state.at(name)), 1e-5) << name;
+  }
+  // bf16: the kernel keeps the split master's invariant, element by element: the parameter is its
+  // master's high half (runtime/split_master_weights.h), and the master's f32 values are what the
+  // state dict shows.
+  if (dtype != kBFloat16) return;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::vector<double> master = gpu_state.at("p" + std::to_string(i) + ".master").to_vector();
+    const std::vector<double> parameter = gpu_parameters[i].tensor.to(Device::cpu()).to_vector();
+    ASSERT_EQ(master.size(), parameter.size());
+    int64_t mismatches = 0;
+    for (size_t j = 0; j < master.size(); ++j) {
+      const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(master[j]));
+      const float high = std::bit_cast<float>(static_cast<uint32_t>(master_high_half(bits)) << 16);
+      mismatches += static_cast<float>(parameter[j]) != high;
+    }
+    EXPECT_EQ(mismatches, 0) << "parameter " << i << ": elements that are not their master's high half";
   }
 }
 
