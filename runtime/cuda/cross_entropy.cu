@@ -110,6 +110,44 @@ __device__ __forceinline__ Pack<T, kVec> gradient_pack(const Pack<T, kVec>& pack
   return result;
 }
 
+// Writes one row's gradient, (softmax - onehot(target)) * grad_loss, reading the row's logits from
+// row_in (kBackwardUnroll packs a thread in flight, evict-first loads and stores). The block's
+// threads take packs threadIdx.x, threadIdx.x + blockDim.x, ...; row_out may be row_in: a thread
+// reads each of its packs before it writes it, and no thread reads another's.
+template <class T, int kVec>
+__device__ __forceinline__ void write_gradient_row(const T* row_in, T* row_out, int packs, int64_t target,
+                                                   float row_lse, float grad_loss) {
+  const int threads = static_cast<int>(blockDim.x);
+  int p = static_cast<int>(threadIdx.x);
+  for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
+    Pack<T, kVec> loaded[kBackwardUnroll];
+#pragma unroll
+    for (int u = 0; u < kBackwardUnroll; ++u) {
+      loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
+    }
+#pragma unroll
+    for (int u = 0; u < kBackwardUnroll; ++u) {
+      const int column = (p + u * threads) * kVec;
+      store_pack_streaming(row_out + column, gradient_pack(loaded[u], column, target, row_lse, grad_loss));
+    }
+  }
+  for (; p < packs; p += threads) {
+    const Pack<T, kVec> pack = load_pack_streaming<T, kVec>(row_in + p * kVec);
+    store_pack_streaming(row_out + p * kVec, gradient_pack(pack, p * kVec, target, row_lse, grad_loss));
+  }
+}
+
+// Writes zeros over one row's gradient (an ignored or out-of-range target), reading nothing.
+template <class T, int kVec>
+__device__ __forceinline__ void write_zero_row(T* row_out, int packs) {
+  Pack<T, kVec> zeros;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) zeros.set(j, 0.0f);
+  for (int p = static_cast<int>(threadIdx.x); p < packs; p += static_cast<int>(blockDim.x)) {
+    store_pack_streaming(row_out + p * kVec, zeros);
+  }
+}
+
 template <class T, class I, int kVec>
 __global__ void __launch_bounds__(kBackwardThreads)
     cross_entropy_backward_kernel(const T* logits,                      // [rows, vocabulary]
@@ -119,7 +157,6 @@ __global__ void __launch_bounds__(kBackwardThreads)
                                   T* grad_logits,                       // [rows, vocabulary], may be logits
                                   int64_t rows, int vocabulary, int64_t ignore_index, IndexErrorRecord* record) {
   const int packs = vocabulary / kVec;
-  const int threads = static_cast<int>(blockDim.x);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* row_in = logits + row * vocabulary;
     T* row_out = grad_logits + row * vocabulary;
@@ -129,32 +166,10 @@ __global__ void __launch_bounds__(kBackwardThreads)
       if (target != ignore_index && threadIdx.x == 0) {
         record_bad_index(record, IndexedOp::kCrossEntropyBackward, row, target, vocabulary, ignore_index);
       }
-      Pack<T, kVec> zeros;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) zeros.set(j, 0.0f);
-      for (int p = static_cast<int>(threadIdx.x); p < packs; p += threads) {
-        store_pack_streaming(row_out + p * kVec, zeros);
-      }
+      write_zero_row<T, kVec>(row_out, packs);
       continue;
     }
-    const float row_lse = lse[row], grad_loss = grad_losses[row];
-    int p = static_cast<int>(threadIdx.x);
-    for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
-      Pack<T, kVec> loaded[kBackwardUnroll];
-#pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) {
-        loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
-      }
-#pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) {
-        const int column = (p + u * threads) * kVec;
-        store_pack_streaming(row_out + column, gradient_pack(loaded[u], column, target, row_lse, grad_loss));
-      }
-    }
-    for (; p < packs; p += threads) {
-      const Pack<T, kVec> pack = load_pack_streaming<T, kVec>(row_in + p * kVec);
-      store_pack_streaming(row_out + p * kVec, gradient_pack(pack, p * kVec, target, row_lse, grad_loss));
-    }
+    write_gradient_row<T, kVec>(row_in, row_out, packs, target, lse[row], grad_losses[row]);
   }
 }
 
@@ -213,30 +228,10 @@ __global__ void __launch_bounds__(kBackwardThreads)
       losses[row] = loss;
     }
     if (!counted) {
-      Pack<T, kVec> zeros;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) zeros.set(j, 0.0f);
-      for (int q = static_cast<int>(threadIdx.x); q < packs; q += threads) store_pack_streaming(row_out + q * kVec, zeros);
+      write_zero_row<T, kVec>(row_out, packs);
       continue;
     }
-    const float grad_loss = grad_losses[row];
-    p = static_cast<int>(threadIdx.x);
-    for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
-      Pack<T, kVec> loaded[kBackwardUnroll];
-#pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) {
-        loaded[u] = load_pack_streaming<T, kVec>(row_in + (p + u * threads) * kVec);
-      }
-#pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) {
-        const int column = (p + u * threads) * kVec;
-        store_pack_streaming(row_out + column, gradient_pack(loaded[u], column, target, row_lse, grad_loss));
-      }
-    }
-    for (; p < packs; p += threads) {
-      const Pack<T, kVec> pack = load_pack_streaming<T, kVec>(row_in + p * kVec);
-      store_pack_streaming(row_out + p * kVec, gradient_pack(pack, p * kVec, target, row_lse, grad_loss));
-    }
+    write_gradient_row<T, kVec>(row_in, row_out, packs, target, row_lse, grad_losses[row]);
   }
 }
 
