@@ -7,6 +7,7 @@
 #   usage: [RANKS=N] tools/gpt2_benchmark.sh [WEFT_TRAIN] [PYTHON] [STEPS]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/device/gpu-clocks"
 weft_train=${1:-build/bin/weft-train}
 python=${2:-/opt/torch/.venv/bin/python}
 steps=${3:-30}
@@ -29,13 +30,17 @@ if [[ $ranks -gt 1 ]]; then
   launcher=(mpirun -np "$ranks" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
   peer_launcher=("$python" -m torch.distributed.run --nproc_per_node "$ranks")
 fi
+gpu_clocks_start "$work/peer.clocks"
 "${peer_launcher[@]}" "$here/gpt2_peer.py" --steps "$steps" --out "$work/peer.txt" ${PEER_MODES:+--modes "$PEER_MODES"} ||
   echo "gpt2_peer.py failed" >&2
+peer_clocks=$(gpu_clocks_summary "$work/peer.clocks")
 
+gpu_clocks_start "$work/weft.clocks"
 "${launcher[@]}" "$weft_train" "$here/../configs/gpt2-124m.yaml" --set data.train="$work/train.bin" --set data.val= \
   --set data.val_fraction=0 --set data.val_every=0 --set train.steps=$((steps + 5)) --set train.warmup_steps=5 \
   --set train.batch_size=$((16 * ranks)) --set parallel.dp="$ranks" \
   --set checkpoint.dir= --set log.every=5 --set log.metrics_file="$work/weft.jsonl" --set log.progress=plain
+weft_clocks=$(gpu_clocks_summary "$work/weft.clocks")
 
 "$python" - "$work/weft.jsonl" "$work/peer.txt" <<'PYTHON'
 import json, sys
@@ -59,3 +64,5 @@ if comm > 0:
 for name, (tps, ms, mfu, mem) in peers.items():
     print(f"{name:<18}{tps:>12.0f}{ms:>10.1f}{100*mfu:>7.1f}%{mem:>10.0f}{weft[0]/tps:>11.2f}")
 PYTHON
+# The GPU clock each side ran at: a power-capped run is slower for that reason alone.
+echo "clocks: weft $weft_clocks; peer $peer_clocks"

@@ -10,6 +10,7 @@
 # sides, against 989 TFLOP/s.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/device/gpu-clocks"
 weft_train=${1:-build/bin/weft-train}
 python=${2:-/opt/torch/.venv/bin/python}
 steps=${3:-30}
@@ -28,16 +29,20 @@ with open(sys.argv[1], "wb") as f:
     f.write(header.tobytes()); f.write(tokens.tobytes())
 PYTHON
 
+gpu_clocks_start "$work/peer.clocks"
 "$python" "$here/llama_peer.py" --layers "$layers" --dim "$dim" --heads "$heads" --kv-heads "$kv_heads" \
   --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" --out "$work/peer.txt" \
   ${PEER_MODES:+--modes "$PEER_MODES"} || echo "llama_peer.py failed" >&2
+peer_clocks=$(gpu_clocks_summary "$work/peer.clocks")
 
+gpu_clocks_start "$work/weft.clocks"
 "$weft_train" "$here/../configs/llama-1b.yaml" --set data.train="$work/train.bin" --set data.val= \
   --set data.val_fraction=0 --set data.val_every=0 --set train.steps=$((steps + 5)) --set train.warmup_steps=5 \
   --set model.layers="$layers" --set model.dim="$dim" --set model.heads="$heads" --set model.kv_heads="$kv_heads" \
   --set model.vocab="$vocab" --set model.seq_len="$seq" --set train.batch_size="$batch" \
   ${RECOMPUTE:+--set train.recompute="$RECOMPUTE"} \
   --set checkpoint.dir= --set log.every=5 --set log.metrics_file="$work/weft.jsonl" --set log.progress=plain
+weft_clocks=$(gpu_clocks_summary "$work/weft.clocks")
 
 "$python" - "$work/weft.jsonl" "$work/peer.txt" <<'PYTHON'
 import json, sys
@@ -58,3 +63,5 @@ for name, (tps, ms, mfu, mem) in peers.items():
     memory_ratio = f"{weft[3]/mem:>10.2f}" if mem > 0 else f"{'':>10}"
     print(f"{name:<18}{tps:>12.0f}{ms:>10.1f}{100*mfu:>7.1f}%{mem:>10.0f}{weft[0]/tps:>11.2f}{memory_ratio}")
 PYTHON
+# The GPU clock each side ran at: a power-capped run is slower for that reason alone.
+echo "clocks: weft $weft_clocks; peer $peer_clocks"
