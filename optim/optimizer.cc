@@ -66,6 +66,12 @@ void Optimizer::register_state(const std::string& key, const Tensor& tensor) {
              "' registered twice");
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [key, tensor] : state_) bytes += tensor.numel() * tensor.element_size();
+  return bytes;
+}
+
 void Optimizer::register_master(const std::string& key, const Tensor& parameter, const Tensor& master) {
   register_state(key, master);
   master_parameters_.emplace(key, parameter);

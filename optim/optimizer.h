@@ -58,6 +58,9 @@ class Optimizer {
   // Restores state_dict() output; missing or mismatched entries are errors naming them.
   virtual void load_state_dict(const std::map<std::string, Tensor>& state) = 0;
   int64_t steps_taken() const { return steps_; }
+  // Bytes of the state this optimizer keeps, as stored (a bf16 parameter's master counts its 2
+  // bytes of low halves, not the 4 of the f32 values state_dict() shows); nothing is copied.
+  int64_t state_bytes() const;
   const std::vector<ParameterGroup>& parameter_groups() const { return groups_; }
 
  protected:

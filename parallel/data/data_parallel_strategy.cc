@@ -88,12 +88,6 @@ std::vector<Tensor> trained_tensors(LanguageModel& model, const PipelineStage* p
   return tensors;
 }
 
-int64_t state_bytes(const std::map<std::string, Tensor>& state) {
-  int64_t bytes = 0;
-  for (const auto& [name, tensor] : state) bytes += tensor.numel() * tensor.element_size();
-  return bytes;
-}
-
 }  // namespace
 
 DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, int world_rank, LanguageModel& model,
@@ -561,7 +555,7 @@ std::map<std::string, uint64_t> DataParallelStrategy::random_state(const std::ma
   return merged;
 }
 
-int64_t DataParallelStrategy::optimizer_state_bytes() const { return state_bytes(optimizer_->state_dict()); }
+int64_t DataParallelStrategy::optimizer_state_bytes() const { return optimizer_->state_bytes(); }
 
 void DataParallelStrategy::write_graph(const std::string& path) const { graph::write_graph(graph_, path); }
 

@@ -426,8 +426,11 @@ TEST(MasterWeights, SplitMastersTrainBitForBitAsF32Masters) {
   }
   // And the moments, which do not depend on how the master is kept.
   EXPECT_EQ(split->state_dict().at("w.exp_avg_sq").to_vector(), reference->state_dict().at("w.exp_avg_sq").to_vector());
-  // The low halves cost 2 bytes a parameter: the master's storage is i16.
+  // The low halves cost 2 bytes a parameter: the master's storage is i16, and the optimizer's state
+  // is counted as stored (moments 4 + 4, master 2 bytes a parameter; the step count one i64).
   EXPECT_EQ(make_master_weights(bf16.tensor).dtype(), kInt16);
+  EXPECT_EQ(split->state_bytes(), 64 * 33 * (4 + 4 + 2) + 8);
+  EXPECT_EQ(reference->state_bytes(), 64 * 33 * (4 + 4) + 8);
   EXPECT_EQ(make_master_weights(Tensor::zeros({2}, kFloat16)).dtype(), kFloat32);
 }
 
