@@ -122,7 +122,8 @@ void Optimizer::restore_state(const std::map<std::string, Tensor>& state) {
   for (const auto& [key, tensor] : state_) {
     Tensor target = tensor;  // a handle to the live tensor: copy_ writes through it
     auto master = master_parameters_.find(key);
-    target.copy_(master == master_parameters_.end() ? state.at(key) : master_from_values(master->second, state.at(key)));
+    target.copy_(master == master_parameters_.end() ? state.at(key)
+                                                    : master_from_values(master->second, state.at(key)));
   }
   steps_ = static_cast<int64_t>(step_entry->second.item());
 }

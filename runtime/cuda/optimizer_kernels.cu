@@ -90,7 +90,6 @@ __device__ __forceinline__ float adamw_step(float value, float g, float& m, floa
   return value - slot.step_size * (m / denominator);
 }
 
-// Element i alone (tails, and tensors that are not four_aligned).
 // Element i's master, read (into `kept` or `low`) and written, for each MasterKind.
 __device__ __forceinline__ void load_master(const void* master, int32_t master_kind, int64_t i, float& kept,
                                             int16_t& low) {
@@ -102,6 +101,7 @@ __device__ __forceinline__ void store_master(void* master, int32_t master_kind, 
   if (master_kind == kMasterLowHalves) static_cast<int16_t*>(master)[i] = master_low_half(__float_as_uint(value));
 }
 
+// Element i alone (tails, and tensors that are not four_aligned).
 __device__ __forceinline__ void adamw_one(const TensorSlot& slot, int64_t i, const AdamWConstants& c, float scale) {
   const float stored = load_kind(slot.parameter, slot.parameter_kind, i);
   float kept = 0.0f;
@@ -133,7 +133,9 @@ __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* 
       short4 low = make_short4(0, 0, 0, 0);
       load4_kind(slot.parameter, slot.parameter_kind, i, stored);
       if (slot.master_kind == kMasterF32) load4_kind(slot.master, kStorageF32, i, kept);
-      if (slot.master_kind == kMasterLowHalves) low = *reinterpret_cast<const short4*>(static_cast<const int16_t*>(slot.master) + i);
+      if (slot.master_kind == kMasterLowHalves) {
+        low = *reinterpret_cast<const short4*>(static_cast<const int16_t*>(slot.master) + i);
+      }
       const int16_t lows[4] = {low.x, low.y, low.z, low.w};
       load4_kind(slot.grad, slot.grad_kind, i, g);
 #pragma unroll
@@ -242,8 +244,9 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
   std::vector<TensorSlot> tensors;
   std::vector<ChunkSlot> chunks;
   for (const AdamWTensorUpdate& update : updates) {
-    const int32_t master_kind = check_update_tensors("adamw_multi_tensor", device, update.parameter, update.master,
-                                                     {&update.parameter, &update.grad, &update.exp_avg, &update.exp_avg_sq});
+    const int32_t master_kind =
+        check_update_tensors("adamw_multi_tensor", device, update.parameter, update.master,
+                             {&update.parameter, &update.grad, &update.exp_avg, &update.exp_avg_sq});
     WEFT_CHECK(update.exp_avg.dtype() == kFloat32 && update.exp_avg_sq.dtype() == kFloat32,
                "adamw_multi_tensor: state must be f32 on CUDA");
     TensorSlot slot{};
@@ -286,8 +289,8 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
   std::vector<SgdSlot> tensors;
   std::vector<ChunkSlot> chunks;
   for (const SgdTensorUpdate& update : updates) {
-    const int32_t master_kind =
-        check_update_tensors("sgd_multi_tensor", device, update.parameter, update.master, {&update.parameter, &update.grad});
+    const int32_t master_kind = check_update_tensors("sgd_multi_tensor", device, update.parameter, update.master,
+                                                     {&update.parameter, &update.grad});
     const bool with_buffer = update.momentum_buffer.defined();
     WEFT_CHECK(with_buffer == (momentum != 0.0), "sgd_multi_tensor: a momentum buffer goes with momentum != 0 (",
                momentum, "), got ", with_buffer ? update.momentum_buffer.describe() : std::string("none"));
