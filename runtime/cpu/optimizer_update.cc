@@ -48,12 +48,10 @@ void store_parameter_value(Parameter* parameter, MasterStorage<Parameter, State>
     const uint32_t bits = std::bit_cast<uint32_t>(value);
     parameter[index].bits = master_high_half(bits);
     master[index] = master_low_half(bits);
-  } else if constexpr (std::is_same_v<Parameter, Float16>) {
-    master[index] = value;
-    parameter[index] = store_element<Parameter>(value);
-  } else {
-    parameter[index] = store_element<Parameter>(value);
+    return;
   }
+  if constexpr (std::is_same_v<Parameter, Float16>) master[index] = value;
+  parameter[index] = store_element<Parameter>(value);
 }
 
 // `grad` in the state dtype, contiguous: itself when it already is, a converted copy otherwise.
