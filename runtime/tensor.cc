@@ -318,7 +318,17 @@ Tensor& Tensor::set_requires_grad(bool requires_grad) {
 
 bool Tensor::is_leaf() const { return impl_->autograd == nullptr || impl_->autograd->grad_fn == nullptr; }
 
-Tensor Tensor::grad() const { return impl_->autograd == nullptr ? Tensor() : impl_->autograd->grad; }
+Tensor Tensor::grad() const {
+  if (impl_->autograd == nullptr) return Tensor();
+  autograd::AutogradMeta& meta = *impl_->autograd;
+  if (meta.grad_counts_as_zero) {
+    // Read before any gradient arrived: the zeros it counts as are written now.
+    autograd::NoGradGuard no_grad;
+    meta.grad.zero_();
+    meta.grad_counts_as_zero = false;
+  }
+  return meta.grad;
+}
 
 void Tensor::set_grad(const Tensor& grad) {
   WEFT_CHECK(!grad.defined() || (grad.shape() == shape() && grad.device() == device() && is_floating(grad.dtype())),
@@ -326,10 +336,17 @@ void Tensor::set_grad(const Tensor& grad) {
              " (same shape and device, floating dtype)");
   if (impl_->autograd == nullptr) impl_->autograd = std::make_shared<autograd::AutogradMeta>();
   impl_->autograd->grad = grad;
+  impl_->autograd->grad_counts_as_zero = false;
 }
 
 void Tensor::zero_grad() {
-  if (impl_->autograd != nullptr) impl_->autograd->grad = Tensor();
+  if (impl_->autograd == nullptr) return;
+  impl_->autograd->grad = Tensor();
+  impl_->autograd->grad_counts_as_zero = false;
+}
+
+void Tensor::mark_grad_zero() {
+  if (impl_->autograd != nullptr && impl_->autograd->grad.defined()) impl_->autograd->grad_counts_as_zero = true;
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {

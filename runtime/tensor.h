@@ -144,10 +144,16 @@ class Tensor {
   // Marks a leaf tensor as a parameter that accumulates .grad; returns *this.
   Tensor& set_requires_grad(bool requires_grad);
   bool is_leaf() const;
-  // The accumulated gradient (undefined until a backward reached it).
+  // The accumulated gradient (undefined until a backward reached it). After mark_grad_zero, the
+  // first call before any gradient arrives writes the zeros into .grad's storage.
   Tensor grad() const;
   void set_grad(const Tensor& grad);
   void zero_grad();  // drops .grad
+  // Zeros .grad lazily, keeping its storage (views of it stay valid): nothing is written now; the
+  // next gradient accumulated into it overwrites it (an op adding in place writes instead of
+  // adding: AccumulateGrad::gradient_storage_counts_as_zero), and grad() writes zeros if it is
+  // read first. A step saves a pass over every gradient this way (GradientBuffer::zero).
+  void mark_grad_zero();
   std::shared_ptr<autograd::Node> grad_fn() const;
   // Runs backward from this tensor. `gradient` defaults to 1 for a one-element tensor.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;

@@ -186,6 +186,9 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
       if (pipeline_ != nullptr && pipeline_->is_shared(buffer_.parameters()[i].name)) shared[buffer_.bucket_of(i)].push_back(i);
     }
     reductions.reduce = [this, shared, reduce_over_dp](size_t bucket, const graph::NodeContext& context) -> CompletionPtr {
+      // A slot whose parameter got no gradient this step still counts as zero (lazy zeroing): its
+      // zeros are written here, on the collective's stream, before the bucket is reduced whole.
+      buffer_.materialize(bucket);
       for (size_t i : shared[bucket]) {
         const NamedParameter& parameter = buffer_.parameters()[i];
         pipeline_->sum_shared_gradient(parameter.name, parameter.tensor.grad());

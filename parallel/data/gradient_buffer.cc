@@ -54,8 +54,13 @@ void GradientBuffer::attach() {
 }
 
 void GradientBuffer::zero() {
-  autograd::NoGradGuard no_grad;
-  for (Bucket& bucket : buckets_) bucket.data.zero_();
+  for (NamedParameter& parameter : parameters_) parameter.tensor.mark_grad_zero();
+}
+
+void GradientBuffer::materialize(size_t bucket) {
+  WEFT_CHECK(bucket < buckets_.size(), "gradient buffer: bucket ", bucket, " of ", buckets_.size());
+  // grad() writes the zeros of a slot that still counts as zero.
+  for (const Slot& slot : buckets_[bucket].slots) parameters_[slot.parameter].tensor.grad();
 }
 
 }  // namespace weft

@@ -13,7 +13,12 @@
 //   and slots are laid end to end;
 // - .grad of an attached parameter is a view of its slot until something replaces it (the
 //   optimizers never do; Module::to() does, so attach after converting the model);
-// - zero() writes zeros in place: the views stay valid.
+// - zero() zeros lazily (Tensor::mark_grad_zero): it writes nothing; each gradient's first
+//   contribution of the next step overwrites its slot (the weight-gradient GEMMs with beta = 0, the
+//   norms' kernels, AccumulateGrad's copy), and a slot read before any arrives (a parameter that got
+//   no gradient) gets its zeros then. The views stay valid. A collective that reads a bucket whole
+//   calls materialize(bucket) first, so that it never reduces stale contents. The padding is zeroed
+//   once, at construction, and never written by anything but collectives of zeros.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +49,11 @@ class GradientBuffer {
 
   // Points every parameter's .grad at its slot (contents: whatever the bucket holds).
   void attach();
-  // Zeros every bucket in place.
+  // Zeros every gradient lazily (see the invariants above): no pass over the buckets.
   void zero();
+  // Writes the zeros of every slot of `bucket` that still counts as zero (on the calling thread's
+  // current stream): after it, the bucket's contents are the gradients exactly.
+  void materialize(size_t bucket);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<NamedParameter>& parameters() const { return parameters_; }

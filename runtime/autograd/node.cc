@@ -27,6 +27,9 @@ std::vector<Tensor> AccumulateGrad::run_backward(std::vector<Tensor> grad_output
       Tensor grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
       grad.copy_(incoming);
       meta.grad = grad;
+    } else if (meta.grad_counts_as_zero) {
+      meta.grad.copy_(incoming);  // zeros plus incoming, without writing the zeros first
+      meta.grad_counts_as_zero = false;
     } else {
       backend_for(leaf.device()).binary(BinaryOp::kAdd, meta.grad, incoming.to(meta.grad.dtype()), meta.grad);
     }
@@ -45,6 +48,22 @@ Tensor AccumulateGrad::gradient_storage(DType dtype) const {
     return Tensor();
   }
   return grad;
+}
+
+bool AccumulateGrad::gradient_storage_counts_as_zero() const {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  return impl != nullptr && impl->autograd != nullptr && impl->autograd->grad_counts_as_zero;
+}
+
+void AccumulateGrad::write_counted_zeros() const {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (impl != nullptr) Tensor(impl).grad();  // grad() writes them
+}
+
+void AccumulateGrad::gradient_added_in_place() {
+  added_in_place_ = true;
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (impl != nullptr && impl->autograd != nullptr) impl->autograd->grad_counts_as_zero = false;
 }
 
 Edge gradient_edge(const Tensor& tensor) {

@@ -97,7 +97,14 @@ class AccumulateGrad final : public Node {
   // (has_pending_gradient), so the grad-ready hooks fire once per pass with every contribution in,
   // as for gradients that arrive through the edges (a tied weight's other use, for one).
   Tensor gradient_storage(DType dtype) const;
-  void gradient_added_in_place() { added_in_place_ = true; }
+  // True when that storage's contents count as zeros without having been written (the gradient
+  // buffer's lazy zeroing, Tensor::mark_grad_zero): the op writes its gradient into it (a GEMM with
+  // beta = 0) instead of adding, and must not read it.
+  bool gradient_storage_counts_as_zero() const;
+  // Writes the zeros that storage counts as, if it does (for an op that can only add into it).
+  void write_counted_zeros() const;
+  // Also ends the storage's counting as zero: it now holds the op's gradient.
+  void gradient_added_in_place();
   bool has_pending_gradient() const override { return added_in_place_; }
 
  private:
@@ -108,6 +115,9 @@ class AccumulateGrad final : public Node {
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
+  // .grad keeps its storage, but its contents count as zeros (Tensor::mark_grad_zero): the first
+  // gradient accumulated overwrites them, and Tensor::grad() writes the zeros if read before that.
+  bool grad_counts_as_zero = false;
   std::shared_ptr<Node> grad_fn;   // null for leaves
   int output_index = 0;
   std::shared_ptr<AccumulateGrad> grad_accumulator;  // leaves that require grad

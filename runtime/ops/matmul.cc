@@ -72,7 +72,9 @@ class MatmulFunction final : public autograd::Function {
 // ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]). Where the weight's
 // accumulator offers its .grad (AccumulateGrad::gradient_storage: the gradient buffer's slot, or an
 // earlier micro-batch's gradient), dW is added into it by the GEMM itself (beta = 1) and returned
-// undefined: one kernel instead of a product into a new tensor and an add. One function for the
+// undefined: one kernel instead of a product into a new tensor and an add. Where that .grad counts
+// as zero (the gradient buffer's lazy zeroing: the step's first contribution), the GEMM writes it
+// (beta = 0) and never reads the stale contents. One function for the
 // backward and for deferred weight-gradient work, so that both give bitwise the same gradients.
 // (db stays weft's column-sum reduction: cuBLASLt's BGRADB epilogue was measured on the H200 and
 // runs as a separate kernel of its own, slower than the reduction: docs/performance.md.)
@@ -86,7 +88,8 @@ LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tenso
   LinearParameterGradients gradients;
   const Tensor storage = weight_accumulator != nullptr ? weight_accumulator->gradient_storage(g.dtype()) : Tensor();
   if (storage.defined()) {
-    backend_for(g.device()).matmul(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), storage.unsqueeze(0), 1.0, 1.0);
+    const double beta = weight_accumulator->gradient_storage_counts_as_zero() ? 0.0 : 1.0;
+    backend_for(g.device()).matmul(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), storage.unsqueeze(0), 1.0, beta);
     weight_accumulator->gradient_added_in_place();
   } else {
     gradients.weight = product(g.transpose(0, 1), rows);

@@ -19,9 +19,11 @@ Tensor as_rows(const Tensor& x) { return x.contiguous().view({-1, x.size(-1)}); 
 //   instead of by the engine's separate add afterwards;
 // - the parameters' .grad itself (AccumulateGrad::gradient_storage) when every parameter edge leads
 //   straight to a leaf that offers one, accumulated into by the kernel: no new [C] gradients and
-//   no adds. Those edges then return undefined gradients (gradient_added_in_place).
+//   no adds. Those edges then return undefined gradients (gradient_added_in_place). Where both
+//   count as zero (the gradient buffer's lazy zeroing), the kernel writes them instead of adding.
 struct NormGradientTargets {
   NormBackwardExtras extras;
+  bool in_place = false;  // grad_weight and grad_bias are the parameters' .grad storage
   Tensor grad_weight, grad_bias;  // [C]: the .grad storage or new tensors
   std::vector<std::shared_ptr<autograd::AccumulateGrad>> accumulators;  // those added into in place
 
@@ -38,12 +40,21 @@ struct NormGradientTargets {
     std::shared_ptr<autograd::AccumulateGrad> weight_accumulator, bias_accumulator;
     const Tensor weight_storage = storage(weight_edge, weight_accumulator);
     const Tensor bias_storage = bias_edge != nullptr ? storage(*bias_edge, bias_accumulator) : Tensor();
-    extras.accumulate_parameter_gradients = weight_storage.defined() && (bias_edge == nullptr || bias_storage.defined());
-    if (extras.accumulate_parameter_gradients) {
+    in_place = weight_storage.defined() && (bias_edge == nullptr || bias_storage.defined());
+    if (in_place) {
       grad_weight = weight_storage;
       grad_bias = bias_storage;
       accumulators.push_back(weight_accumulator);
       if (bias_accumulator != nullptr) accumulators.push_back(bias_accumulator);
+      bool all_count_as_zero = true;
+      for (const auto& accumulator : accumulators) {
+        all_count_as_zero = all_count_as_zero && accumulator->gradient_storage_counts_as_zero();
+      }
+      // One mode for both: where only one counts as zero, its zeros are written first.
+      if (!all_count_as_zero) {
+        for (const auto& accumulator : accumulators) accumulator->write_counted_zeros();
+      }
+      extras.accumulate_parameter_gradients = !all_count_as_zero;
     } else {
       grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
       if (bias_edge != nullptr) grad_bias = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
@@ -54,7 +65,7 @@ struct NormGradientTargets {
   // for weight and bias (undefined for those written in place).
   std::pair<Tensor, Tensor> returned_parameter_gradients() const {
     for (const auto& accumulator : accumulators) accumulator->gradient_added_in_place();
-    if (extras.accumulate_parameter_gradients) return {Tensor(), Tensor()};
+    if (in_place) return {Tensor(), Tensor()};
     return {grad_weight, grad_bias};
   }
 };

@@ -3,6 +3,7 @@
 // ops written as autograd::Function, and the errors users hit.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -264,6 +265,48 @@ TEST(AutogradHooks, LinearAddsItsWeightGradientInPlaceAndTheHookFiresOnceWithEve
   EXPECT_EQ(w.grad().raw_data(), storage) << "the gradient was not added in place";
   EXPECT_EQ(max_abs_difference(seen, w.grad()), 0.0) << "the hook ran before every use was in";
   EXPECT_LT(max_abs_difference(w.grad(), expected), 1e-12);
+}
+
+TEST(AutogradHooks, AGradThatCountsAsZeroIsOverwrittenInPlaceAndNeverRead) {
+  // mark_grad_zero keeps .grad's storage and writes nothing: linear's GEMM, a norm's kernel and
+  // AccumulateGrad's copy write into it (NaN there would survive an add), a norm whose weight counts
+  // as zero and whose bias does not adds into both, and a leaf that gets no gradient reads zeros.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = random_leaf({6, 4}, 40, false);
+  const auto loss_of = [&](const Tensor& w, const Tensor& b, const Tensor& gamma, const Tensor& beta,
+                           const Tensor& scale) {
+    return sum(tanh(layer_norm(linear(x, w, b), gamma, beta)) * scale);
+  };
+  const auto leaves = [] {
+    return std::vector<Tensor>{random_leaf({5, 4}, 41), random_leaf({5}, 42), random_leaf({5}, 43),
+                               random_leaf({5}, 44), random_leaf({6, 5}, 45)};
+  };
+  std::vector<Tensor> fresh = leaves();
+  loss_of(fresh[0], fresh[1], fresh[2], fresh[3], fresh[4]).backward();
+
+  std::vector<Tensor> lazy = leaves();
+  std::vector<const void*> storage;
+  for (Tensor& leaf : lazy) {
+    leaf.set_grad(Tensor::full(leaf.shape(), nan, kFloat64));
+    storage.push_back(leaf.grad().raw_data());
+    leaf.mark_grad_zero();
+  }
+  loss_of(lazy[0], lazy[1], lazy[2], lazy[3], lazy[4]).backward();
+  for (size_t i = 0; i < lazy.size(); ++i) {
+    EXPECT_EQ(lazy[i].grad().raw_data(), storage[i]) << "leaf " << i << " lost its storage";
+    EXPECT_EQ(max_abs_difference(lazy[i].grad(), fresh[i].grad()), 0.0) << "leaf " << i;
+  }
+  // The norm's weight counts as zero, its bias holds a gradient: both end as sums.
+  lazy[2].grad().fill_(nan);
+  lazy[2].mark_grad_zero();
+  loss_of(lazy[0], lazy[1], lazy[2], lazy[3], lazy[4]).backward();
+  EXPECT_EQ(max_abs_difference(lazy[2].grad(), fresh[2].grad()), 0.0);
+  EXPECT_EQ(max_abs_difference(lazy[3].grad(), fresh[3].grad() + fresh[3].grad()), 0.0);
+  // No gradient arrives: grad() writes the zeros.
+  Tensor unused = random_leaf({3}, 46);
+  unused.set_grad(Tensor::full({3}, nan, kFloat64));
+  unused.mark_grad_zero();
+  EXPECT_EQ(unused.grad().to_vector(), std::vector<double>(3, 0.0));
 }
 
 TEST(AutogradHooks, OnlyLeavesThatRequireGradTakeHooks) {

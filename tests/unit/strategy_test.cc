@@ -88,6 +88,58 @@ TEST(GradientBuffer, GradientsAreViewsOfBucketsInBackwardOrderAndAccumulateInPla
   EXPECT_TRUE(parameters[0].tensor.grad().defined());
 }
 
+// zero() writes nothing: stale contents (NaN here, which an add would carry) are overwritten by
+// the next backward's first contribution (the weight-gradient GEMMs with beta = 0, the norms'
+// kernels, the embedding's accumulate) and added to by the next; materialize() writes a slot's zeros
+// only where nothing arrived.
+TEST(GradientBuffer, LazyZeroingGivesTheGradientsOfZeroedBuckets) {
+  std::shared_ptr<LanguageModel> model = build_model(model_config());
+  const std::vector<NamedParameter> parameters = model->named_parameters();
+  GradientBuffer buffer(parameters, /*bucket_bytes=*/256, /*pad_multiple=*/4);
+  buffer.attach();
+  const MicroBatch batch = micro_batch(0);
+  loss(*model, batch.inputs, batch.targets).backward();  // into the buckets as constructed: zeros
+  std::vector<std::vector<double>> once;
+  for (const NamedParameter& parameter : parameters) once.push_back(parameter.tensor.grad().to_vector());
+  auto fill_slots_with_nan = [&] {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      parameters[i].tensor.grad().fill_(std::numeric_limits<double>::quiet_NaN());
+    }
+  };
+  fill_slots_with_nan();
+  buffer.zero();
+  loss(*model, batch.inputs, batch.targets).backward();
+  for (size_t b = 0; b < buffer.buckets().size(); ++b) buffer.materialize(b);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const GradientBuffer::Slot& slot = buffer.slot_of(i);
+    const Tensor view = buffer.buckets()[buffer.bucket_of(i)].data.narrow(0, slot.offset, slot.elements);
+    EXPECT_EQ(view.to_vector(), once[i]) << parameters[i].name;
+  }
+  // Two micro-batches: the first writes, the second adds, as into buckets of written zeros.
+  for (const NamedParameter& parameter : parameters) parameter.tensor.grad().zero_();
+  loss(*model, batch.inputs, batch.targets).backward();
+  loss(*model, batch.inputs, batch.targets).backward();
+  std::vector<std::vector<double>> twice;
+  for (const NamedParameter& parameter : parameters) twice.push_back(parameter.tensor.grad().to_vector());
+  fill_slots_with_nan();
+  buffer.zero();
+  loss(*model, batch.inputs, batch.targets).backward();
+  loss(*model, batch.inputs, batch.targets).backward();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_EQ(parameters[i].tensor.grad().to_vector(), twice[i]) << parameters[i].name;
+  }
+  // No backward at all: every slot reads as zeros, through grad() and through materialize().
+  fill_slots_with_nan();
+  buffer.zero();
+  for (size_t b = 0; b < buffer.buckets().size(); ++b) {
+    buffer.materialize(b);
+    for (double value : buffer.buckets()[b].data.to_vector()) ASSERT_EQ(value, 0.0);
+  }
+  fill_slots_with_nan();
+  buffer.zero();
+  EXPECT_EQ(clip_grad_norm(model->parameters(), 0.0), 0.0);
+}
+
 TEST(Segments, GptSegmentsNameEveryParameterAndTheTiedEmbeddingTwice) {
   std::shared_ptr<LanguageModel> model = build_model(model_config());
   const std::vector<ModelSegment> segments = model->segments();
