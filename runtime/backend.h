@@ -113,6 +113,12 @@ class Backend {
                             const AdamWHyperparameters& hyperparameters) = 0;
   // One SGD step of every entry, in place (parameter, momentum buffer, master), likewise.
   virtual void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) = 0;
+  // Split bf16 master weights (runtime/split_master_weights.h), converted where they live, for
+  // checkpoints: values [..] f32 = the masters whose high halves are `high` [..] bf16 (the
+  // parameter) and low halves `low` [..] i16; and the inverse, low = the low halves of `values`
+  // (whose high halves are their rounding, master_high_half). All contiguous, one shape.
+  virtual void join_master_halves(const Tensor& high, const Tensor& low, const Tensor& values) = 0;
+  virtual void master_low_halves(const Tensor& values, const Tensor& low) = 0;
 
   // --- Matmul ----------------------------------------------------------------------------
   // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N], out [B, M, N] contiguous.

@@ -48,6 +48,9 @@
 // gradients the product is not rounded to 16 bits first).
 #pragma once
 
+#include <string>
+
+#include "runtime/error.h"
 #include "runtime/tensor.h"
 
 namespace weft {
@@ -87,5 +90,19 @@ struct SgdHyperparameters {
   bool nesterov = false;
   Tensor guard;       // as AdamWHyperparameters::guard
 };
+
+// Checks the operands of Backend::join_master_halves and master_low_halves (`high` undefined for
+// the second): values f32, low i16, high bf16, all contiguous, of one shape, on `device`.
+inline void check_master_halves(const char* op, Device device, const Tensor& values, const Tensor& low,
+                                const Tensor& high = Tensor()) {
+  const bool fits = values.dtype() == kFloat32 && low.dtype() == kInt16 && values.is_contiguous() &&
+                    low.is_contiguous() && values.shape() == low.shape() && values.device() == device &&
+                    low.device() == device &&
+                    (!high.defined() || (high.dtype() == kBFloat16 && high.is_contiguous() &&
+                                         high.shape() == values.shape() && high.device() == device));
+  WEFT_CHECK(fits, op, ": expected contiguous f32 values, i16 low halves", high.defined() ? " and bf16 high halves" : "",
+             " of one shape on ", device.to_string(), "; got ", values.describe(), ", ", low.describe(),
+             high.defined() ? ", " + high.describe() : std::string());
+}
 
 }  // namespace weft

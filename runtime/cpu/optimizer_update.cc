@@ -160,6 +160,27 @@ void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
   }
 }
 
+void CpuBackend::join_master_halves(const Tensor& high, const Tensor& low, const Tensor& values) {
+  check_master_halves("join_master_halves", Device::cpu(), values, low, high);
+  const BFloat16* high_data = high.data<BFloat16>();
+  const int16_t* low_data = low.data<int16_t>();
+  float* value_data = values.data<float>();
+  cpu::parallel_for(values.numel(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      value_data[i] = std::bit_cast<float>(master_bits(high_data[i].bits, low_data[i]));
+    }
+  });
+}
+
+void CpuBackend::master_low_halves(const Tensor& values, const Tensor& low) {
+  check_master_halves("master_low_halves", Device::cpu(), values, low);
+  const float* value_data = values.data<float>();
+  int16_t* low_data = low.data<int16_t>();
+  cpu::parallel_for(values.numel(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) low_data[i] = master_low_half(std::bit_cast<uint32_t>(value_data[i]));
+  });
+}
+
 void CpuBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) {
   if (!guard_allows(hyperparameters.guard, "sgd_update")) return;
   for (const SgdTensorUpdate& update : updates) {

@@ -39,6 +39,8 @@ class CudaBackend final : public Backend {
 
   void adamw_update(absl::Span<const AdamWTensorUpdate> updates, const AdamWHyperparameters& hyperparameters) override;
   void sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) override;
+  void join_master_halves(const Tensor& high, const Tensor& low, const Tensor& values) override;
+  void master_low_halves(const Tensor& values, const Tensor& low) override;
 
   void matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) override;
   void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) override;

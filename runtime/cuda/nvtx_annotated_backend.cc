@@ -87,6 +87,16 @@ void NvtxAnnotatedBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates,
   inner_.sgd_update(updates, hyperparameters);
 }
 
+void NvtxAnnotatedBackend::join_master_halves(const Tensor& high, const Tensor& low, const Tensor& values) {
+  NvtxRange range("join_master_halves");
+  inner_.join_master_halves(high, low, values);
+}
+
+void NvtxAnnotatedBackend::master_low_halves(const Tensor& values, const Tensor& low) {
+  NvtxRange range("master_low_halves");
+  inner_.master_low_halves(values, low);
+}
+
 void NvtxAnnotatedBackend::matmul(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) {
   NvtxRange range("matmul");
   inner_.matmul(a, bm, out, alpha, beta);

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -331,6 +332,57 @@ void CudaBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
 
 void CudaBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) {
   cuda::sgd_multi_tensor(updates, hyperparameters.momentum, hyperparameters.nesterov, hyperparameters.guard);
+}
+
+namespace cuda {
+namespace {
+
+// Split masters converted on the device (Backend::join_master_halves, master_low_halves): one
+// element a thread, grid-stride, for checkpoints (not in a step).
+__global__ void join_master_halves_kernel(const uint16_t* high, const int16_t* low, float* values, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    values[i] = __uint_as_float(master_bits(high[i], low[i]));
+  }
+}
+
+__global__ void master_low_halves_kernel(const float* values, int16_t* low, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    low[i] = master_low_half(__float_as_uint(values[i]));
+  }
+}
+
+unsigned int grid_stride_blocks(int64_t count) {
+  constexpr int64_t kMaximumBlocks = 8192;  // enough to fill the GPU; the loop covers the rest
+  return static_cast<unsigned int>(std::min<int64_t>(kMaximumBlocks, (count + kThreads - 1) / kThreads));
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::join_master_halves(const Tensor& high, const Tensor& low, const Tensor& values) {
+  check_master_halves("join_master_halves", values.device(), values, low, high);
+  WEFT_CHECK(values.device().is_cuda(), "join_master_halves: ", values.describe(), " is not on a CUDA device");
+  const int64_t count = values.numel();
+  if (count == 0) return;
+  cuda::set_device(values.device().index);
+  cuda::join_master_halves_kernel<<<cuda::grid_stride_blocks(count), cuda::kThreads, 0,
+                                    cuda::current_stream(values.device().index)>>>(
+      static_cast<const uint16_t*>(high.raw_data()), low.data<int16_t>(), values.data<float>(), count);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::master_low_halves(const Tensor& values, const Tensor& low) {
+  check_master_halves("master_low_halves", values.device(), values, low);
+  WEFT_CHECK(values.device().is_cuda(), "master_low_halves: ", values.describe(), " is not on a CUDA device");
+  const int64_t count = values.numel();
+  if (count == 0) return;
+  cuda::set_device(values.device().index);
+  cuda::master_low_halves_kernel<<<cuda::grid_stride_blocks(count), cuda::kThreads, 0,
+                                   cuda::current_stream(values.device().index)>>>(values.data<float>(),
+                                                                                  low.data<int16_t>(), count);
+  WEFT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace weft

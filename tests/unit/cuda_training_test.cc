@@ -230,6 +230,26 @@ TEST(CudaOptimizerGuard, ANanGuardSkipsTheUpdateOnTheDevice) {
 
 // checkpoint.async's host copies of device tensors (launcher/checkpoint_staging.h): page-locked,
 // exact, and the same buffers at the next save.
+TEST(CudaMasterWeights, TheDeviceJoinsAndSplitsMasterHalvesAsTheCpuDoes) {
+  // What a checkpoint does with a bf16 parameter's master: the low halves split off f32 values on
+  // the device equal the CPU's, and the device joins them with the values' high halves (the
+  // parameter) back into the values exactly.
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  const Tensor values = Tensor::normal({1000, 37}, 5);  // [1000, 37] f32
+  Tensor low = Tensor::empty(values.shape(), kInt16);
+  Tensor high_rounded = Tensor::empty(values.shape(), kBFloat16);
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    high_rounded.data<BFloat16>()[i].bits = master_high_half(std::bit_cast<uint32_t>(values.data<float>()[i]));
+  }
+  backend_for(Device::cpu()).master_low_halves(values, low);
+  Tensor gpu_low = Tensor::empty(values.shape(), kInt16, Device::cuda(0));
+  backend_for(Device::cuda(0)).master_low_halves(values.to(Device::cuda(0)), gpu_low);
+  EXPECT_EQ(gpu_low.to(Device::cpu()).to_vector(), low.to_vector());
+  Tensor gpu_values = Tensor::empty(values.shape(), kFloat32, Device::cuda(0));
+  backend_for(Device::cuda(0)).join_master_halves(high_rounded.to(Device::cuda(0)), gpu_low, gpu_values);
+  EXPECT_EQ(gpu_values.to(Device::cpu()).to_vector(), values.to_vector()) << "the halves did not make the values";
+}
+
 TEST(CudaCheckpointStaging, DeviceTensorsAreStagedExactlyInPageLockedMemoryKeptAcrossSaves) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
   std::map<std::string, Tensor> state = {{"model.weight", Tensor::normal({301, 17}, 1).to(Device::cuda(0))},

@@ -1,6 +1,7 @@
 // The two 16-bit halves of a bf16 parameter's f32 master (runtime/split_master_weights.h): every
 // f32 that is not a NaN comes back bit for bit, the high half is the nearest bf16 with ties away
-// from zero, and the halves an outside write leaves behind still decode next to the written value.
+// from zero, and the halves an outside write leaves behind still decode next to the written value;
+// the CPU backend's conversions of whole tensors (join_master_halves, master_low_halves) agree.
 #include "runtime/split_master_weights.h"
 
 #include <bit>
@@ -8,9 +9,12 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/backend.h"
 #include "runtime/dtype.h"
+#include "runtime/tensor.h"
 
 namespace weft {
 namespace {
@@ -39,6 +43,32 @@ TEST(SplitMasterWeights, EveryF32ComesBackBitForBit) {
     ++checked;
   }
   EXPECT_GT(checked, 1000000);
+}
+
+TEST(SplitMasterWeights, TheBackendJoinsAndSplitsWholeTensorsAsTheScalarFunctionsDo) {
+  // Random f32 bit patterns (no NaNs) as values; their high halves as a bf16 tensor.
+  std::mt19937 random(13);
+  std::vector<float> values;
+  while (values.size() < 100003) {
+    const uint32_t bits = random();
+    if (!is_nan_bits(bits)) values.push_back(std::bit_cast<float>(bits));
+  }
+  const int64_t count = static_cast<int64_t>(values.size());
+  Tensor value_tensor = Tensor::from_vector(absl::Span<const float>(values), {count});
+  Tensor high = Tensor::empty({count}, kBFloat16);
+  for (int64_t i = 0; i < count; ++i) high.data<BFloat16>()[i].bits = master_high_half(std::bit_cast<uint32_t>(values[i]));
+  Tensor low = Tensor::empty({count}, kInt16);
+  backend_for(Device::cpu()).master_low_halves(value_tensor, low);
+  Tensor joined = Tensor::empty({count}, kFloat32);
+  backend_for(Device::cpu()).join_master_halves(high, low, joined);
+  for (int64_t i = 0; i < count; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(values[i]);
+    ASSERT_EQ(low.data<int16_t>()[i], master_low_half(bits)) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(joined.data<float>()[i]), bits) << i;
+  }
+  // Operands that do not fit are refused by name.
+  EXPECT_THROW(backend_for(Device::cpu()).join_master_halves(high, low, Tensor::empty({count}, kFloat64)), Error);
+  EXPECT_THROW(backend_for(Device::cpu()).master_low_halves(value_tensor, Tensor::empty({count - 1}, kInt16)), Error);
 }
 
 TEST(SplitMasterWeights, TheHighHalfIsTheNearestBf16WithTiesAwayFromZero) {
