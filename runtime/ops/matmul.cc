@@ -2,6 +2,7 @@
 #include "runtime/ops/matmul.h"
 
 #include "runtime/autograd/deferred_weight_gradients.h"
+#include "runtime/autograd/engine.h"
 #include "runtime/autograd/function.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
@@ -195,7 +196,7 @@ class LinearFunction final : public autograd::Function {
       producer->handed_pre_activation_gradient_ = true;
       grad_x = grad_x.view(x_shape_);
     } else {
-      grad_x = product(g, weight).view(x_shape_);
+      grad_x = input_gradient(g, weight, rows.size(1));
     }
     if (autograd::DeferredWeightGradients* deferred = autograd::current_weight_gradient_deferral()) {
       std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = autograd::leaf_accumulator(next_edges[1]);
@@ -236,6 +237,21 @@ class LinearFunction final : public autograd::Function {
                    pre_activation.size(1) == saved()[0].size(1)
                ? producer
                : nullptr;
+  }
+
+  // dX = dY W ([R, K], as x_shape_), plus the gradient x already has from its other uses when that
+  // arrived first (autograd::take_pending_gradient: Llama's gate and up projections read the same
+  // normalized rows): then one Backend::matmul_bias_add, where CUDA's GEMM reads it as C and adds
+  // it before rounding once, instead of a product and the engine's separate add (the CPU reference
+  // computes the product and the add as the engine would).
+  Tensor input_gradient(const Tensor& g, const Tensor& weight, int64_t k) const {
+    const int64_t r = g.size(0);
+    const Tensor addend = autograd::take_pending_gradient(next_edges[0], g.dtype(), r * k, g.device());
+    if (!addend.defined()) return product(g, weight).view(x_shape_);
+    Tensor grad_x = Tensor::empty({1, r, k}, g.dtype(), g.device());
+    backend_for(g.device()).matmul_bias_add(g.unsqueeze(0), weight.unsqueeze(0), Tensor(), addend.view({1, r, k}),
+                                            grad_x);
+    return grad_x.view(x_shape_);
   }
 
   // The gradients of x, weight and bias, and with a residual its gradient: the output's, as it came.

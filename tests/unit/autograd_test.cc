@@ -309,6 +309,27 @@ TEST(AutogradHooks, AGradThatCountsAsZeroIsOverwrittenInPlaceAndNeverRead) {
   EXPECT_EQ(unused.grad().to_vector(), std::vector<double>(3, 0.0));
 }
 
+TEST(AutogradFunction, LinearsReadingOneInputSumItsGradientInTheLastGemm) {
+  // Two linears (no bias, as Llama's gate and up) and a third use read x: the second linear's
+  // backward takes the gradient x already has and adds it in its dX product. Against finite
+  // differences, and bit for bit against the same sum made by the engine's add (the CPU reference
+  // computes the product and the add as the engine does).
+  const auto function = [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    return tanh(linear(x, in[1])) * tanh(linear(x, in[2])) + sum(x * x, {-1}, true);
+  };
+  expect_gradients_match(function, {random_leaf({2, 3, 4}, 50), random_leaf({5, 4}, 51), random_leaf({5, 4}, 52)});
+  Tensor x = random_leaf({6, 4}, 53);
+  Tensor w1 = random_leaf({5, 4}, 54), w2 = random_leaf({5, 4}, 55);
+  sum(function({x, w1, w2})).backward();
+  // The same sum with each product's gradient made separately (matmul's backward takes nothing).
+  Tensor x_separate = x.detach().set_requires_grad(true);
+  sum(tanh(matmul(x_separate, w1.detach().transpose(0, 1))) * tanh(matmul(x_separate, w2.detach().transpose(0, 1))) +
+      sum(x_separate * x_separate, {-1}, true))
+      .backward();
+  EXPECT_EQ(max_abs_difference(x.grad(), x_separate.grad()), 0.0);
+}
+
 TEST(AutogradHooks, OnlyLeavesThatRequireGradTakeHooks) {
   Tensor plain = Tensor::ones({2});
   EXPECT_THROW(plain.register_grad_ready_hook([](Tensor&) {}), Error);
