@@ -100,8 +100,8 @@ inline void check_master_halves(const char* op, Device device, const Tensor& val
                     low.device() == device &&
                     (!high.defined() || (high.dtype() == kBFloat16 && high.is_contiguous() &&
                                          high.shape() == values.shape() && high.device() == device));
-  WEFT_CHECK(fits, op, ": expected contiguous f32 values, i16 low halves", high.defined() ? " and bf16 high halves" : "",
-             " of one shape on ", device.to_string(), "; got ", values.describe(), ", ", low.describe(),
+  WEFT_CHECK(fits, op, ": expected contiguous f32 values, i16 low halves",
+             high.defined() ? " and bf16 high halves" : "", " of one shape on ", device.to_string(), "; got ", values.describe(), ", ", low.describe(),
              high.defined() ? ", " + high.describe() : std::string());
 }
 

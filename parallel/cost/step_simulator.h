@@ -15,8 +15,9 @@
 //
 // Memory per rank: weights, gradients and optimizer state (ZeRO shards them over dp), the master
 // weights under bf16 (2 bytes a parameter of low halves; ZeRO's f32 shard), and the activations
-// kept in flight (Megatron-LM's per-layer estimate, sbh(10 + 24/t) bytes at 16 bits, 34sbh/t with sequence parallelism, scaled by the dtype; cuDNN
-// and fused attention keep no T x T scores) times the most micro-batches a stage holds at once.
+// kept in flight (Megatron-LM's per-layer estimate, sbh(10 + 24/t) bytes at 16 bits, 34sbh/t with
+// sequence parallelism, scaled by the dtype; cuDNN and fused attention keep no T x T scores) times
+// the most micro-batches a stage holds at once.
 //
 // Shared compute: where a host's ranks outnumber its compute slots (CostModel::compute_slots_per_host,
 // CPU ranks on fewer cores), the host's compute divided over its slots bounds the step from below,

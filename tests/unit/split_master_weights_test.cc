@@ -56,7 +56,9 @@ TEST(SplitMasterWeights, TheBackendJoinsAndSplitsWholeTensorsAsTheScalarFunction
   const int64_t count = static_cast<int64_t>(values.size());
   Tensor value_tensor = Tensor::from_vector(absl::Span<const float>(values), {count});
   Tensor high = Tensor::empty({count}, kBFloat16);
-  for (int64_t i = 0; i < count; ++i) high.data<BFloat16>()[i].bits = master_high_half(std::bit_cast<uint32_t>(values[i]));
+  for (int64_t i = 0; i < count; ++i) {
+    high.data<BFloat16>()[i].bits = master_high_half(std::bit_cast<uint32_t>(values[i]));
+  }
   Tensor low = Tensor::empty({count}, kInt16);
   backend_for(Device::cpu()).master_low_halves(value_tensor, low);
   Tensor joined = Tensor::empty({count}, kFloat32);
