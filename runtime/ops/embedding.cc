@@ -2,6 +2,7 @@
 #include "runtime/ops/embedding.h"
 
 #include "runtime/autograd/function.h"
+#include "runtime/autograd/node.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/ops/op_checks.h"
@@ -25,10 +26,22 @@ class EmbeddingFunction final : public autograd::Function {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& ids = saved()[0];
-    const Tensor& g = grads[0];
-    Tensor grad_weight = Tensor::zeros(weight_shape_, g.dtype(), g.device());
-    backend_for(g.device()).embedding_backward(ids.view({-1}), g.contiguous().view({-1, weight_shape_[1]}),
-                                               grad_weight);
+    const Tensor rows = grads[0].contiguous().view({-1, weight_shape_[1]});  // [count, C]
+    Backend& backend = backend_for(rows.device());
+    // The backend adds into what it is given. Where the weight's edge leads straight to a leaf that
+    // offers its .grad (AccumulateGrad::gradient_storage), that is the .grad itself: no [V, C] tensor
+    // of zeros made, scattered into and then added (for a tied weight, onto the output head's dW
+    // already there). Zeros it counts as are written first: the scatter touches only named rows.
+    const std::shared_ptr<autograd::AccumulateGrad> accumulator = autograd::leaf_accumulator(next_edges[1]);
+    const Tensor storage = accumulator != nullptr ? accumulator->gradient_storage(rows.dtype()) : Tensor();
+    if (storage.defined()) {
+      accumulator->write_counted_zeros();
+      backend.embedding_backward(ids.view({-1}), rows, storage);
+      accumulator->gradient_added_in_place();
+      return {Tensor(), Tensor()};
+    }
+    Tensor grad_weight = Tensor::zeros(weight_shape_, rows.dtype(), rows.device());
+    backend.embedding_backward(ids.view({-1}), rows, grad_weight);
     return {Tensor(), grad_weight};
   }
 

@@ -309,6 +309,35 @@ TEST(AutogradHooks, AGradThatCountsAsZeroIsOverwrittenInPlaceAndNeverRead) {
   EXPECT_EQ(unused.grad().to_vector(), std::vector<double>(3, 0.0));
 }
 
+TEST(AutogradHooks, EmbeddingScattersIntoTheGradItselfTiedOrNot) {
+  // embedding's backward adds its rows into the weight's .grad in place when the leaf offers it:
+  // untied with .grad counting as zero (NaN there: the rows it names are added onto the zeros
+  // written first, the others stay zero), and tied to an output head that wrote its dW there first.
+  // Against the gradients of leaves without a .grad (a new tensor scattered into, then added), and
+  // the scatter-add against finite differences.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 0, 3, 5, 3, 0}, {2, 3}, kInt64);
+  const Tensor hidden = random_leaf({2, 3, 4}, 61, false);
+  const auto untied = [&](const Tensor& w) { return sum(tanh(embedding(ids, w)) * hidden); };
+  const auto tied = [&](const Tensor& w) { return sum(tanh(linear(tanh(embedding(ids, w)), w))); };
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return tied(in[0]); }, {random_leaf({7, 4}, 60)});
+  for (const auto& loss_of : {std::function<Tensor(const Tensor&)>(untied), std::function<Tensor(const Tensor&)>(tied)}) {
+    Tensor fresh = random_leaf({7, 4}, 60);
+    loss_of(fresh).backward();
+    Tensor lazy = random_leaf({7, 4}, 60);
+    lazy.set_grad(Tensor::full({7, 4}, nan, kFloat64));
+    const void* storage = lazy.grad().raw_data();
+    lazy.mark_grad_zero();
+    loss_of(lazy).backward();
+    EXPECT_EQ(lazy.grad().raw_data(), storage) << "the gradient was not written in place";
+    EXPECT_LT(max_abs_difference(lazy.grad(), fresh.grad()), 1e-12);
+    // A .grad that holds a gradient: the next backward adds onto it.
+    loss_of(lazy).backward();
+    EXPECT_EQ(lazy.grad().raw_data(), storage);
+    EXPECT_LT(max_abs_difference(lazy.grad(), fresh.grad() * 2.0), 1e-12);
+  }
+}
+
 TEST(AutogradFunction, LinearsReadingOneInputSumItsGradientInTheLastGemm) {
   // Two linears (no bias, as Llama's gate and up) and a third use read x: the second linear's
   // backward takes the gradient x already has and adds it in its dX product. Against finite

@@ -274,8 +274,11 @@ TEST(CudaKernels, EmbeddingForwardAndBackwardMatchCpu) {
   struct Case {
     int64_t count, vocabulary, columns, id_bound;  // ids drawn from [0, id_bound): small bounds repeat ids
   };
-  const std::vector<Case> cases = {{4096, 50304, 768, 50304}, {64, 50304, 768, 50304}, {4096, 1000, 768, 50},
-                                   {100, 1001, 37, 1001}};
+  // The backward sorts the ids: GPT-2's batch of 16384 over its whole vocabulary (runs of one or two),
+  // runs of about 80 and of about 5000 (three ids; the run's end found 32 keys a ballot), one id
+  // repeated 301 times (rows left over after four at a time), and rows that take no packs.
+  const std::vector<Case> cases = {{16384, 50304, 768, 50304}, {64, 50304, 768, 50304}, {4096, 1000, 768, 50},
+                                   {16384, 50304, 768, 3},      {301, 7, 64, 1},        {100, 1001, 37, 1001}};
   uint64_t seed = 400;
   for (DType dtype : kDtypes) {
     for (DType id_dtype : {kInt64, kInt32}) {
@@ -299,6 +302,10 @@ TEST(CudaKernels, EmbeddingForwardAndBackwardMatchCpu) {
         const Tensor gw = start.gpu.clone();
         gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, gw);
         expect_close(gw, expected_gw, tolerance_for(dtype), what + " backward");
+        // No atomics: the same bits every time.
+        const Tensor again = start.gpu.clone();
+        gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, again);
+        expect_identical(again.to(Device::cpu()).to(kFloat32), gw.to(Device::cpu()).to(kFloat32), what + " rerun");
       }
     }
   }
@@ -487,6 +494,20 @@ TEST(CudaKernels, BadIdsRaiseAtTheNextCallByDefault) {
     EXPECT_NE(message.find("id 10 at position 1"), std::string::npos) << message;
     EXPECT_NE(message.find("[0, 10)"), std::string::npos) << message;
   }
+  EXPECT_NO_THROW(gpu_backend().embedding(good_ids, weight, out));
+  // Backward: the rows of bad ids are skipped (they sort after every valid id), the others added;
+  // the next call raises.
+  const Tensor mixed = Tensor::from_vector(std::vector<int64_t>{1, 10, 1, -3, 2}, {5}, kInt64, kGpu);
+  const Tensor grad = Tensor::zeros({10, 8}, kFloat32, kGpu);
+  EXPECT_NO_THROW(gpu_backend().embedding_backward(mixed, Tensor::ones({5, 8}, kFloat32, kGpu), grad));
+  const std::vector<double> sums = grad.to(Device::cpu()).to_vector();
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(sums[c], 0.0);
+    EXPECT_EQ(sums[8 + c], 2.0);
+    EXPECT_EQ(sums[16 + c], 1.0);
+    EXPECT_EQ(sums[72 + c], 0.0);
+  }
+  EXPECT_THROW(gpu_backend().embedding(good_ids, weight, out), Error);
   EXPECT_NO_THROW(gpu_backend().embedding(good_ids, weight, out));
   out.to(Device::cpu());
 }
