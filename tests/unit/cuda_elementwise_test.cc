@@ -441,8 +441,9 @@ TEST(CudaReduce, SumMeanMaxOverEveryDimSetMatchCpu) {
   }
 }
 
-// Few outputs over many elements take the split path (partials, then a second pass): whole-tensor
-// sums as in a gradient norm, and bias gradients over every token.
+// Few outputs over many elements take the split path (partials, then a second pass, or the last
+// block's merge for contiguous columns): whole-tensor sums as in a gradient norm, and bias gradients
+// over every token.
 TEST(CudaReduce, SplitSumsAndMeansOfLargeReductionsMatchCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16}) {
@@ -459,6 +460,41 @@ TEST(CudaReduce, SplitSumsAndMeansOfLargeReductionsMatchCpu) {
     check_reduce(ReduceOp::kMax, flat, flat.to(kGpu), {1}, dtype, "max of long rows (never split)");
   }
 }
+
+// Bias gradients of GPT-2's widths over 16384 tokens: the contiguous-column kernel merges its
+// slices in its last block (arrival counters that each launch leaves at zero). Against the CPU, the
+// same bits on repeated calls (counters reset, merge order fixed), also on a second stream (its own
+// counters) interleaved with the first, and a width of 33 column blocks ending in a partial one.
+#ifdef WEFT_HAVE_CUDA
+TEST(CudaReduce, ColumnSumsMergeTheirSlicesInOneLaunchTheSameEveryTime) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
+  cuda::Stream other(0);
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{16384, 768}, std::vector<int64_t>{16384, 2304}, std::vector<int64_t>{4096, 8200}}) {
+      const Tensor x = random_host(shape, dtype);
+      const Tensor x_gpu = x.to(kGpu);
+      const std::string what = str("column sums ", shape[0], " x ", shape[1], " ", dtype_name(dtype));
+      check_reduce(ReduceOp::kSum, x, x_gpu, {0}, dtype, what);
+      check_reduce(ReduceOp::kMean, x, x_gpu, {0}, dtype, what + " (mean)");
+      const Tensor first = Tensor::empty({1, shape[1]}, dtype, kGpu);
+      gpu().reduce(ReduceOp::kSum, x_gpu, {0}, first, Tensor());
+      for (int call = 0; call < 3; ++call) {
+        const Tensor again = Tensor::empty({1, shape[1]}, dtype, kGpu);
+        const Tensor elsewhere = Tensor::empty({1, shape[1]}, dtype, kGpu);
+        gpu().reduce(ReduceOp::kSum, x_gpu, {0}, again, Tensor());
+        {
+          cuda::StreamGuard guard(0, other.get());
+          gpu().reduce(ReduceOp::kSum, x_gpu, {0}, elsewhere, Tensor());
+          gpu().synchronize(kGpu);
+        }
+        EXPECT_TRUE(bitwise_equal(again, first)) << what << ": call " << call;
+        EXPECT_TRUE(bitwise_equal(elsewhere, first)) << what << ": call " << call << " on another stream";
+      }
+    }
+  }
+}
+#endif  // WEFT_HAVE_CUDA
 
 // The gradient norm's sums of squares (clip_grad_norm): tensors of one element, of exactly one and
 // of just over one 64K chunk, of several chunks, empty, and a strided view, in f32, bf16 and f16;
