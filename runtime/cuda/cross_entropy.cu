@@ -2,8 +2,10 @@
 // (CudaBackend::cross_entropy, cross_entropy_backward, cross_entropy_with_gradient; the CPU reference is
 // runtime/cpu/cross_entropy.cc).
 //
-// cross_entropy_with_gradient runs both in one kernel: each row read twice (the second time from L2)
-// and written once, where the two kernels read it twice from memory.
+// cross_entropy_with_gradient runs both in one kernel: each row read once from memory and written
+// once, where the two kernels read it twice. A row of up to 112 KB (GPT-2's and Llama 2's
+// vocabularies in bf16) is kept in shared memory between the kernel's two passes; a longer one is
+// read a second time, from L2.
 //
 // Forward: one block per row reads the logits once, in 16-byte packs, keeping each thread's running
 // (maximum, sum of exp) online; a block merge gives lse = max + log(sum), and
@@ -29,6 +31,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/dynamic_shared_memory.cuh"
 #include "runtime/cuda/index_check.cuh"
 #include "runtime/cuda/row_kernels.cuh"
 #include "runtime/cuda/stream.h"
@@ -235,6 +238,94 @@ __global__ void __launch_bounds__(kBackwardThreads)
   }
 }
 
+// cross_entropy_with_gradient_kernel with the row held in shared memory: the first pass stores each
+// pack it reads there, and the second pass reads the packs back from it instead of from L2, so the
+// row crosses from memory once and is written once (the least traffic there is). For rows of up to
+// kResidentRowBytes (GPT-2's vocabulary of 50304 in bf16 is 100.6 KB: two blocks a multiprocessor,
+// one loading while the other merges and writes; Llama 2's 32000 is 64 KB: three). In place is safe
+// as in the kernel above: every read of a row precedes the block merge, every write follows it.
+constexpr int kResidentThreads = 512;
+constexpr int64_t kResidentRowBytes = 112 * 1024;
+
+template <class T, class I, int kVec>
+__global__ void __launch_bounds__(kResidentThreads)
+    cross_entropy_with_gradient_resident_kernel(const T* logits,                        // [rows, vocabulary]
+                                                const I* __restrict__ targets,          // [rows]
+                                                const float* __restrict__ grad_losses,  // [rows]
+                                                float* __restrict__ losses,             // [rows]
+                                                float* __restrict__ lse,                // [rows]
+                                                T* grad_logits,  // [rows, vocabulary], may be logits
+                                                int64_t rows, int vocabulary, int64_t ignore_index,
+                                                IndexErrorRecord* record) {
+  extern __shared__ __align__(16) unsigned char row_storage[];
+  Pack<T, kVec>* const row_packs = reinterpret_cast<Pack<T, kVec>*>(row_storage);  // [packs]
+  __shared__ float scratch[64];
+  const int packs = vocabulary / kVec;
+  const int threads = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* row_in = logits + row * vocabulary;
+    T* row_out = grad_logits + row * vocabulary;
+    const int64_t target = static_cast<int64_t>(targets[row]);
+    const bool valid = target >= 0 && target < vocabulary;
+    const bool counted = target != ignore_index && valid;
+    MaxSum state{-INFINITY, 0.0f};
+    int p = static_cast<int>(threadIdx.x);
+    for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
+      Pack<T, kVec> loaded[kBackwardUnroll];
+#pragma unroll
+      for (int u = 0; u < kBackwardUnroll; ++u) {
+        loaded[u] = load_pack_once<T, kVec>(row_in + (p + u * threads) * kVec);
+      }
+#pragma unroll
+      for (int u = 0; u < kBackwardUnroll; ++u) {
+        row_packs[p + u * threads] = loaded[u];
+        accumulate(state, loaded[u]);
+      }
+    }
+    for (; p < packs; p += threads) {
+      const Pack<T, kVec> pack = load_pack_once<T, kVec>(row_in + p * kVec);
+      row_packs[p] = pack;
+      accumulate(state, pack);
+    }
+    state = block_merge(state, scratch);  // its barriers also make row_packs whole for every thread
+    const float row_lse = state.maximum + logf(state.sum);
+    if (threadIdx.x == 0) {
+      lse[row] = row_lse;
+      float loss = 0.0f;
+      if (target != ignore_index) {
+        if (valid) [[likely]] {
+          loss = row_lse - row_packs[target / kVec].get(static_cast<int>(target % kVec));
+        } else {
+          record_bad_index(record, IndexedOp::kCrossEntropy, row, target, vocabulary, ignore_index);
+          loss = NAN;
+        }
+      }
+      losses[row] = loss;
+    }
+    if (!counted) {
+      write_zero_row<T, kVec>(row_out, packs);
+    } else {
+      const float grad_loss = grad_losses[row];
+      for (p = static_cast<int>(threadIdx.x); p < packs; p += threads) {
+        store_pack_streaming(row_out + p * kVec, gradient_pack(row_packs[p], p * kVec, target, row_lse, grad_loss));
+      }
+    }
+    __syncthreads();  // the next row's first pass overwrites row_packs
+  }
+}
+
+// The most dynamic shared memory a block of `device` may opt into (cached: a driver call).
+int64_t shared_memory_per_block_limit(int device) {
+  static int limits[64] = {};
+  if (device < 0 || device >= 64) return 48 * 1024;
+  if (limits[device] == 0) {
+    int limit = 0;
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    limits[device] = limit > 0 ? limit : 48 * 1024;
+  }
+  return limits[device];
+}
+
 // Threads per block for rows of `packs` packs, at most `max_threads` (the kernel's launch bound):
 // fewer for short rows, so that small vocabularies do not idle most of a block.
 int threads_for(int packs, int max_threads) {
@@ -318,10 +409,22 @@ void CudaBackend::cross_entropy_with_gradient(const Tensor& logits, const Tensor
       const T* data = logits.data<T>();
       T* out = grad_logits.data<T>();
       cuda::dispatch_pack<T>(cuda::can_use_packs<T>(vocabulary, data, out), [&]<int kVec>() {
-        cuda::cross_entropy_with_gradient_kernel<T, I, kVec>
-            <<<grid, cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads), 0, stream>>>(
-                data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(), lse.data<float>(), out,
-                rows, vocabulary, ignore_index, cuda::index_error_record());
+        // A packed row that fits in shared memory stays there between the two passes; else the
+        // second pass reads it from L2.
+        const int64_t row_bytes = static_cast<int64_t>(vocabulary) * static_cast<int64_t>(sizeof(T));
+        if (kVec > 1 && row_bytes <= std::min(cuda::kResidentRowBytes, cuda::shared_memory_per_block_limit(device))) {
+          constexpr auto kernel = cuda::cross_entropy_with_gradient_resident_kernel<T, I, kVec>;
+          cuda::allow_dynamic_shared_memory<kernel>(static_cast<size_t>(row_bytes), device);
+          kernel<<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec, cuda::kResidentThreads),
+                   static_cast<size_t>(row_bytes), stream>>>(data, targets.data<I>(), grad_losses.data<float>(),
+                                                             losses.data<float>(), lse.data<float>(), out, rows,
+                                                             vocabulary, ignore_index, cuda::index_error_record());
+        } else {
+          cuda::cross_entropy_with_gradient_kernel<T, I, kVec>
+              <<<grid, cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads), 0, stream>>>(
+                  data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(), lse.data<float>(), out,
+                  rows, vocabulary, ignore_index, cuda::index_error_record());
+        }
         WEFT_CUDA_CHECK_LAUNCH();
       });
     });
