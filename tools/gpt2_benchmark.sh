@@ -16,13 +16,7 @@ ranks=${RANKS:-1}
 work=$(mktemp -d /tmp/weft-gpt2.XXXXXX)
 
 # Random tokens in llm.c's shard format (enough for the run; the throughput does not depend on them).
-"$python" - "$work/train.bin" <<'PYTHON'
-import sys, numpy as np
-tokens = np.random.default_rng(0).integers(0, 50257, size=16 * 1024 * 64 + 1, dtype=np.uint16)
-header = np.zeros(256, dtype=np.int32); header[0], header[1], header[2] = 20240520, 1, tokens.size
-with open(sys.argv[1], "wb") as f:
-    f.write(header.tobytes()); f.write(tokens.tobytes())
-PYTHON
+"$here/device/random-token-shard" "$work/train.bin" $((16 * 1024 * 64 + 1)) 50257
 
 launcher=()
 peer_launcher=("$python")

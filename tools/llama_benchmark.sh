@@ -20,14 +20,7 @@ vocab=${VOCAB:-32000} seq=${SEQ:-2048} batch=${BATCH:-8}
 work=$(mktemp -d /tmp/weft-llama.XXXXXX)
 
 # Random tokens in llm.c's shard format, enough for every step (throughput does not depend on them).
-"$python" - "$work/train.bin" "$vocab" $(((steps + 10) * batch * seq + 1)) <<'PYTHON'
-import sys, numpy as np
-vocab, count = int(sys.argv[2]), int(sys.argv[3])
-tokens = np.random.default_rng(0).integers(0, vocab, size=count, dtype=np.uint16)
-header = np.zeros(256, dtype=np.int32); header[0], header[1], header[2] = 20240520, 1, tokens.size
-with open(sys.argv[1], "wb") as f:
-    f.write(header.tobytes()); f.write(tokens.tobytes())
-PYTHON
+"$here/device/random-token-shard" "$work/train.bin" $(((steps + 10) * batch * seq + 1)) "$vocab"
 
 # ROUNDS (default 1) alternates the two sides that many times (peer, weft, peer, weft, ...): on a
 # power-capped GPU whichever runs second meets a warmer chip, so one pair of runs can tilt the ratio

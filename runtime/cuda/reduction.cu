@@ -307,7 +307,8 @@ __global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t colu
 // launches: the last block of each column block sets its counter back. Kept per (device, stream),
 // so that launches on two streams never share one; made at a stream's first split column sum
 // (never while the stream is being captured into a graph: null then, and the two-kernel path
-// runs). Never freed: 16 KB a stream.
+// runs; a graph captured later keeps its stream's counters, so it must be replayed on that stream
+// or while nothing else runs there). Never freed: 16 KB a stream.
 constexpr int64_t kArrivalCounters = 4096;
 
 unsigned int* arrival_counters(int device, cudaStream_t stream) {
