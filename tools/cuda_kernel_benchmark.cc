@@ -10,10 +10,11 @@
 // projection's dX epilogue or as a pass after it).
 //
 // Shapes: [B*T, C] = [16*1024, 768] (GPT-2 124M at sequence 1024) and [8*1024, 2048] (a 1.3B model),
-// bf16; cross-entropy on [8*1024, 50304] bf16 logits; Llama 1B's rotary embedding (q heads of
-// [8, 2048, 4096] qkv) and SwiGLU ([8*2048, 5504]). Each kernel is called through the backend
-// (runtime/backend.h) with its outputs allocated once, warmed up, then timed with CUDA events over
-// --iters back-to-back calls on the current stream; the time is the mean per call.
+// bf16; cross-entropy on [8*1024, 50304] bf16 logits; GPT-2's embedding backward; Llama 1B's
+// rotary embedding (q heads of [8, 2048, 4096] qkv) and SwiGLU ([8*2048, 5504]). Each kernel is
+// called through the backend (runtime/backend.h) with its outputs allocated once, warmed up, then
+// timed with CUDA events over --iters back-to-back calls on the current stream; the time is the
+// mean per call.
 //
 // Method. A 4 ms blocking kernel (tools/stream_blocker.h) goes in front of the timed calls, so that
 // they are all queued before the first runs: a kernel shorter than its launch on the host is then
@@ -29,6 +30,7 @@
 // size): about 4.25 TB/s on an H200. Issue #3 asks memory-bound kernels for >= 70% of it.
 //
 // Usage: cuda_kernel_benchmark [--iters N] [--device N]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -256,8 +258,39 @@ int main(int argc, char** argv) {
       rows.push_back({"cross_entropy forward", shape, forward_ms, forward_bytes});
       rows.push_back({"cross_entropy backward", shape, backward_ms, backward_bytes});
       rows.push_back({"cross_entropy fwd+bwd", shape, forward_ms + backward_ms, forward_bytes + backward_bytes});
-      // One kernel: the second read of each row comes from L2, so the bytes are the backward's.
+      // One kernel, each row read from memory once: the bytes are the backward's.
       rows.push_back({"cross_entropy with grad", shape, fused_ms, backward_bytes});
+    }
+
+    {
+      // GPT-2's embedding backward: 16384 rows of [*, 768] added into a [50304, 768] gradient, with
+      // ids spread evenly (what the random-token benchmarks train on) and drawn with probability
+      // 1 / rank (Zipf: the most frequent id about 9% of the batch, more than real text's most
+      // frequent token). Bytes: the rows read, and the named rows of the gradient read and written.
+      const int64_t n = 16 * 1024, v = 50304, c = 768;
+      const Tensor grad_out = Tensor::normal({n, c}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor grad_weight = Tensor::zeros({v, c}, bf16, gpu);
+      std::vector<double> cumulative(static_cast<size_t>(v));
+      double total = 0;
+      for (int64_t i = 0; i < v; ++i) cumulative[i] = total += 1.0 / static_cast<double>(i + 1);
+      for (const bool zipf : {false, true}) {
+        std::vector<int64_t> ids(static_cast<size_t>(n));
+        uint64_t state = 88172645463325252ull;
+        std::vector<bool> named(static_cast<size_t>(v), false);
+        int64_t distinct = 0;
+        for (int64_t& id : ids) {
+          state ^= state << 13, state ^= state >> 7, state ^= state << 17;  // xorshift64
+          const double u = static_cast<double>(state >> 11) / 9007199254740992.0;
+          id = zipf ? std::lower_bound(cumulative.begin(), cumulative.end(), u * total) - cumulative.begin()
+                    : static_cast<int64_t>(u * static_cast<double>(v));
+          id = std::min(id, v - 1);
+          if (!named[id]) named[id] = true, ++distinct;
+        }
+        const Tensor id_tensor = Tensor::from_vector(absl::MakeConstSpan(ids), {n}, weft::kInt64).to(gpu);
+        rows.push_back({zipf ? "embedding bwd, Zipf ids" : "embedding bwd, even ids", "[16384, 768] bf16",
+                        mean_ms(device, warmup, iters, [&] { backend.embedding_backward(id_tensor, grad_out, grad_weight); }),
+                        static_cast<double>(n * c) * kElement + 2.0 * static_cast<double>(distinct * c) * kElement});
+      }
     }
 
     {

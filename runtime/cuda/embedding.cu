@@ -9,7 +9,7 @@
 // every run. (An earlier version accumulated with f32 atomics into such a scratch, copied in and
 // out: GPT-2's embedding backward node took 527 us a step that way and takes 78 us now, see
 // docs/performance.md.) A very frequent id is summed by one warp per column chunk (16 bytes a
-// lane, four rows in flight), slower than a spread batch but never wrong. Ids outside [0, V)
+// lane, eight rows in flight), slower than a spread batch but never wrong. Ids outside [0, V)
 // follow index_check.cuh: a zero row forward, a skipped row backward (they sort last), and
 // weft::Error from the record.
 #include <cub/device/device_radix_sort.cuh>
@@ -27,6 +27,7 @@ namespace {
 
 constexpr int kThreads = 256;  // 8 rows per block, one per warp
 constexpr int kRowsPerBlock = kThreads / 32;
+constexpr int kRowsInFlight = 8;  // backward: grad_out rows of one run loaded before any is added
 
 template <class T, class I, int kVec>
 __global__ void __launch_bounds__(kThreads)
@@ -99,28 +100,37 @@ __global__ void __launch_bounds__(kThreads)
       end += __ffs(~same) - 1;
       break;
     }
-    if (!active) continue;
+    // 32 positions at a time, one a lane, handed round by shuffles: the row loads do not wait for
+    // a position load each, and eight rows are in flight. Rows are added in sorted order.
     float sums[kVec] = {};
-    int64_t r = start;
-    // Four rows' loads in flight at a time; added in order.
-    for (; r + 4 <= end; r += 4) {
-      Pack<T, kVec> packs[4];
+    for (int64_t base = start; base < end; base += 32) {
+      const int count_here = static_cast<int>(end - base < 32 ? end - base : 32);
+      const int32_t my_position = lane < count_here ? positions[base + lane] : 0;
+      int k = 0;
+      for (; k + kRowsInFlight <= count_here; k += kRowsInFlight) {
+        Pack<T, kVec> packs[kRowsInFlight];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        packs[k] = load_pack_streaming<T, kVec>(grad_out + static_cast<int64_t>(positions[r + k]) * columns + column);
+        for (int u = 0; u < kRowsInFlight; ++u) {
+          const int64_t position = __shfl_sync(0xffffffffu, my_position, k + u);
+          if (active) packs[u] = load_pack_streaming<T, kVec>(grad_out + position * columns + column);
+        }
+        if (active) {
+#pragma unroll
+          for (int u = 0; u < kRowsInFlight; ++u) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) sums[j] += packs[u].get(j);
+          }
+        }
       }
+      for (; k < count_here; ++k) {
+        const int64_t position = __shfl_sync(0xffffffffu, my_position, k);
+        if (!active) continue;
+        const Pack<T, kVec> pack = load_pack_streaming<T, kVec>(grad_out + position * columns + column);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) sums[j] += packs[k].get(j);
+        for (int j = 0; j < kVec; ++j) sums[j] += pack.get(j);
       }
     }
-    for (; r < end; ++r) {
-      const Pack<T, kVec> pack =
-          load_pack_streaming<T, kVec>(grad_out + static_cast<int64_t>(positions[r]) * columns + column);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) sums[j] += pack.get(j);
-    }
+    if (!active) continue;
     T* row = grad_weight + static_cast<int64_t>(key) * columns + column;
     Pack<T, kVec> pack = load_pack<T, kVec>(row);
 #pragma unroll
