@@ -60,6 +60,25 @@ __device__ __forceinline__ void accumulate(MaxSum& state, const Pack<T, kVec>& p
   for (int j = 0; j < kVec; ++j) state.sum += exp_shifted(pack.get(j), state.maximum);
 }
 
+// A row's lse and loss, written by one thread once the block has merged the row: the loss is
+// lse - the target's logit, 0 for ignore_index, and NaN (with the bad target recorded) for a
+// target outside [0, vocabulary). `target_logit` matters only for a valid target.
+__device__ __forceinline__ void write_row_loss(int64_t row, float row_lse, int64_t target, float target_logit,
+                                               int vocabulary, int64_t ignore_index, float* losses, float* lse,
+                                               IndexErrorRecord* record) {
+  lse[row] = row_lse;
+  float loss = 0.0f;
+  if (target != ignore_index) {
+    if (target >= 0 && target < vocabulary) [[likely]] {
+      loss = row_lse - target_logit;
+    } else {
+      record_bad_index(record, IndexedOp::kCrossEntropy, row, target, vocabulary, ignore_index);
+      loss = NAN;
+    }
+  }
+  losses[row] = loss;
+}
+
 template <class T, class I, int kVec>
 __global__ void __launch_bounds__(kForwardThreads)
     cross_entropy_kernel(const T* __restrict__ logits,   // [rows, vocabulary]
@@ -84,19 +103,10 @@ __global__ void __launch_bounds__(kForwardThreads)
     for (; p < packs; p += threads) accumulate(state, load_pack_once<T, kVec>(row_in + p * kVec));
     state = block_merge(state, scratch);
     if (threadIdx.x == 0) {
-      const float row_lse = state.maximum + logf(state.sum);
-      lse[row] = row_lse;
       const int64_t target = static_cast<int64_t>(targets[row]);
-      float loss = 0.0f;
-      if (target != ignore_index) {
-        if (target >= 0 && target < vocabulary) [[likely]] {
-          loss = row_lse - to_float(row_in[target]);
-        } else {
-          record_bad_index(record, IndexedOp::kCrossEntropy, row, target, vocabulary, ignore_index);
-          loss = NAN;
-        }
-      }
-      losses[row] = loss;
+      const bool valid = target >= 0 && target < vocabulary;
+      write_row_loss(row, state.maximum + logf(state.sum), target, valid ? to_float(row_in[target]) : 0.0f,
+                     vocabulary, ignore_index, losses, lse, record);
     }
   }
 }
@@ -177,14 +187,20 @@ __global__ void __launch_bounds__(kBackwardThreads)
 }
 
 // Forward and backward in one kernel (CudaBackend::cross_entropy_with_gradient): one block per row
-// (grid-stride) reads the row once for its lse and loss, as cross_entropy_kernel, then once more
-// to write the gradient, as cross_entropy_backward_kernel with grad_losses. The grid is capped at a
-// few blocks per multiprocessor so that the rows in flight (about 100 KB each for GPT-2's
-// vocabulary in bf16) stay in L2 between the two reads: the second read costs no HBM traffic. In
-// place (grad_logits == logits) is safe: each thread reads and writes the same packs in both passes
-// (the same thread-to-pack mapping), the target's logit is read before the block merge, and the
-// merge synchronizes the block between the first pass's reads and the second pass's writes.
-template <class T, class I, int kVec>
+// (grid-stride) reads the row once for its lse and loss, as cross_entropy_kernel, then writes the
+// gradient, as cross_entropy_backward_kernel with grad_losses. kResident: the first pass keeps each
+// pack it reads in shared memory (dynamic, the row's bytes) and the second pass reads them from
+// there, so the row crosses from memory once and is written once, the least traffic there is; for
+// rows of up to kResidentRowBytes (GPT-2's vocabulary of 50304 in bf16 is 100.6 KB: two blocks a
+// multiprocessor, one loading while the other merges and writes; Llama 2's 32000 is 64 KB: three).
+// Otherwise the second pass reads the row again, and the grid is capped at a few blocks per
+// multiprocessor so that the rows in flight stay in L2 between the two reads. In place
+// (grad_logits == logits) is safe either way: every read of a row (the target's logit included)
+// precedes the block merge, which synchronizes the block, and every write follows it; without
+// kResident each thread reads back only the packs it read before.
+constexpr int kResidentRowBytes = 112 * 1024;
+
+template <class T, class I, int kVec, bool kResident>
 __global__ void __launch_bounds__(kBackwardThreads)
     cross_entropy_with_gradient_kernel(const T* logits,                        // [rows, vocabulary]
                                        const I* __restrict__ targets,          // [rows]
@@ -194,123 +210,59 @@ __global__ void __launch_bounds__(kBackwardThreads)
                                        T* grad_logits,  // [rows, vocabulary], may be logits
                                        int64_t rows, int vocabulary, int64_t ignore_index,
                                        IndexErrorRecord* record) {
+  extern __shared__ __align__(16) unsigned char row_storage[];
+  Pack<T, kVec>* const row_packs = reinterpret_cast<Pack<T, kVec>*>(row_storage);  // [packs] if kResident
   __shared__ float scratch[64];
   const int packs = vocabulary / kVec;
   const int threads = static_cast<int>(blockDim.x);
+  // The first pass's load: kept in shared memory, or left in L2 for the second pass.
+  const auto load = [&](const T* row_in, int p) {
+    if constexpr (kResident) {
+      const Pack<T, kVec> pack = load_pack_once<T, kVec>(row_in + p * kVec);
+      row_packs[p] = pack;
+      return pack;
+    } else {
+      return load_pack<T, kVec>(row_in + p * kVec);
+    }
+  };
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* row_in = logits + row * vocabulary;
     T* row_out = grad_logits + row * vocabulary;
     const int64_t target = static_cast<int64_t>(targets[row]);
     const bool valid = target >= 0 && target < vocabulary;
     const bool counted = target != ignore_index && valid;
-    // Read before the merge: the second pass may overwrite it.
-    const float target_logit = threadIdx.x == 0 && counted ? to_float(row_in[target]) : 0.0f;
+    // Read before the merge: the second pass may overwrite it (from shared memory once it is there).
+    float target_logit = 0.0f;
+    if constexpr (!kResident) target_logit = threadIdx.x == 0 && counted ? to_float(row_in[target]) : 0.0f;
     MaxSum state{-INFINITY, 0.0f};
     int p = static_cast<int>(threadIdx.x);
     for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
       Pack<T, kVec> loaded[kBackwardUnroll];
 #pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) loaded[u] = load_pack<T, kVec>(row_in + (p + u * threads) * kVec);
+      for (int u = 0; u < kBackwardUnroll; ++u) loaded[u] = load(row_in, p + u * threads);
 #pragma unroll
       for (int u = 0; u < kBackwardUnroll; ++u) accumulate(state, loaded[u]);
     }
-    for (; p < packs; p += threads) accumulate(state, load_pack<T, kVec>(row_in + p * kVec));
-    state = block_merge(state, scratch);
-    const float row_lse = state.maximum + logf(state.sum);
-    if (threadIdx.x == 0) {
-      lse[row] = row_lse;
-      float loss = 0.0f;
-      if (target != ignore_index) {
-        if (valid) [[likely]] {
-          loss = row_lse - target_logit;
-        } else {
-          record_bad_index(record, IndexedOp::kCrossEntropy, row, target, vocabulary, ignore_index);
-          loss = NAN;
-        }
-      }
-      losses[row] = loss;
-    }
-    if (!counted) {
-      write_zero_row<T, kVec>(row_out, packs);
-      continue;
-    }
-    write_gradient_row<T, kVec>(row_in, row_out, packs, target, row_lse, grad_losses[row]);
-  }
-}
-
-// cross_entropy_with_gradient_kernel with the row held in shared memory: the first pass stores each
-// pack it reads there, and the second pass reads the packs back from it instead of from L2, so the
-// row crosses from memory once and is written once (the least traffic there is). For rows of up to
-// kResidentRowBytes (GPT-2's vocabulary of 50304 in bf16 is 100.6 KB: two blocks a multiprocessor,
-// one loading while the other merges and writes; Llama 2's 32000 is 64 KB: three). In place is safe
-// as in the kernel above: every read of a row precedes the block merge, every write follows it.
-constexpr int kResidentThreads = 512;
-constexpr int64_t kResidentRowBytes = 112 * 1024;
-
-template <class T, class I, int kVec>
-__global__ void __launch_bounds__(kResidentThreads)
-    cross_entropy_with_gradient_resident_kernel(const T* logits,                        // [rows, vocabulary]
-                                                const I* __restrict__ targets,          // [rows]
-                                                const float* __restrict__ grad_losses,  // [rows]
-                                                float* __restrict__ losses,             // [rows]
-                                                float* __restrict__ lse,                // [rows]
-                                                T* grad_logits,  // [rows, vocabulary], may be logits
-                                                int64_t rows, int vocabulary, int64_t ignore_index,
-                                                IndexErrorRecord* record) {
-  extern __shared__ __align__(16) unsigned char row_storage[];
-  Pack<T, kVec>* const row_packs = reinterpret_cast<Pack<T, kVec>*>(row_storage);  // [packs]
-  __shared__ float scratch[64];
-  const int packs = vocabulary / kVec;
-  const int threads = static_cast<int>(blockDim.x);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* row_in = logits + row * vocabulary;
-    T* row_out = grad_logits + row * vocabulary;
-    const int64_t target = static_cast<int64_t>(targets[row]);
-    const bool valid = target >= 0 && target < vocabulary;
-    const bool counted = target != ignore_index && valid;
-    MaxSum state{-INFINITY, 0.0f};
-    int p = static_cast<int>(threadIdx.x);
-    for (; p + (kBackwardUnroll - 1) * threads < packs; p += kBackwardUnroll * threads) {
-      Pack<T, kVec> loaded[kBackwardUnroll];
-#pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) {
-        loaded[u] = load_pack_once<T, kVec>(row_in + (p + u * threads) * kVec);
-      }
-#pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) {
-        row_packs[p + u * threads] = loaded[u];
-        accumulate(state, loaded[u]);
-      }
-    }
-    for (; p < packs; p += threads) {
-      const Pack<T, kVec> pack = load_pack_once<T, kVec>(row_in + p * kVec);
-      row_packs[p] = pack;
-      accumulate(state, pack);
-    }
+    for (; p < packs; p += threads) accumulate(state, load(row_in, p));
     state = block_merge(state, scratch);  // its barriers also make row_packs whole for every thread
     const float row_lse = state.maximum + logf(state.sum);
     if (threadIdx.x == 0) {
-      lse[row] = row_lse;
-      float loss = 0.0f;
-      if (target != ignore_index) {
-        if (valid) [[likely]] {
-          loss = row_lse - row_packs[target / kVec].get(static_cast<int>(target % kVec));
-        } else {
-          record_bad_index(record, IndexedOp::kCrossEntropy, row, target, vocabulary, ignore_index);
-          loss = NAN;
-        }
+      if constexpr (kResident) {
+        if (counted) target_logit = row_packs[target / kVec].get(static_cast<int>(target % kVec));
       }
-      losses[row] = loss;
+      write_row_loss(row, row_lse, target, target_logit, vocabulary, ignore_index, losses, lse, record);
     }
     if (!counted) {
       write_zero_row<T, kVec>(row_out, packs);
-    } else {
+    } else if constexpr (kResident) {
       const float grad_loss = grad_losses[row];
       for (p = static_cast<int>(threadIdx.x); p < packs; p += threads) {
         store_pack_streaming(row_out + p * kVec, gradient_pack(row_packs[p], p * kVec, target, row_lse, grad_loss));
       }
+    } else {
+      write_gradient_row<T, kVec>(row_in, row_out, packs, target, row_lse, grad_losses[row]);
     }
-    __syncthreads();  // the next row's first pass overwrites row_packs
+    if constexpr (kResident) __syncthreads();  // the next row's first pass overwrites row_packs
   }
 }
 
@@ -412,18 +364,18 @@ void CudaBackend::cross_entropy_with_gradient(const Tensor& logits, const Tensor
         // A packed row that fits in shared memory stays there between the two passes; else the
         // second pass reads it from L2.
         const int64_t row_bytes = static_cast<int64_t>(vocabulary) * static_cast<int64_t>(sizeof(T));
-        if (kVec > 1 && row_bytes <= std::min(cuda::kResidentRowBytes, cuda::shared_memory_per_block_limit(device))) {
-          constexpr auto kernel = cuda::cross_entropy_with_gradient_resident_kernel<T, I, kVec>;
+        const int threads = cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads);
+        if (kVec > 1 && row_bytes <= std::min<int64_t>(cuda::kResidentRowBytes,
+                                                        cuda::shared_memory_per_block_limit(device))) {
+          constexpr auto kernel = cuda::cross_entropy_with_gradient_kernel<T, I, kVec, true>;
           cuda::allow_dynamic_shared_memory<kernel>(static_cast<size_t>(row_bytes), device);
-          kernel<<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec, cuda::kResidentThreads),
-                   static_cast<size_t>(row_bytes), stream>>>(data, targets.data<I>(), grad_losses.data<float>(),
-                                                             losses.data<float>(), lse.data<float>(), out, rows,
-                                                             vocabulary, ignore_index, cuda::index_error_record());
+          kernel<<<cuda::grid_for(rows, 1), threads, static_cast<size_t>(row_bytes), stream>>>(
+              data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(), lse.data<float>(), out,
+              rows, vocabulary, ignore_index, cuda::index_error_record());
         } else {
-          cuda::cross_entropy_with_gradient_kernel<T, I, kVec>
-              <<<grid, cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads), 0, stream>>>(
-                  data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(), lse.data<float>(), out,
-                  rows, vocabulary, ignore_index, cuda::index_error_record());
+          cuda::cross_entropy_with_gradient_kernel<T, I, kVec, false><<<grid, threads, 0, stream>>>(
+              data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(), lse.data<float>(), out,
+              rows, vocabulary, ignore_index, cuda::index_error_record());
         }
         WEFT_CUDA_CHECK_LAUNCH();
       });

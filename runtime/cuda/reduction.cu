@@ -222,6 +222,26 @@ struct alignas(16) Vector16 {
   T value[16 / sizeof(T)];
 };
 
+// The last step of column_sums_kernel's two sums (a slice's rows, and the merge of every slice's
+// partials): thread (x, y) holds `sum` for its kPer columns over the rows (or slices) y, y + 8, ...;
+// the eight sums of each column of this block meet in shared memory and are added in y order, and
+// emit(column, total) is called once for each column of the block below `columns`.
+template <int kPer, int kBlockColumns, class Emit>
+__device__ __forceinline__ void add_slices_in_order(const float (&sum)[kPer],
+                                                    float (&shared_sum)[kColumnSlices][kBlockColumns + 1],
+                                                    int64_t columns, Emit&& emit) {
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) shared_sum[threadIdx.y][threadIdx.x * kPer + j] = sum[j];
+  __syncthreads();
+  for (int t = threadIdx.y * kColumnOutputs + threadIdx.x; t < kBlockColumns; t += kColumnOutputs * kColumnSlices) {
+    const int64_t column = blockIdx.x * int64_t{kBlockColumns} + t;
+    if (column >= columns) continue;
+    float total = 0.0f;
+    for (int slice = 0; slice < kColumnSlices; ++slice) total += shared_sum[slice][t];
+    emit(column, total);
+  }
+}
+
 template <class T>
 __global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t columns, int64_t row_stride,
                                    int64_t reduced_count, int64_t chunk, float* partials,
@@ -246,21 +266,14 @@ __global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t colu
       for (int j = 0; j < kPer; ++j) sum[j] += to_float(loaded.value[j]);
     }
   }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) shared_sum[threadIdx.y][threadIdx.x * kPer + j] = sum[j];
-  __syncthreads();
-  for (int t = threadIdx.y * kColumnOutputs + threadIdx.x; t < kBlockColumns; t += kColumnOutputs * kColumnSlices) {
-    const int64_t column = blockIdx.x * int64_t{kBlockColumns} + t;
-    if (column >= columns) continue;
-    float total = 0.0f;
-    for (int slice = 0; slice < kColumnSlices; ++slice) total += shared_sum[slice][t];
+  add_slices_in_order<kPer, kBlockColumns>(sum, shared_sum, columns, [&](int64_t column, float total) {
     if (partials != nullptr) {
       partials[blockIdx.y * columns + column] = total;
     } else {
       write_result(op, out, static_cast<int64_t*>(nullptr), column, total, Best{-INFINITY, kNoIndex},
                    reduced_count);
     }
-  }
+  });
   if (partials == nullptr || arrivals == nullptr) return;  // one slice, or reduce_partials_kernel merges
 
   // The last block of this column block to arrive merges every slice's partials (arrivals counts
@@ -290,16 +303,9 @@ __global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t colu
       }
     }
   }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) shared_sum[threadIdx.y][threadIdx.x * kPer + j] = merged[j];
-  __syncthreads();
-  for (int t = threadIdx.y * kColumnOutputs + threadIdx.x; t < kBlockColumns; t += kColumnOutputs * kColumnSlices) {
-    const int64_t column = blockIdx.x * int64_t{kBlockColumns} + t;
-    if (column >= columns) continue;
-    float total = 0.0f;
-    for (int slice = 0; slice < kColumnSlices; ++slice) total += shared_sum[slice][t];
+  add_slices_in_order<kPer, kBlockColumns>(merged, shared_sum, columns, [&](int64_t column, float total) {
     write_result(op, out, static_cast<int64_t*>(nullptr), column, total, Best{-INFINITY, kNoIndex}, reduced_count);
-  }
+  });
   if (threadIdx.x == 0 && threadIdx.y == 0) arrivals[blockIdx.x] = 0;  // ready for the stream's next launch
 }
 
