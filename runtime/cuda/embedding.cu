@@ -9,9 +9,12 @@
 // every run. (An earlier version accumulated with f32 atomics into such a scratch, copied in and
 // out: GPT-2's embedding backward node took 527 us a step that way and takes 78 us now, see
 // docs/performance.md.) A very frequent id is summed by one warp per column chunk (16 bytes a
-// lane, eight rows in flight), slower than a spread batch but never wrong. Ids outside [0, V)
-// follow index_check.cuh: a zero row forward, a skipped row backward (they sort last), and
-// weft::Error from the record.
+// lane, eight rows in flight): with GPT-2's ids drawn as Zipf's law has them (the most frequent
+// about 9% of a batch of 16384) the kernel takes 308 us where evenly spread ids take 67 us, that
+// one run's warps working alone at the end; splitting long runs over several warps, with their
+// partial sums added in order, is what would even it out. Ids outside [0, V) follow
+// index_check.cuh: a zero row forward, a skipped row backward (they sort last), and weft::Error
+// from the record.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "runtime/cuda/cuda_backend.h"
