@@ -36,11 +36,13 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& grad_out, c
   const int64_t count = ids.numel(), vocabulary = grad_weight.size(0), columns = grad_weight.size(1);
   cpu::dispatch_index(ids.dtype(), "embedding_backward", [&]<class I>() {
     const I* id_data = ids.data<I>();
+    // Validate every id before adding anything: grad_weight may be a parameter's .grad itself.
+    for (int64_t n = 0; n < count; ++n) checked_id(id_data, n, vocabulary, "embedding_backward");
     cpu::dispatch_floating(grad_weight.dtype(), "embedding_backward", [&]<class T>() {
       const T* gy = grad_out.data<T>();
       T* gw = grad_weight.data<T>();
       for (int64_t n = 0; n < count; ++n) {
-        const int64_t id = checked_id(id_data, n, vocabulary, "embedding_backward");
+        const int64_t id = static_cast<int64_t>(id_data[n]);
         for (int64_t c = 0; c < columns; ++c) {
           gw[id * columns + c] = store_element<T>(load_element(gw[id * columns + c]) + load_element(gy[n * columns + c]));
         }

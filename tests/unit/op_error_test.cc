@@ -134,6 +134,16 @@ TEST(OpError, EmbeddingIdOutOfRangeNamesIdAndVocabulary) {
   expect_error([&] { embedding(ids({5}), weight); }, {"embedding", "id 5", "[0, 5)"});
 }
 
+TEST(OpError, EmbeddingBackwardWithABadIdChangesNothing) {
+  // The backward may add into a parameter's .grad itself: a bad id anywhere stops it before any row
+  // is added.
+  Tensor grad_weight = Tensor::full({5, 3}, 0.5);
+  expect_error(
+      [&] { backend_for(Device::cpu()).embedding_backward(ids({1, 2, 7}), Tensor::ones({3, 3}), grad_weight); },
+      {"embedding_backward", "id 7", "position 2", "[0, 5)"});
+  EXPECT_EQ(grad_weight.to_vector(), std::vector<double>(15, 0.5));
+}
+
 TEST(OpError, EmbeddingWithFloatIds) {
   const Tensor weight = Tensor::zeros({5, 3});
   expect_error([&] { embedding(Tensor::zeros({3}), weight); }, {"embedding", "ids", "f32[3]", "i32", "i64"});
