@@ -287,8 +287,10 @@ int main(int argc, char** argv) {
           if (!named[id]) named[id] = true, ++distinct;
         }
         const Tensor id_tensor = Tensor::from_vector(absl::MakeConstSpan(ids), {n}, weft::kInt64).to(gpu);
-        rows.push_back({zipf ? "embedding bwd, Zipf ids" : "embedding bwd, even ids", "[16384, 768] bf16",
-                        mean_ms(device, warmup, iters, [&] { backend.embedding_backward(id_tensor, grad_out, grad_weight); }),
+        const double ms = mean_ms(device, warmup, iters, [&] {
+          backend.embedding_backward(id_tensor, grad_out, grad_weight);
+        });
+        rows.push_back({zipf ? "embedding bwd, Zipf ids" : "embedding bwd, even ids", "[16384, 768] bf16", ms,
                         static_cast<double>(n * c) * kElement + 2.0 * static_cast<double>(distinct * c) * kElement});
       }
     }

@@ -203,7 +203,8 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& grad_out, 
     const T* gy = grad_out.data<T>();
     T* gw = grad_weight.data<T>();
     cuda::dispatch_pack<T>(cuda::can_use_packs<T>(columns, gy, gw), [&]<int kVec>() {
-      const dim3 grid(cuda::grid_for(count, cuda::kRowsPerBlock), static_cast<unsigned int>((columns + 32 * kVec - 1) / (32 * kVec)));
+      const unsigned int column_chunks = static_cast<unsigned int>((columns + 32 * kVec - 1) / (32 * kVec));
+      const dim3 grid(cuda::grid_for(count, cuda::kRowsPerBlock), column_chunks);
       cuda::embedding_backward_sorted_kernel<T, kVec><<<grid, cuda::kThreads, 0, stream>>>(
           sorted_keys, sorted_positions, gy, gw, count, columns, vocabulary);
       WEFT_CUDA_CHECK_LAUNCH();

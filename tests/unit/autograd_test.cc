@@ -321,7 +321,8 @@ TEST(AutogradHooks, EmbeddingScattersIntoTheGradItselfTiedOrNot) {
   const auto untied = [&](const Tensor& w) { return sum(tanh(embedding(ids, w)) * hidden); };
   const auto tied = [&](const Tensor& w) { return sum(tanh(linear(tanh(embedding(ids, w)), w))); };
   expect_gradients_match([&](const std::vector<Tensor>& in) { return tied(in[0]); }, {random_leaf({7, 4}, 60)});
-  for (const auto& loss_of : {std::function<Tensor(const Tensor&)>(untied), std::function<Tensor(const Tensor&)>(tied)}) {
+  using LossOf = std::function<Tensor(const Tensor&)>;
+  for (const LossOf& loss_of : {LossOf(untied), LossOf(tied)}) {
     Tensor fresh = random_leaf({7, 4}, 60);
     loss_of(fresh).backward();
     Tensor lazy = random_leaf({7, 4}, 60);
