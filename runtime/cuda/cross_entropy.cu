@@ -199,6 +199,9 @@ __global__ void __launch_bounds__(kBackwardThreads)
 // precedes the block merge, which synchronizes the block, and every write follows it; without
 // kResident each thread reads back only the packs it read before.
 constexpr int kResidentRowBytes = 112 * 1024;
+// The row and the block's 256 bytes of static scratch within the 227 KB a block of an H100 or H200
+// may opt into (sm_90, the CUDA build's default target; the norm backward assumes the same bound).
+static_assert(kResidentRowBytes + 256 <= 227 * 1024, "a resident row fits in an H100/H200 block");
 
 template <class T, class I, int kVec, bool kResident>
 __global__ void __launch_bounds__(kBackwardThreads)
@@ -264,18 +267,6 @@ __global__ void __launch_bounds__(kBackwardThreads)
     }
     if constexpr (kResident) __syncthreads();  // the next row's first pass overwrites row_packs
   }
-}
-
-// The most dynamic shared memory a block of `device` may opt into (cached: a driver call).
-int64_t shared_memory_per_block_limit(int device) {
-  static int limits[64] = {};
-  if (device < 0 || device >= 64) return 48 * 1024;
-  if (limits[device] == 0) {
-    int limit = 0;
-    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    limits[device] = limit > 0 ? limit : 48 * 1024;
-  }
-  return limits[device];
 }
 
 // Threads per block for rows of `packs` packs, at most `max_threads` (the kernel's launch bound):
@@ -365,8 +356,7 @@ void CudaBackend::cross_entropy_with_gradient(const Tensor& logits, const Tensor
         // second pass reads it from L2.
         const int64_t row_bytes = static_cast<int64_t>(vocabulary) * static_cast<int64_t>(sizeof(T));
         const int threads = cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads);
-        if (kVec > 1 && row_bytes <= std::min<int64_t>(cuda::kResidentRowBytes,
-                                                        cuda::shared_memory_per_block_limit(device))) {
+        if (kVec > 1 && row_bytes <= cuda::kResidentRowBytes) {
           constexpr auto kernel = cuda::cross_entropy_with_gradient_kernel<T, I, kVec, true>;
           cuda::allow_dynamic_shared_memory<kernel>(static_cast<size_t>(row_bytes), device);
           kernel<<<cuda::grid_for(rows, 1), threads, static_cast<size_t>(row_bytes), stream>>>(

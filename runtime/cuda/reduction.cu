@@ -10,9 +10,7 @@
 //   reads 32 neighbouring elements (reducing over the batch for a bias gradient, say).
 // When few outputs cover many elements (a whole-tensor sum, a bias gradient over every token), both
 // kernels split the reduced range into slices (blockIdx.y) that write f32 partials, and a second
-// kernel sums the partials of each output in slice order (sums and means; max is never split). The
-// contiguous-column kernel (bias gradients) merges its own partials instead: the last of a column
-// block's slice blocks to finish sums them, one launch where there were two.
+// kernel sums the partials of each output in slice order (sums and means; max is never split).
 // Accumulation is f32 (the CPU reference uses double; sums agree within the f32 tolerance). Max
 // returns the first index of the maximum and propagates NaN (the first NaN wins), like the CPU.
 // out and indices are contiguous, with x's shape and the reduced dims set to 1.
@@ -21,9 +19,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
-#include <map>
-#include <mutex>
-#include <utility>
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -222,30 +217,9 @@ struct alignas(16) Vector16 {
   T value[16 / sizeof(T)];
 };
 
-// The last step of column_sums_kernel's two sums (a slice's rows, and the merge of every slice's
-// partials): thread (x, y) holds `sum` for its kPer columns over the rows (or slices) y, y + 8, ...;
-// the eight sums of each column of this block meet in shared memory and are added in y order, and
-// emit(column, total) is called once for each column of the block below `columns`.
-template <int kPer, int kBlockColumns, class Emit>
-__device__ __forceinline__ void add_slices_in_order(const float (&sum)[kPer],
-                                                    float (&shared_sum)[kColumnSlices][kBlockColumns + 1],
-                                                    int64_t columns, Emit&& emit) {
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) shared_sum[threadIdx.y][threadIdx.x * kPer + j] = sum[j];
-  __syncthreads();
-  for (int t = threadIdx.y * kColumnOutputs + threadIdx.x; t < kBlockColumns; t += kColumnOutputs * kColumnSlices) {
-    const int64_t column = blockIdx.x * int64_t{kBlockColumns} + t;
-    if (column >= columns) continue;
-    float total = 0.0f;
-    for (int slice = 0; slice < kColumnSlices; ++slice) total += shared_sum[slice][t];
-    emit(column, total);
-  }
-}
-
 template <class T>
 __global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t columns, int64_t row_stride,
-                                   int64_t reduced_count, int64_t chunk, float* partials,
-                                   unsigned int* arrivals) {
+                                   int64_t reduced_count, int64_t chunk, float* partials) {
   constexpr int kPer = 16 / sizeof(T);
   constexpr int kBlockColumns = kColumnOutputs * kPer;
   __shared__ float shared_sum[kColumnSlices][kBlockColumns + 1];
@@ -266,71 +240,21 @@ __global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t colu
       for (int j = 0; j < kPer; ++j) sum[j] += to_float(loaded.value[j]);
     }
   }
-  add_slices_in_order<kPer, kBlockColumns>(sum, shared_sum, columns, [&](int64_t column, float total) {
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) shared_sum[threadIdx.y][threadIdx.x * kPer + j] = sum[j];
+  __syncthreads();
+  for (int t = threadIdx.y * kColumnOutputs + threadIdx.x; t < kBlockColumns; t += kColumnOutputs * kColumnSlices) {
+    const int64_t column = blockIdx.x * int64_t{kBlockColumns} + t;
+    if (column >= columns) continue;
+    float total = 0.0f;
+    for (int slice = 0; slice < kColumnSlices; ++slice) total += shared_sum[slice][t];
     if (partials != nullptr) {
       partials[blockIdx.y * columns + column] = total;
     } else {
       write_result(op, out, static_cast<int64_t*>(nullptr), column, total, Best{-INFINITY, kNoIndex},
                    reduced_count);
     }
-  });
-  if (partials == nullptr || arrivals == nullptr) return;  // one slice, or reduce_partials_kernel merges
-
-  // The last block of this column block to arrive merges every slice's partials (arrivals counts
-  // them; see arrival_counters): thread (x, y) sums its kPer columns over slices y, y + 8, ..., and
-  // the eight sums of each column meet in shared memory in order, so the result does not depend on
-  // which block came last. The partials are read from L2 (__ldcg): other blocks wrote them.
-  __shared__ unsigned int arrived;
-  __threadfence();  // this block's partials are visible device-wide before its arrival is
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0) arrived = atomicAdd(arrivals + blockIdx.x, 1u);
-  __syncthreads();
-  if (arrived + 1 != gridDim.y) return;
-  __threadfence();
-  float merged[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) merged[j] = 0.0f;
-  if (group < groups) {
-    for (unsigned int slice = threadIdx.y; slice < gridDim.y; slice += kColumnSlices) {
-      const float4* source = reinterpret_cast<const float4*>(partials + slice * columns + group * kPer);
-#pragma unroll
-      for (int q = 0; q < kPer / 4; ++q) {
-        const float4 four = __ldcg(source + q);
-        merged[4 * q] += four.x;
-        merged[4 * q + 1] += four.y;
-        merged[4 * q + 2] += four.z;
-        merged[4 * q + 3] += four.w;
-      }
-    }
   }
-  add_slices_in_order<kPer, kBlockColumns>(merged, shared_sum, columns, [&](int64_t column, float total) {
-    write_result(op, out, static_cast<int64_t*>(nullptr), column, total, Best{-INFINITY, kNoIndex}, reduced_count);
-  });
-  if (threadIdx.x == 0 && threadIdx.y == 0) arrivals[blockIdx.x] = 0;  // ready for the stream's next launch
-}
-
-// Arrival counters for column_sums_kernel's last-block merge, one per column block, zero between
-// launches: the last block of each column block sets its counter back. Kept per (device, stream),
-// so that launches on two streams never share one; made at a stream's first split column sum
-// (never while the stream is being captured into a graph: null then, and the two-kernel path
-// runs; a graph captured later keeps its stream's counters, so it must be replayed on that stream
-// or while nothing else runs there). Never freed: 16 KB a stream.
-constexpr int64_t kArrivalCounters = 4096;
-
-unsigned int* arrival_counters(int device, cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, unsigned int*> counters;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = counters.find({device, stream});
-  if (found != counters.end()) return found->second;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  WEFT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return nullptr;
-  unsigned int* made = nullptr;
-  WEFT_CUDA_CHECK(cudaMalloc(&made, kArrivalCounters * sizeof(unsigned int)));
-  WEFT_CUDA_CHECK(cudaMemsetAsync(made, 0, kArrivalCounters * sizeof(unsigned int), stream));
-  counters[{device, stream}] = made;
-  return made;
 }
 
 }  // namespace
@@ -394,17 +318,12 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t>
   cuda::dispatch_cuda_floating(x.dtype(), "reduce", [&]<class T>() {
     const T* in = x.data<T>();
     T* data = out.data<T>();
-    bool merged = false;  // the partials already summed by the kernel that wrote them
     if (column_vectors) {
       const int64_t blocks = std::min<int64_t>(row_blocks, 65535LL * 32);
       const dim3 threads(cuda::kColumnOutputs, cuda::kColumnSlices);
       const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
-      // Split: the last block of each column block merges the slices (one launch, not two).
-      unsigned int* arrivals = splits > 1 && blocks <= cuda::kArrivalCounters ? cuda::arrival_counters(device, stream)
-                                                                              : nullptr;
       cuda::column_sums_kernel<T><<<grid, threads, 0, stream>>>(op, in, data, rows, reduced.strides[0][0],
-                                                                 reduced_count, chunk, partial_data, arrivals);
-      merged = arrivals != nullptr;
+                                                                 reduced_count, chunk, partial_data);
     } else if (by_columns) {
       const int64_t blocks = std::min<int64_t>((rows + cuda::kColumnOutputs - 1) / cuda::kColumnOutputs, 65535LL * 32);
       const dim3 threads(cuda::kColumnOutputs, cuda::kColumnSlices);
@@ -420,7 +339,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t>
                                                                 reduced_count, chunk, partial_data);
     }
     WEFT_CUDA_CHECK_LAUNCH();
-    if (splits > 1 && !merged) {
+    if (splits > 1) {
       const int64_t blocks = std::min<int64_t>(rows, 65535LL * 32);
       cuda::reduce_partials_kernel<T><<<static_cast<unsigned>(blocks), cuda::kFinalThreads, 0, stream>>>(
           op, partial_data, splits, data, rows, reduced_count);

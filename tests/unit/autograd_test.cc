@@ -314,7 +314,8 @@ TEST(AutogradHooks, EmbeddingScattersIntoTheGradItselfTiedOrNot) {
   // untied with .grad counting as zero (NaN there: the rows it names are added onto the zeros
   // written first, the others stay zero), and tied to an output head that wrote its dW there first.
   // Against the gradients of leaves without a .grad (a new tensor scattered into, then added), and
-  // the scatter-add against finite differences.
+  // the scatter-add against finite differences. (The values cannot tell the in-place path from a
+  // returned gradient that AccumulateGrad copies; the NaN can tell whether its zeros were written.)
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 0, 3, 5, 3, 0}, {2, 3}, kInt64);
   const Tensor hidden = random_leaf({2, 3, 4}, 61, false);
@@ -330,7 +331,7 @@ TEST(AutogradHooks, EmbeddingScattersIntoTheGradItselfTiedOrNot) {
     const void* storage = lazy.grad().raw_data();
     lazy.mark_grad_zero();
     loss_of(lazy).backward();
-    EXPECT_EQ(lazy.grad().raw_data(), storage) << "the gradient was not written in place";
+    EXPECT_EQ(lazy.grad().raw_data(), storage) << "the gradient lost its storage";
     EXPECT_LT(max_abs_difference(lazy.grad(), fresh.grad()), 1e-12);
     // A .grad that holds a gradient: the next backward adds onto it.
     loss_of(lazy).backward();

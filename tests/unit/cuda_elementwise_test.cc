@@ -441,9 +441,8 @@ TEST(CudaReduce, SumMeanMaxOverEveryDimSetMatchCpu) {
   }
 }
 
-// Few outputs over many elements take the split path (partials, then a second pass, or the last
-// block's merge for contiguous columns): whole-tensor sums as in a gradient norm, and bias gradients
-// over every token.
+// Few outputs over many elements take the split path (partials, then a second pass): whole-tensor
+// sums as in a gradient norm, and bias gradients over every token.
 TEST(CudaReduce, SplitSumsAndMeansOfLargeReductionsMatchCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   for (DType dtype : {kFloat32, kBFloat16}) {
@@ -461,12 +460,11 @@ TEST(CudaReduce, SplitSumsAndMeansOfLargeReductionsMatchCpu) {
   }
 }
 
-// Bias gradients of GPT-2's widths over 16384 tokens: the contiguous-column kernel merges its
-// slices in its last block (arrival counters that each launch leaves at zero). Against the CPU, the
-// same bits on repeated calls (counters reset, merge order fixed), also on a second stream (its own
-// counters) interleaved with the first, and a width of 33 column blocks ending in a partial one.
+// Bias gradients of GPT-2's widths over 16384 tokens (the contiguous-column kernel's split path):
+// against the CPU, and the same bits on repeated calls, also on a second stream interleaved with
+// the first; and a width of 33 column blocks ending in a partial one.
 #ifdef WEFT_HAVE_CUDA
-TEST(CudaReduce, ColumnSumsMergeTheirSlicesInOneLaunchTheSameEveryTime) {
+TEST(CudaReduce, BiasGradientColumnSumsMatchCpuTheSameEveryTime) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE(kSkipMessage);
   cuda::Stream other(0);
   for (DType dtype : {kFloat32, kBFloat16}) {
