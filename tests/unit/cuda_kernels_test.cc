@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -308,6 +309,44 @@ TEST(CudaKernels, EmbeddingForwardAndBackwardMatchCpu) {
         expect_identical(again.to(Device::cpu()).to(kFloat32), gw.to(Device::cpu()).to(kFloat32), what + " rerun");
       }
     }
+  }
+}
+
+// The backward cuts runs of equal ids into parts of 64 sorted rows and adds the parts' sums in a
+// second kernel: runs that end on a part boundary, start on one, cross one or many, a run of one
+// right after a long one, and a long run that holds the last part.
+TEST(CudaKernels, EmbeddingBackwardSplitsLongRunsIntoParts) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  const std::vector<int64_t> run_lengths = {64, 64, 1, 63, 128, 65, 200, 1, 2, 640, 3000, 127, 129, 1, 700};
+  const int64_t vocabulary = 40, columns = 768;
+  std::vector<int64_t> ordered;
+  for (size_t r = 0; r < run_lengths.size(); ++r) {
+    // Ids rising with the runs, so that sorted they keep this order (64 | 64 | 1, 63 | 128 | 65 ...).
+    const int64_t id = static_cast<int64_t>(2 * r + 1);
+    ordered.insert(ordered.end(), static_cast<size_t>(run_lengths[r]), id);
+  }
+  const int64_t count = static_cast<int64_t>(ordered.size());
+  // Positions shuffled by a fixed permutation (a multiplier coprime to the count walks every index),
+  // so that the sort, not the input, makes the runs.
+  int64_t step = 7919;
+  while (std::gcd(step, count) != 1) ++step;
+  std::vector<int64_t> shuffled(ordered.size());
+  for (int64_t i = 0; i < count; ++i) shuffled[static_cast<size_t>((i * step) % count)] = ordered[static_cast<size_t>(i)];
+  uint64_t seed = 450;
+  for (DType dtype : kDtypes) {
+    const std::string what = describe({count, vocabulary, columns}, dtype) + " split runs";
+    SCOPED_TRACE(what);
+    const Tensor ids = Tensor::from_vector(absl::MakeConstSpan(shuffled), {count}, kInt64);
+    const RoundedInput start = random_input({vocabulary, columns}, ++seed, dtype, 0.0, 0.1);
+    const RoundedInput gy = random_input({count, columns}, ++seed, dtype);
+    const Tensor expected_gw = start.reference.clone();
+    cpu_backend().embedding_backward(ids, gy.reference, expected_gw);
+    const Tensor gw = start.gpu.clone();
+    gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, gw);
+    expect_close(gw, expected_gw, tolerance_for(dtype), what + " backward");
+    const Tensor again = start.gpu.clone();
+    gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, again);
+    expect_identical(again.to(Device::cpu()).to(kFloat32), gw.to(Device::cpu()).to(kFloat32), what + " rerun");
   }
 }
 
