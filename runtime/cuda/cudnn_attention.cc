@@ -222,6 +222,7 @@ struct Plan {
   Desc* plan = nullptr;
   int64_t workspace_bytes = 0;
   int64_t engine = -1;
+  std::string chosen;   // which heuristics config it is, "config 1 of 3, mode A" (WEFT_ATTENTION_VERBOSE)
   std::string failure;  // non-empty: no plan could be built (the reason)
 };
 
@@ -374,6 +375,8 @@ class GraphBuilder {
                                                   CUDNN_TYPE_INT64, 1, &returned, &result->workspace_bytes),
                          plan->name());
           result->engine = engine_index(raw_configs[i]);
+          result->chosen = "config " + std::to_string(i + 1) + " of " + std::to_string(raw_configs.size()) + ", " +
+                           mode_name;
           result->plan = plan.get();
           descriptors_.push_back(std::move(plan));
           for (auto& config : configs) descriptors_.push_back(std::move(config));
@@ -633,7 +636,8 @@ Plan* get_plan(DeviceState& state, const PlanKey& key, const Shape& shape, cudnn
                    std::get<0>(key) ? "sdpa backward" : "sdpa forward", static_cast<long long>(shape.b),
                    static_cast<long long>(shape.h), static_cast<long long>(shape.kv), static_cast<long long>(shape.s),
                    static_cast<long long>(shape.d),
-                   plan->failure.empty() ? ("engine " + std::to_string(plan->engine) + ", workspace " +
+                   plan->failure.empty() ? ("engine " + std::to_string(plan->engine) + " (" + plan->chosen +
+                                            "), workspace " +
                                             std::to_string(plan->workspace_bytes) + " bytes")
                                                .c_str()
                                          : plan->failure.c_str(),

@@ -1,0 +1,228 @@
+// cuda_step_capture_benchmark: what replaying a captured CUDA graph would save over issuing the same
+// forward and backward op by op, at GPT-2 124M (batch 16) and Llama 1B (batch 8) shapes in bf16.
+//
+// Each model runs the training step's forward (its segments, the fused cross-entropy that writes
+// its gradient over the logits) and backward, without the optimizer. One pass is captured into a
+// CUDA graph (cudaStreamCaptureModeThreadLocal) and then, in rounds (a clock that moves during the
+// run moves under every way alike), passes run four ways, in ms per pass:
+//   issued b2b    the passes issued op by op on fixed device inputs, back to back (the host runs
+//                 ahead of the GPU; events around all of them);
+//   replay b2b    the graph launched back to back;
+//   issued loop   as a training loop issues a step: the batch uploaded from host tensors, the pass,
+//                 the loss read back before the next (wall time), with the GPU's own time from the
+//                 pass's first work to its last in brackets;
+//   replay loop   the same loop around the graph: the batch copied into the buffers it reads.
+// The loop's two ways differ by what a step that waits for its loss loses to the host at its start.
+// Gradients accumulate across passes (the timing does not depend on their values). Where capture
+// fails, it prints the CUDA error, which names what in a pass cannot be captured yet.
+//   usage: cuda_step_capture_benchmark [--iters N] [--model gpt2|llama|both]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "layers/language_model.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/ops/loss.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/weft.h"
+
+namespace weft {
+namespace {
+
+struct Shape {
+  const char* name;
+  ModelConfig config;
+  int64_t batch;
+};
+
+Shape gpt2_shape() {
+  ModelConfig config;
+  config.type = "gpt";
+  config.layers = 12;
+  config.dim = 768;
+  config.heads = 12;
+  config.vocab = 50304;
+  config.seq_len = 1024;
+  return {"GPT-2 124M b16", config, 16};
+}
+
+Shape llama_shape() {
+  ModelConfig config;
+  config.type = "llama";
+  config.layers = 16;
+  config.dim = 2048;
+  config.heads = 16;
+  config.kv_heads = 8;
+  config.vocab = 32000;
+  config.seq_len = 2048;
+  config.mlp = "swiglu_mlp";
+  config.norm = "rms_norm";
+  config.positions = "rope";
+  config.bias = false;
+  config.tie_embeddings = false;
+  return {"Llama 1B b8", config, 8};
+}
+
+void check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+    std::exit(1);
+  }
+}
+
+// One forward and backward pass over the model's segments, as the step graph runs them with one
+// micro-batch (parallel/step/step_builder.cc), without the per-segment detach: one backward.
+Tensor pass(LanguageModel& model, const Tensor& ids, const Tensor& targets) {
+  Tensor output = ids;
+  for (ModelSegment& segment : model.segments()) output = segment.forward(output);
+  const int64_t vocabulary = output.size(-1);
+  const Tensor loss = cross_entropy_overwriting_logits(output.reshape({-1, vocabulary}), targets.reshape({-1}), -100,
+                                                       targets.numel(), 1.0);
+  autograd::backward_to_inputs({loss}, {Tensor()}, {});
+  return loss;
+}
+
+double time_passes(const std::function<void()>& one, int iterations, cudaStream_t stream) {
+  cudaEvent_t start, end;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&end), "cudaEventCreate");
+  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  for (int i = 0; i < iterations; ++i) one();
+  check(cudaEventRecord(end, stream), "cudaEventRecord");
+  check(cudaEventSynchronize(end), "cudaEventSynchronize");
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  return ms / iterations;
+}
+
+void run(const Shape& shape, int iterations) {
+  const Device device = Device::cuda(0);
+  std::shared_ptr<LanguageModel> model = build_model(shape.config);
+  model->to(kBFloat16);
+  model->to(device);
+  model->train();
+  const int64_t tokens = shape.batch * shape.config.seq_len;
+  const Tensor ids = Tensor::uniform({shape.batch, shape.config.seq_len}, 7, 0, 0.0,
+                                     static_cast<double>(shape.config.vocab) - 1.0, kFloat64)
+                         .to(kInt64)
+                         .to(device);
+  const Tensor targets = Tensor::uniform({shape.batch, shape.config.seq_len}, 8, 0, 0.0,
+                                         static_cast<double>(shape.config.vocab) - 1.0, kFloat64)
+                             .to(kInt64)
+                             .to(device);
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda::StreamGuard guard(0, stream);
+  for (int i = 0; i < 3; ++i) pass(*model, ids, targets);  // every cache warm, every .grad made
+  check(cudaStreamSynchronize(stream), "warm-up");
+
+  // One pass captured; `captured_loss` is where each replay leaves its loss.
+  cudaGraph_t graph = nullptr;
+  Tensor captured_loss;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  try {
+    captured_loss = pass(*model, ids, targets);
+  } catch (const std::exception& error) {
+    cudaStreamEndCapture(stream, &graph);
+    std::printf("%-16s capture failed in the pass: %s\n", shape.name, error.what());
+    return;
+  }
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (ended != cudaSuccess) {
+    std::printf("%-16s capture failed: %s\n", shape.name, cudaGetErrorString(ended));
+    cudaGetLastError();
+    return;
+  }
+  size_t nodes = 0;
+  check(cudaGraphGetNodes(graph, nullptr, &nodes), "cudaGraphGetNodes");
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");  // the first launch uploads the graph
+  check(cudaStreamSynchronize(stream), "first replay");
+
+  // As a training loop: the batch uploaded from host tensors and the loss read back every pass;
+  // returns the wall ms per pass, and `gpu_ms` the GPU's from each pass's first work to its last.
+  const Tensor host_ids = ids.to(Device::cpu()), host_targets = targets.to(Device::cpu());
+  cudaEvent_t pass_start, pass_end;
+  check(cudaEventCreate(&pass_start), "cudaEventCreate");
+  check(cudaEventCreate(&pass_end), "cudaEventCreate");
+  auto loop = [&](bool replay, double& gpu_ms) {
+    gpu_ms = 0.0;
+    const auto loop_start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) {
+      float ms = 0.0f;
+      if (replay) {
+        Tensor(ids).copy_(host_ids);  // into the buffers the graph reads
+        Tensor(targets).copy_(host_targets);
+        check(cudaEventRecord(pass_start, stream), "cudaEventRecord");
+        check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+        check(cudaEventRecord(pass_end, stream), "cudaEventRecord");
+        captured_loss.item();
+      } else {
+        const Tensor uploaded_ids = host_ids.to(device), uploaded_targets = host_targets.to(device);
+        check(cudaEventRecord(pass_start, stream), "cudaEventRecord");
+        const Tensor loss = pass(*model, uploaded_ids, uploaded_targets);
+        check(cudaEventRecord(pass_end, stream), "cudaEventRecord");
+        loss.item();
+      }
+      check(cudaEventElapsedTime(&ms, pass_start, pass_end), "cudaEventElapsedTime");
+      gpu_ms += ms / iterations;
+    }
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - loop_start).count() /
+           iterations;
+  };
+  // Rounds of every way, so that a clock that moves during the run moves under all of them.
+  std::printf("%s (%zu graph nodes), ms per pass:\n", shape.name, nodes);
+  std::printf("  round  issued b2b  replay b2b  issued loop (GPU)   replay loop (GPU)   loop replay/issued\n");
+  for (int round = 0; round < 3; ++round) {
+    const double issued = time_passes([&] { pass(*model, ids, targets); }, iterations, stream);
+    const double replayed =
+        time_passes([&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); }, iterations, stream);
+    double issued_gpu = 0.0, replayed_gpu = 0.0;
+    const double issued_loop = loop(false, issued_gpu);
+    const double replayed_loop = loop(true, replayed_gpu);
+    std::printf("  %5d  %10.3f  %10.3f  %8.3f (%7.3f)  %8.3f (%7.3f)  %.3f (%.0f vs %.0f tokens/s)\n", round, issued,
+                replayed, issued_loop, issued_gpu, replayed_loop, replayed_gpu, replayed_loop / issued_loop,
+                tokens / issued_loop * 1e3, tokens / replayed_loop * 1e3);
+  }
+  cudaEventDestroy(pass_start);
+  cudaEventDestroy(pass_end);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  check(cudaStreamSynchronize(stream), "end");
+}
+
+}  // namespace
+}  // namespace weft
+
+int main(int argc, char** argv) {
+  int iterations = 20;
+  std::string which = "both";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+      iterations = std::max(2, std::atoi(argv[++i]));  // the gap needs two passes
+    } else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+      which = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--iters N] [--model gpt2|llama|both]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    if (which == "gpt2" || which == "both") weft::run(weft::gpt2_shape(), iterations);
+    if (which == "llama" || which == "both") weft::run(weft::llama_shape(), iterations);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "cuda_step_capture_benchmark: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
