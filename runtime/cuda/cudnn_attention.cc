@@ -15,8 +15,9 @@
 // virtual [B, H, T, D] tensor) and then summed over each kv head's group by a reduction, as the
 // frontend's sdpa_backward lowers GQA. Head dims: multiples of 8 up to 256 (what cuDNN 9 takes on
 // Hopper for forward and backward); whether the linked library really runs a case is known when the
-// graph is built, and a failure there falls back to the flash kernels. Heuristics mode A (then the fallback mode) give engine
-// configs; the first one whose execution plan finalizes is kept. Everything is cached per device
+// graph is built, and a failure there falls back to the flash kernels. Heuristics mode A (then the
+// fallback mode) give engine configs; the first one whose execution plan finalizes is kept, or,
+// with WEFT_ATTENTION_AUTOTUNE=1, the fastest of them on the first call of each shape. Everything is cached per device
 // (one cuDNN handle each, used under a lock) and per (direction, B, H, KV, T, D, dtype, strides).
 #include "runtime/cuda/cudnn_attention.h"
 
@@ -218,13 +219,41 @@ enum Uid : int64_t {
 
 // A finalized execution plan and every descriptor it was built from (kept alive with it).
 struct Plan {
+  // One finalized execution plan of the operation graph.
+  struct Candidate {
+    Desc* plan = nullptr;
+    int64_t workspace_bytes = 0;
+    int64_t engine = -1;
+    std::string chosen;  // which heuristics config it is, "config 1 of 3, mode A"
+  };
   std::vector<std::unique_ptr<Desc>> descriptors;
-  Desc* plan = nullptr;
+  Desc* plan = nullptr;  // the one that runs: candidates[0] until tuned
   int64_t workspace_bytes = 0;
   int64_t engine = -1;
-  std::string chosen;   // which heuristics config it is, "config 1 of 3, mode A" (WEFT_ATTENTION_VERBOSE)
+  std::string chosen;
+  // With WEFT_ATTENTION_AUTOTUNE: every config of the heuristics' list whose plan finalized, timed
+  // at the first execution; otherwise the first only.
+  std::vector<Candidate> candidates;
+  bool tuned = false;
   std::string failure;  // non-empty: no plan could be built (the reason)
+
+  void use(const Candidate& candidate) {
+    plan = candidate.plan;
+    workspace_bytes = candidate.workspace_bytes;
+    engine = candidate.engine;
+    chosen = candidate.chosen;
+  }
 };
+
+// WEFT_ATTENTION_AUTOTUNE=1: build a plan for every engine config the heuristics offer and keep the
+// fastest at the first execution of each shape (see tune()); otherwise the heuristics' first.
+bool autotune_requested() {
+  static const bool value = [] {
+    const char* text = std::getenv("WEFT_ATTENTION_AUTOTUNE");
+    return text != nullptr && *text != '\0' && std::string_view(text) != "0";
+  }();
+  return value;
+}
 
 // Builds one operation graph from backend descriptors.
 class GraphBuilder {
@@ -370,21 +399,27 @@ class GraphBuilder {
           plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle_)
               .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw_configs[i])
               .finalize();
+          Plan::Candidate candidate;
           int64_t returned = 0;
           WEFT_CUDNN_TRY(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                  CUDNN_TYPE_INT64, 1, &returned, &result->workspace_bytes),
+                                                  CUDNN_TYPE_INT64, 1, &returned, &candidate.workspace_bytes),
                          plan->name());
-          result->engine = engine_index(raw_configs[i]);
-          result->chosen = "config " + std::to_string(i + 1) + " of " + std::to_string(raw_configs.size()) + ", " +
-                           mode_name;
-          result->plan = plan.get();
+          candidate.engine = engine_index(raw_configs[i]);
+          candidate.chosen = "config " + std::to_string(i + 1) + " of " + std::to_string(raw_configs.size()) + ", " +
+                             mode_name;
+          candidate.plan = plan.get();
           descriptors_.push_back(std::move(plan));
-          for (auto& config : configs) descriptors_.push_back(std::move(config));
-          result->descriptors = std::move(descriptors_);
-          return result;
+          result->candidates.push_back(candidate);
+          if (!autotune_requested()) break;
         } catch (const CudnnFailure& failure) {
           if (i == 0) tried += " (first: " + failure.message + ")";
         }
+      }
+      if (!result->candidates.empty()) {
+        result->use(result->candidates.front());
+        for (auto& config : configs) descriptors_.push_back(std::move(config));
+        result->descriptors = std::move(descriptors_);
+        return result;
       }
     }
     result->failure = std::string(what) + ": no engine config gave an execution plan (" + tried + ")";
@@ -655,28 +690,46 @@ Plan* get_plan(DeviceState& state, const PlanKey& key, const Shape& shape, cudnn
 int64_t align_up(int64_t bytes, int64_t alignment = 256) { return (bytes + alignment - 1) / alignment * alignment; }
 
 // Runs `plan` with the given (uid, pointer) pairs and a workspace of plan + extra bytes from weft's
-// allocator; `extra` lists workspace tensors (uid, bytes) placed after the plan's own workspace.
-// Returns false (noting why) when execution is refused.
+// allocator; `extra` lists workspace tensors (uid, bytes) placed after the plan's own workspace,
+// those in `zeroed_uids` zeroed first. An untuned plan with several candidates (autotuning) first
+// runs each of them on these very tensors, three times, and keeps the fastest: every run writes the
+// same outputs from the same inputs (the zeroed workspace tensors are zeroed again before each), so
+// the call's result is that of the plan kept. Not while the stream is being captured. Returns false
+// (noting why) when execution is refused.
 bool execute(DeviceState& state, Plan& plan, const Device& device, std::vector<int64_t> uids,
              std::vector<void*> pointers, const std::vector<std::pair<int64_t, int64_t>>& extra,
              const std::vector<int64_t>& zeroed_uids, const char* what) {
-  int64_t total = align_up(plan.workspace_bytes);
+  const cudaStream_t stream = current_stream(device.index);
+  bool tune = !plan.tuned && plan.candidates.size() > 1;
+  if (tune) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    WEFT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    tune = capture == cudaStreamCaptureStatusNone;
+  }
+  int64_t plan_bytes = plan.workspace_bytes;
+  if (tune) {
+    for (const Plan::Candidate& candidate : plan.candidates) plan_bytes = std::max(plan_bytes, candidate.workspace_bytes);
+  }
+  int64_t total = align_up(plan_bytes);
   std::vector<int64_t> offsets;
   for (const auto& [uid, bytes] : extra) {
     offsets.push_back(total);
     total += align_up(bytes);
   }
-  const cudaStream_t stream = current_stream(device.index);
   Tensor workspace = Tensor::empty({std::max<int64_t>(1, (total + 3) / 4)}, kFloat32, device);
   char* base = static_cast<char*>(workspace.raw_data());
   for (size_t i = 0; i < extra.size(); ++i) {
     uids.push_back(extra[i].first);
     pointers.push_back(base + offsets[i]);
-    if (std::find(zeroed_uids.begin(), zeroed_uids.end(), extra[i].first) != zeroed_uids.end()) {
-      WEFT_CUDA_CHECK(cudaMemsetAsync(base + offsets[i], 0, static_cast<size_t>(extra[i].second), stream));
-    }
   }
-  try {
+  auto zero_workspace_tensors = [&] {
+    for (size_t i = 0; i < extra.size(); ++i) {
+      if (std::find(zeroed_uids.begin(), zeroed_uids.end(), extra[i].first) != zeroed_uids.end()) {
+        WEFT_CUDA_CHECK(cudaMemsetAsync(base + offsets[i], 0, static_cast<size_t>(extra[i].second), stream));
+      }
+    }
+  };
+  auto run = [&](Desc& which) {
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, std::string(what) + " variant pack");
     void* workspace_pointer = base;
     pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), static_cast<int64_t>(uids.size()))
@@ -685,7 +738,42 @@ bool execute(DeviceState& state, Plan& plan, const Device& device, std::vector<i
         .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace_pointer)
         .finalize();
     WEFT_CUDNN_TRY(cudnnSetStream(state.handle, stream), what);
-    WEFT_CUDNN_TRY(cudnnBackendExecute(state.handle, plan.plan->get(), pack.get()), what);
+    WEFT_CUDNN_TRY(cudnnBackendExecute(state.handle, which.get(), pack.get()), what);
+  };
+  if (tune) {
+    Event start(true), end(true);
+    double best_ms = std::numeric_limits<double>::infinity();
+    const Plan::Candidate* best = nullptr;
+    std::string timings;
+    for (const Plan::Candidate& candidate : plan.candidates) {
+      double fastest = std::numeric_limits<double>::infinity();
+      try {
+        for (int repeat = 0; repeat < 3; ++repeat) {
+          zero_workspace_tensors();
+          start.record(stream);
+          run(*candidate.plan);
+          end.record(stream);
+          end.synchronize();
+          fastest = std::min(fastest, static_cast<double>(end.elapsed_since(start)));
+        }
+      } catch (const CudnnFailure&) {
+        timings += " engine " + std::to_string(candidate.engine) + ": refused;";
+        continue;
+      }
+      timings += " engine " + std::to_string(candidate.engine) + ": " + std::to_string(fastest * 1000.0) + " us;";
+      if (fastest < best_ms) {
+        best_ms = fastest;
+        best = &candidate;
+      }
+    }
+    if (best != nullptr) plan.use(*best);
+    plan.tuned = true;
+    if (verbose()) std::fprintf(stderr, "weft: cuDNN %s autotuned:%s kept engine %lld\n", what, timings.c_str(),
+                                static_cast<long long>(plan.engine));
+  }
+  zero_workspace_tensors();
+  try {
+    run(*plan.plan);
   } catch (const CudnnFailure& failure) {
     plan.failure = failure.message;  // do not try this plan again
     note_fallback(failure.message);
