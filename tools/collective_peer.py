@@ -1,7 +1,8 @@
 """The peer of tools/collective_benchmark: PyTorch's torch.distributed collectives, timed as weft's are.
 
-Run under torch.distributed.run (torchrun) with one process per rank:
-  python -m torch.distributed.run --nproc_per_node N tools/collective_peer.py [--device cpu|cuda]
+One process per rank, with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), as tools/collective_benchmark.sh starts them (or under torchrun):
+  python tools/collective_peer.py [--device cpu|cuda]
       [--dtype f32|bf16] [--min-bytes B] [--max-bytes B] [--factor F] [--iters N] [--warmup N]
       [--ops all_reduce,reduce_scatter,all_gather,send_recv] [--json FILE]
 
