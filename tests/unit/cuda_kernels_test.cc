@@ -270,6 +270,22 @@ TEST(CudaKernels, NormBackwardGivesTheSameBitsEveryRun) {
 
 // --- Embedding ---------------------------------------------------------------------------------
 
+// The GPU's embedding backward against the CPU's from the same non-zero grad_weight (it
+// accumulates), and twice on the GPU bit for bit (no atomics: the same bits every time).
+void expect_embedding_backward_matches(const Tensor& ids, int64_t vocabulary, int64_t columns, DType dtype,
+                                       uint64_t& seed, const std::string& what) {
+  const RoundedInput start = random_input({vocabulary, columns}, ++seed, dtype, 0.0, 0.1);
+  const RoundedInput gy = random_input({ids.numel(), columns}, ++seed, dtype);
+  const Tensor expected_gw = start.reference.clone();
+  cpu_backend().embedding_backward(ids, gy.reference, expected_gw);
+  const Tensor gw = start.gpu.clone();
+  gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, gw);
+  expect_close(gw, expected_gw, tolerance_for(dtype), what + " backward");
+  const Tensor again = start.gpu.clone();
+  gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, again);
+  expect_identical(again.to(Device::cpu()).to(kFloat32), gw.to(Device::cpu()).to(kFloat32), what + " rerun");
+}
+
 TEST(CudaKernels, EmbeddingForwardAndBackwardMatchCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   struct Case {
@@ -295,18 +311,7 @@ TEST(CudaKernels, EmbeddingForwardAndBackwardMatchCpu) {
         gpu_backend().embedding(ids.to(kGpu), weight.gpu, out);
         expect_identical(out.to(Device::cpu()).to(kFloat32), expected, what + " forward");
 
-        // Backward accumulates: start both from the same non-zero grad_weight.
-        const RoundedInput start = random_input({c.vocabulary, c.columns}, ++seed, dtype, 0.0, 0.1);
-        const RoundedInput gy = random_input({c.count, c.columns}, ++seed, dtype);
-        const Tensor expected_gw = start.reference.clone();
-        cpu_backend().embedding_backward(ids, gy.reference, expected_gw);
-        const Tensor gw = start.gpu.clone();
-        gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, gw);
-        expect_close(gw, expected_gw, tolerance_for(dtype), what + " backward");
-        // No atomics: the same bits every time.
-        const Tensor again = start.gpu.clone();
-        gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, again);
-        expect_identical(again.to(Device::cpu()).to(kFloat32), gw.to(Device::cpu()).to(kFloat32), what + " rerun");
+        expect_embedding_backward_matches(ids, c.vocabulary, c.columns, dtype, seed, what);
       }
     }
   }
@@ -337,16 +342,7 @@ TEST(CudaKernels, EmbeddingBackwardSplitsLongRunsIntoParts) {
     const std::string what = describe({count, vocabulary, columns}, dtype) + " split runs";
     SCOPED_TRACE(what);
     const Tensor ids = Tensor::from_vector(absl::MakeConstSpan(shuffled), {count}, kInt64);
-    const RoundedInput start = random_input({vocabulary, columns}, ++seed, dtype, 0.0, 0.1);
-    const RoundedInput gy = random_input({count, columns}, ++seed, dtype);
-    const Tensor expected_gw = start.reference.clone();
-    cpu_backend().embedding_backward(ids, gy.reference, expected_gw);
-    const Tensor gw = start.gpu.clone();
-    gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, gw);
-    expect_close(gw, expected_gw, tolerance_for(dtype), what + " backward");
-    const Tensor again = start.gpu.clone();
-    gpu_backend().embedding_backward(ids.to(kGpu), gy.gpu, again);
-    expect_identical(again.to(Device::cpu()).to(kFloat32), gw.to(Device::cpu()).to(kFloat32), what + " rerun");
+    expect_embedding_backward_matches(ids, vocabulary, columns, dtype, seed, what);
   }
 }
 
