@@ -17,8 +17,9 @@
 // Hopper for forward and backward); whether the linked library really runs a case is known when the
 // graph is built, and a failure there falls back to the flash kernels. Heuristics mode A (then the
 // fallback mode) give engine configs; the first one whose execution plan finalizes is kept, or,
-// with WEFT_ATTENTION_AUTOTUNE=1, the fastest of them on the first call of each shape. Everything is cached per device
-// (one cuDNN handle each, used under a lock) and per (direction, B, H, KV, T, D, dtype, strides).
+// with WEFT_ATTENTION_AUTOTUNE=1, the fastest of them on the first call of each shape (execute()).
+// Everything is cached per device (one cuDNN handle each, used under a lock) and per (direction, B,
+// H, KV, T, D, dtype, strides).
 #include "runtime/cuda/cudnn_attention.h"
 
 #include <algorithm>
@@ -246,7 +247,7 @@ struct Plan {
 };
 
 // WEFT_ATTENTION_AUTOTUNE=1: build a plan for every engine config the heuristics offer and keep the
-// fastest at the first execution of each shape (see tune()); otherwise the heuristics' first.
+// fastest at the first execution of each shape (see execute()); otherwise the heuristics' first.
 bool autotune_requested() {
   static const bool value = [] {
     const char* text = std::getenv("WEFT_ATTENTION_AUTOTUNE");
@@ -708,7 +709,9 @@ bool execute(DeviceState& state, Plan& plan, const Device& device, std::vector<i
   }
   int64_t plan_bytes = plan.workspace_bytes;
   if (tune) {
-    for (const Plan::Candidate& candidate : plan.candidates) plan_bytes = std::max(plan_bytes, candidate.workspace_bytes);
+    for (const Plan::Candidate& candidate : plan.candidates) {
+      plan_bytes = std::max(plan_bytes, candidate.workspace_bytes);
+    }
   }
   int64_t total = align_up(plan_bytes);
   std::vector<int64_t> offsets;

@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(kThreads)
     if (segment_end >= count) continue;  // the last segment: no run goes on past it
     const int32_t key = keys[segment_end - 1];
     if (key >= vocabulary || keys[segment_end] != key) continue;
-    // Sorted keys: if the segment's first key equals the one before it, the run began earlier and
-    // an earlier segment's warp merges it.
+    // Sorted keys: if the key just before the segment is the run's, the run began in an earlier
+    // segment, whose warp merges it.
     if (segment > 0 && keys[segment * kPartRows - 1] == key) continue;
     float sums[kVec];
     const float* first = partials + (segment * 2 + 1) * columns + column;
