@@ -29,8 +29,8 @@
 
 #include "layers/language_model.h"
 #include "runtime/autograd/engine.h"
-#include "runtime/ops/loss.h"
 #include "runtime/cuda/stream.h"
+#include "runtime/ops/loss.h"
 #include "runtime/weft.h"
 
 namespace weft {
@@ -90,18 +90,12 @@ Tensor pass(LanguageModel& model, const Tensor& ids, const Tensor& targets) {
 }
 
 double time_passes(const std::function<void()>& one, int iterations, cudaStream_t stream) {
-  cudaEvent_t start, end;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&end), "cudaEventCreate");
-  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  cuda::Event start(true), end(true);
+  start.record(stream);
   for (int i = 0; i < iterations; ++i) one();
-  check(cudaEventRecord(end, stream), "cudaEventRecord");
-  check(cudaEventSynchronize(end), "cudaEventSynchronize");
-  float ms = 0.0f;
-  check(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
-  cudaEventDestroy(start);
-  cudaEventDestroy(end);
-  return ms / iterations;
+  end.record(stream);
+  end.synchronize();
+  return end.elapsed_since(start) / iterations;
 }
 
 void run(const Shape& shape, int iterations) {
@@ -152,30 +146,26 @@ void run(const Shape& shape, int iterations) {
   // As a training loop: the batch uploaded from host tensors and the loss read back every pass;
   // returns the wall ms per pass, and `gpu_ms` the GPU's from each pass's first work to its last.
   const Tensor host_ids = ids.to(Device::cpu()), host_targets = targets.to(Device::cpu());
-  cudaEvent_t pass_start, pass_end;
-  check(cudaEventCreate(&pass_start), "cudaEventCreate");
-  check(cudaEventCreate(&pass_end), "cudaEventCreate");
+  cuda::Event pass_start(true), pass_end(true);
   auto loop = [&](bool replay, double& gpu_ms) {
     gpu_ms = 0.0;
     const auto loop_start = std::chrono::steady_clock::now();
     for (int i = 0; i < iterations; ++i) {
-      float ms = 0.0f;
       if (replay) {
         Tensor(ids).copy_(host_ids);  // into the buffers the graph reads
         Tensor(targets).copy_(host_targets);
-        check(cudaEventRecord(pass_start, stream), "cudaEventRecord");
+        pass_start.record(stream);
         check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-        check(cudaEventRecord(pass_end, stream), "cudaEventRecord");
+        pass_end.record(stream);
         captured_loss.item();
       } else {
         const Tensor uploaded_ids = host_ids.to(device), uploaded_targets = host_targets.to(device);
-        check(cudaEventRecord(pass_start, stream), "cudaEventRecord");
+        pass_start.record(stream);
         const Tensor loss = pass(*model, uploaded_ids, uploaded_targets);
-        check(cudaEventRecord(pass_end, stream), "cudaEventRecord");
+        pass_end.record(stream);
         loss.item();
       }
-      check(cudaEventElapsedTime(&ms, pass_start, pass_end), "cudaEventElapsedTime");
-      gpu_ms += ms / iterations;
+      gpu_ms += pass_end.elapsed_since(pass_start) / iterations;
     }
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - loop_start).count() /
            iterations;
@@ -194,8 +184,6 @@ void run(const Shape& shape, int iterations) {
                 replayed, issued_loop, issued_gpu, replayed_loop, replayed_gpu, replayed_loop / issued_loop,
                 tokens / issued_loop * 1e3, tokens / replayed_loop * 1e3);
   }
-  cudaEventDestroy(pass_start);
-  cudaEventDestroy(pass_end);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   check(cudaStreamSynchronize(stream), "end");
