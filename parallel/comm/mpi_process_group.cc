@@ -172,6 +172,11 @@ CollectiveHandlePtr MpiProcessGroup::run(const CommStream& stream, std::string d
   });
 }
 
+// The most bytes one MPI call reduces: all-reduce (see all_reduce) and reduce-scatter (all ranks'
+// blocks together, see reduce_scatter) cut larger tensors into calls of at most this.
+constexpr int64_t kAllReduceCallBytes = int64_t{4} << 20;
+constexpr int64_t kReduceScatterCallBytes = int64_t{8} << 20;
+
 CollectiveHandlePtr MpiProcessGroup::all_reduce(const Tensor& tensor, Reduction reduction, const CommStream& stream) {
   check_all_reduce(*this, tensor, reduction);
   const std::string operation = str("all_reduce(", reduction_name(reduction), ")");
@@ -186,22 +191,29 @@ CollectiveHandlePtr MpiProcessGroup::all_reduce(const Tensor& tensor, Reduction 
                  to_f32(tensor, widened);
                  data = widened.data();
                }
-               MPI_Request request;
-               {
-                 MpiCallLock lock;
-                 WEFT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, reduction_type(tensor.dtype()),
-                                               mpi_op(reduction), comm, &request));
+               // Open MPI's all-reduce slows about twelvefold on one host once a call reaches 32 MB, and
+               // calls of 4 MB are at least as fast as one large call below that (docs/performance.md,
+               // "all-reduce in pieces"): a larger tensor is reduced slice by slice, each element once,
+               // over the same ranks, by the same operation.
+               const int64_t element = is_16_bit_float(tensor.dtype()) ? 4 : tensor.element_size();
+               const int64_t piece = std::max<int64_t>(1, kAllReduceCallBytes / element);
+               for (int64_t start = 0; start < count; start += piece) {
+                 const int64_t length = std::min<int64_t>(piece, count - start);
+                 MPI_Request request;
+                 {
+                   MpiCallLock lock;
+                   WEFT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + start * element,
+                                                 static_cast<int>(length), reduction_type(tensor.dtype()),
+                                                 mpi_op(reduction), comm, &request));
+                 }
+                 wait_for_mpi_request(request, description, ranks);
                }
-               wait_for_mpi_request(request, description, ranks);
                if (reduction == Reduction::kAverage) {
                  divide(data, is_16_bit_float(tensor.dtype()) ? kFloat32 : tensor.dtype(), count, size);
                }
                if (!widened.empty()) from_f32(widened, tensor);
              });
 }
-
-// The largest input (all ranks' blocks) that one MPI reduce-scatter call reduces (see reduce_scatter).
-constexpr int64_t kReduceScatterCallBytes = int64_t{8} << 20;
 
 CollectiveHandlePtr MpiProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, Reduction reduction,
                                                     const CommStream& stream) {

@@ -11,8 +11,9 @@
 // WEFT_COMM_TIMEOUT_S deadline; past it, abort_all names the group, the collective and any peer
 // found gone. Dtypes: f32, f64, i32, i64 natively; bf16 and f16 reductions convert to f32, reduce
 // and convert back (one rounding), and move as 16-bit words otherwise. An average is the sum
-// divided by the group size. A reduce-scatter of more than 8 MB is several MPI calls of at most
-// 8 MB, each packed from every rank's block (Open MPI's reduce-scatter slows twentyfold from 16 MB).
+// divided by the group size. An all-reduce of more than 4 MB is several MPI calls of at most 4 MB
+// (Open MPI's slows twelvefold from 32 MB), a reduce-scatter of more than 8 MB several of at most
+// 8 MB, each packed from every rank's block (Open MPI's slows twentyfold from 16 MB).
 #pragma once
 
 #include <mpi.h>
