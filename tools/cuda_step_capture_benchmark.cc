@@ -1,5 +1,6 @@
 // cuda_step_capture_benchmark: what replaying a captured CUDA graph would save over issuing the same
-// forward and backward op by op, at GPT-2 124M (batch 16) and Llama 1B (batch 8) shapes in bf16.
+// forward and backward op by op, for the models of run configs (by default configs/gpt2-124m.yaml
+// and configs/llama-1b.yaml: GPT-2 124M at batch 16, Llama 1B at batch 8), in bf16.
 //
 // Each model runs the training step's forward (its segments, the fused cross-entropy that writes
 // its gradient over the logits) and backward, without the optimizer. One pass is captured into a
@@ -15,7 +16,7 @@
 // The loop's two ways differ by what a step that waits for its loss loses to the host at its start.
 // Gradients accumulate across passes (the timing does not depend on their values). Where capture
 // fails, it prints the CUDA error, which names what in a pass cannot be captured yet.
-//   usage: cuda_step_capture_benchmark [--iters N] [--model gpt2|llama|both]
+//   usage: cuda_step_capture_benchmark [--iters N] [CONFIG.yaml ...]   (from the repository root)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/config_loader.h"
 #include "layers/language_model.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/cuda/stream.h"
@@ -36,38 +38,16 @@
 namespace weft {
 namespace {
 
+// A model and its batch, from a run config (configs/gpt2-124m.yaml, configs/llama-1b.yaml).
 struct Shape {
-  const char* name;
+  std::string name;
   ModelConfig config;
   int64_t batch;
 };
 
-Shape gpt2_shape() {
-  ModelConfig config;
-  config.type = "gpt";
-  config.layers = 12;
-  config.dim = 768;
-  config.heads = 12;
-  config.vocab = 50304;
-  config.seq_len = 1024;
-  return {"GPT-2 124M b16", config, 16};
-}
-
-Shape llama_shape() {
-  ModelConfig config;
-  config.type = "llama";
-  config.layers = 16;
-  config.dim = 2048;
-  config.heads = 16;
-  config.kv_heads = 8;
-  config.vocab = 32000;
-  config.seq_len = 2048;
-  config.mlp = "swiglu_mlp";
-  config.norm = "rms_norm";
-  config.positions = "rope";
-  config.bias = false;
-  config.tie_embeddings = false;
-  return {"Llama 1B b8", config, 8};
+Shape shape_from(const std::string& path) {
+  const RunConfig run = load_config({path}, {});
+  return {path + " b" + std::to_string(run.train.batch_size), run.model, run.train.batch_size};
 }
 
 void check(cudaError_t error, const char* what) {
@@ -127,12 +107,12 @@ void run(const Shape& shape, int iterations) {
     captured_loss = pass(*model, ids, targets);
   } catch (const std::exception& error) {
     cudaStreamEndCapture(stream, &graph);
-    std::printf("%-16s capture failed in the pass: %s\n", shape.name, error.what());
+    std::printf("%-16s capture failed in the pass: %s\n", shape.name.c_str(), error.what());
     return;
   }
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   if (ended != cudaSuccess) {
-    std::printf("%-16s capture failed: %s\n", shape.name, cudaGetErrorString(ended));
+    std::printf("%-16s capture failed: %s\n", shape.name.c_str(), cudaGetErrorString(ended));
     cudaGetLastError();
     return;
   }
@@ -171,7 +151,7 @@ void run(const Shape& shape, int iterations) {
            iterations;
   };
   // Rounds of every way, so that a clock that moves during the run moves under all of them.
-  std::printf("%s (%zu graph nodes), ms per pass:\n", shape.name, nodes);
+  std::printf("%s (%zu graph nodes), ms per pass:\n", shape.name.c_str(), nodes);
   std::printf("  round  issued b2b  replay b2b  issued loop (GPU)   replay loop (GPU)   loop replay/issued\n");
   for (int round = 0; round < 3; ++round) {
     const double issued = time_passes([&] { pass(*model, ids, targets); }, iterations, stream);
@@ -194,20 +174,20 @@ void run(const Shape& shape, int iterations) {
 
 int main(int argc, char** argv) {
   int iterations = 20;
-  std::string which = "both";
+  std::vector<std::string> configs;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
       iterations = std::max(2, std::atoi(argv[++i]));  // the gap needs two passes
-    } else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-      which = argv[++i];
+    } else if (argv[i][0] != '-') {
+      configs.push_back(argv[i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--iters N] [--model gpt2|llama|both]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--iters N] [CONFIG.yaml ...]\n", argv[0]);
       return 2;
     }
   }
+  if (configs.empty()) configs = {"configs/gpt2-124m.yaml", "configs/llama-1b.yaml"};
   try {
-    if (which == "gpt2" || which == "both") weft::run(weft::gpt2_shape(), iterations);
-    if (which == "llama" || which == "both") weft::run(weft::llama_shape(), iterations);
+    for (const std::string& config : configs) weft::run(weft::shape_from(config), iterations);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "cuda_step_capture_benchmark: %s\n", error.what());
     return 1;
