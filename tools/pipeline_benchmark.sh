@@ -4,20 +4,30 @@
 # per step after two warm-up steps: step time, tokens/s against the one-process run of the same call
 # (the peer), and the measured pipeline bubble (mean over stages of each stage's idle share of the
 # pipeline's span, as the papers count it) next to the schedule's bubble in theory.
-#   usage: tools/pipeline_benchmark.sh [WEFT_TRAIN] [RANKS] [MICRO_BATCHES]
+#   usage: [CONFIG=run.yaml] [SEQUENCES=2] [MPIRUN_OPTIONS=...] tools/pipeline_benchmark.sh [WEFT_TRAIN]
+#          [RANKS] [MICRO_BATCHES] [weft-train arguments...]
+# CONFIG runs its model instead (GPUs: tools/device/multi-gpu-pass), SEQUENCES is the sequences a
+# micro-batch holds, MPIRUN_OPTIONS is added to mpirun's (e.g. "--bind-to none -x LD_LIBRARY_PATH"),
+# and the trailing arguments to every weft-train run (e.g. --set data.train=...).
 set -euo pipefail
 weft_train=${1:-build/bin/weft-train}
 ranks=${2:-4}
 micro_batches=${3:-8}
+shift $(( $# > 3 ? 3 : $# ))
 steps=${STEPS:-8}
 work=$(mktemp -d /tmp/weft-pipeline.XXXXXX)
-mpirun=(mpirun --oversubscribe)
+mpirun=(mpirun --oversubscribe ${MPIRUN_OPTIONS:-})
 [[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)
-printf 'model:\n  type: gpt\n' > "$work/run.yaml"
-common=("$work/run.yaml" --set model.layers=${LAYERS:-8} --set model.dim=${DIM:-128} --set model.heads=4
-        --set model.seq_len=64 --set model.vocab=256 --set train.batch_size=$((2 * micro_batches))
+if [[ -n ${CONFIG:-} ]]; then
+  model=("$CONFIG")
+else
+  printf 'model:\n  type: gpt\n' > "$work/run.yaml"
+  model=("$work/run.yaml" --set model.layers=${LAYERS:-8} --set model.dim=${DIM:-128} --set model.heads=4
+         --set model.seq_len=64 --set model.vocab=256)
+fi
+common=("${model[@]}" --set train.batch_size=$((${SEQUENCES:-2} * micro_batches))
         --set train.micro_batches=$micro_batches --set train.steps=$steps --set train.warmup_steps=2
-        --set data.val_every=0 --set log.progress=plain --set log.every=1000)
+        --set data.val_every=0 --set log.progress=plain --set log.every=1000 "$@")
 "$weft_train" "${common[@]}" --set log.metrics_file="$work/one.jsonl" >/dev/null
 runs=(one)
 for schedule in gpipe 1f1b interleaved zero_bubble; do

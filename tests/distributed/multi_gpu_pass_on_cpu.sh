@@ -8,7 +8,7 @@ output=$(DEVICE=cpu RANKS=2 STEPS=6 MASTER_PORT=29533 bash "$here/../../tools/de
 status=$?
 echo "$output"
 [[ $status -eq 0 ]] || { echo "FAIL: multi-gpu-pass exited $status"; exit 1; }
-for expected in "^dp_auto_zero2 " "^zero_bubble +16 " "^send_recv +[0-9]+ +[0-9.]+ +[0-9.]+ " \
+for expected in "^dp_auto_zero2 " "^pp 2, 16 micro-batches" "^zero_bubble, auto " "^send_recv +[0-9]+ +[0-9.]+ +[0-9.]+ " \
     "the message names rank 1: yes" "losses after the kill and resume equal bit for bit"; do
   grep -qE "$expected" <<<"$output" || { echo "FAIL: no line matching '$expected'"; exit 1; }
 done
