@@ -10,6 +10,7 @@
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/swiglu.h"
+#include "runtime/ops/swiglu_linear.h"
 
 namespace weft {
 
@@ -74,18 +75,31 @@ SwigluMlp::SwigluMlp(const LayerContext& context)
   up_ = register_module("up", std::make_shared<Linear>(dim_, hidden_dim_, config.bias, context));
   down_ = register_module(
       "down", std::make_shared<Linear>(hidden_dim_, dim_, config.bias, context, residual_init_std(config)));
+  // Without biases, gate and up run as one op whose backward writes both weight gradients with one
+  // product where their .grad lie next to each other (runtime/ops/swiglu_linear.h).
+  if (!config.bias) keep_gradients_adjacent({"gate.weight", "up.weight"});
 }
 
 std::string SwigluMlp::settings() const { return str(dim_, " -> 2 x ", hidden_dim_, " -> ", dim_); }
 
+Tensor SwigluMlp::hidden_activation(const Tensor& x) {
+  // One op for both products and the activation unless a bias or a tensor-parallel plan's wrapper
+  // around gate or up asks for each layer's own call.
+  if (!gate_->bias().defined() && !up_->bias().defined() && !gate_->has_forward_wrapper() &&
+      !up_->has_forward_wrapper()) {
+    return swiglu_linear(x, gate_->weight(), up_->weight());
+  }
+  return swiglu(gate_->call(x), up_->call(x));  // silu(gate) * up, one op
+}
+
 Tensor SwigluMlp::forward(const Tensor& x) {
-  const Tensor hidden = swiglu(gate_->call(x), up_->call(x));  // silu(gate) * up [..., hidden], one op
+  const Tensor hidden = hidden_activation(x);  // [..., hidden]
   return dropout_.apply(released_after(down_->call(hidden), hidden), is_training());
 }
 
 Tensor SwigluMlp::forward_adding(const Tensor& x, const Tensor& residual) {
   if (dropout_.probability() > 0.0 && is_training()) return add(residual, forward(x));
-  const Tensor hidden = swiglu(gate_->call(x), up_->call(x));  // [..., hidden]
+  const Tensor hidden = hidden_activation(x);  // [..., hidden]
   return released_after(down_->forward_adding(hidden, residual), hidden);
 }
 

@@ -5,6 +5,8 @@
 // SwigluMlp ("swiglu_mlp", Llama): silu(x Wgate^T) * (x Wup^T) -> down [C, hidden]
 //   gate, up [hidden, C]; hidden = config.hidden_dim, or 8C/3 rounded up to a multiple of 64 when 0
 //   (Llama's rule, which keeps the parameter count near the 4C GELU MLP's and the matmuls aligned).
+//   Without biases, gate, up and the activation are one op (swiglu_linear), and the two weights'
+//   gradients are kept next to each other in a gradient buffer so that one product writes both.
 // Tensor parallelism (auto mode): the first matmuls column-wise, the output projection row-wise,
 // the output (dropout) sequence-split under sequence parallelism; the hidden width is read from
 // the weights, so a shard computes with its part of it.
@@ -80,6 +82,9 @@ class SwigluMlp : public Module {
   int64_t hidden_dim() const { return hidden_dim_; }
 
  private:
+  // silu(x Wgate^T) * (x Wup^T) [..., hidden]: swiglu_linear (one op, the weight gradients in one
+  // product) when neither layer has a bias or a plan's wrapper, otherwise each layer's call and swiglu.
+  Tensor hidden_activation(const Tensor& x);
   // As GeluMlp's.
   Tensor released_after(const Tensor& projected, const Tensor& hidden) const;
 

@@ -146,13 +146,31 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   children_.emplace_back(name, std::move(module));
 }
 
+void Module::keep_gradients_adjacent(std::vector<std::string> paths) {
+  WEFT_CHECK(paths.size() >= 2, type_name(), ": keep_gradients_adjacent needs at least two parameters");
+  gradient_groups_.push_back(std::move(paths));
+}
+
 void Module::collect(const std::string& prefix, std::vector<NamedParameter>& out) const {
+  const size_t first = out.size();
   for (const NamedParameter& entry : parameters_) {
     NamedParameter named = entry;
     named.name = prefix + entry.name;
     out.push_back(std::move(named));
   }
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+  for (size_t group = 0; group < gradient_groups_.size(); ++group) {
+    const std::vector<std::string>& paths = gradient_groups_[group];
+    // The group's members, found in order among this module's entries: one run, in the paths' order.
+    size_t at = first;
+    while (at < out.size() && out[at].name != prefix + paths[0]) ++at;
+    for (size_t member = 0; member < paths.size(); ++member) {
+      WEFT_CHECK(at + member < out.size() && out[at + member].name == prefix + paths[member], type_name(),
+                 ": keep_gradients_adjacent: '", prefix + paths[member],
+                 "' is not a parameter registered right after the group's previous one");
+      out[at + member].gradient_group = str(prefix, "#", group);
+    }
+  }
 }
 
 std::vector<NamedParameter> Module::named_parameters() const {

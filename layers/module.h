@@ -86,6 +86,11 @@ class Module {
   // Own parameter `name`'s gradient is a partial sum over the tensor-parallel group
   // (NamedParameter::partial_gradient).
   void mark_partial_gradient(const std::string& name);
+  // The parameters at `paths` (dotted, relative to this module, consecutive in registration order,
+  // e.g. {"gate.weight", "up.weight"}) have their gradients written by one product
+  // (runtime/ops/swiglu_linear.h): named_parameters() gives them one gradient_group, so that a
+  // gradient buffer lays their slots next to each other in one bucket.
+  void keep_gradients_adjacent(std::vector<std::string> paths);
   // The live parameter / buffer registered on this module (not a child) as `name`.
   Tensor parameter(const std::string& name) const;
   Tensor buffer(const std::string& name) const;
@@ -136,6 +141,7 @@ class Module {
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void collect(const std::string& prefix, std::vector<NamedParameter>& out) const;
+  std::vector<std::vector<std::string>> gradient_groups_;  // keep_gradients_adjacent's paths
   struct SummaryRow {
     std::string label;  // indented name and Type(settings)
     int64_t parameters;

@@ -24,6 +24,10 @@ struct NamedParameter {
   // parameter applied to this rank's sequence chunk: norms and biases under sequence parallelism);
   // the strategy sums it over tp before the update.
   bool partial_gradient = false;
+  // Non-empty for parameters whose gradients one product writes together (swiglu_linear's gate and
+  // up weights), the same string for each of them (Module::keep_gradients_adjacent): consecutive in
+  // registration order, and a gradient buffer keeps their slots next to each other in one bucket.
+  std::string gradient_group{};
 };
 
 }  // namespace weft

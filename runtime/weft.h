@@ -26,6 +26,7 @@
 #include "runtime/ops/rotary.h"
 #include "runtime/ops/softmax.h"
 #include "runtime/ops/swiglu.h"
+#include "runtime/ops/swiglu_linear.h"
 #include "runtime/random.h"
 #include "runtime/shape.h"
 #include "runtime/tensor.h"

@@ -156,6 +156,60 @@ void time_gelu_products(weft::Backend& backend, int device, int warmup, int iter
                    }), flops});
 }
 
+// A gated MLP's gate and up products (Llama's SwiGLU, hidden wide each) as two products, the way
+// SwigluMlp runs them, against one product over the two weights stacked [2 hidden, dim]: what
+// fusing gate and up into one matmul would save in forward, in the input gradient (two products
+// summed against one of twice the depth) and in the weight gradients.
+void time_gated_products(weft::Backend& backend, int device, int warmup, int iters, const std::string& model,
+                         int64_t rows, int64_t dim, int64_t hidden, std::vector<MatmulRow>& table) {
+  const Device gpu = Device::cuda(device);
+  const weft::DType bf16 = weft::kBFloat16;
+  const Tensor x = Tensor::normal({1, rows, dim}, 31, 0, 0.0, 1.0, bf16, gpu);
+  const Tensor stacked = Tensor::normal({1, 2 * hidden, dim}, 32, 0, 0.0, 0.02, bf16, gpu);  // [gate; up]
+  const Tensor gate = stacked.slice(1, 0, hidden), up = stacked.slice(1, hidden, 2 * hidden);
+  const Tensor grad_stacked = Tensor::normal({1, rows, 2 * hidden}, 33, 0, 0.0, 1.0, bf16, gpu);
+  const Tensor grad_gate = grad_stacked.slice(2, 0, hidden).contiguous();
+  const Tensor grad_up = grad_stacked.slice(2, hidden, 2 * hidden).contiguous();
+  const Tensor y_gate = Tensor::empty({1, rows, hidden}, bf16, gpu), y_up = Tensor::empty({1, rows, hidden}, bf16, gpu);
+  const Tensor y_stacked = Tensor::empty({1, rows, 2 * hidden}, bf16, gpu);
+  const Tensor grad_x = Tensor::empty({1, rows, dim}, bf16, gpu);
+  const Tensor grad_w_stacked = Tensor::empty({1, 2 * hidden, dim}, bf16, gpu);
+  const Tensor grad_w_gate = Tensor::empty({1, hidden, dim}, bf16, gpu), grad_w_up = Tensor::empty({1, hidden, dim}, bf16, gpu);
+  const double flops = 2.0 * 2.0 * static_cast<double>(rows) * static_cast<double>(dim) * static_cast<double>(hidden);
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(dim) + "x2*" + std::to_string(hidden);
+  const std::string layer = model + " gate+up";
+  const Tensor gate_weight = gate.contiguous(), up_weight = up.contiguous();  // as two Linear layers hold them
+  table.push_back({layer, "fwd two", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(x, gate_weight.transpose(1, 2), y_gate, 1.0, 0.0);
+                     backend.matmul(x, up_weight.transpose(1, 2), y_up, 1.0, 0.0);
+                   }), flops});
+  table.push_back({layer, "fwd stacked", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(x, stacked.transpose(1, 2), y_stacked, 1.0, 0.0);
+                   }), flops});
+  table.push_back({layer, "dX two, summed", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(grad_gate, gate_weight, grad_x, 1.0, 0.0);
+                     backend.matmul(grad_up, up_weight, grad_x, 1.0, 1.0);
+                   }), flops});
+  table.push_back({layer, "dX stacked", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(grad_stacked, stacked, grad_x, 1.0, 0.0);
+                   }), flops});
+  table.push_back({layer, "dW two", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(grad_gate.transpose(1, 2), x, grad_w_gate, 1.0, 0.0);
+                     backend.matmul(grad_up.transpose(1, 2), x, grad_w_up, 1.0, 0.0);
+                   }), flops});
+  table.push_back({layer, "dW stacked", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(grad_stacked.transpose(1, 2), x, grad_w_stacked, 1.0, 0.0);
+                   }), flops});
+  // The two weight gradients as one batched product: dG and dU one after the other [2, rows, hidden],
+  // x shared by both (batch stride 0), the two gradients one after the other [2, hidden, dim].
+  const Tensor grad_pair = Tensor::normal({2, rows, hidden}, 34, 0, 0.0, 1.0, bf16, gpu);
+  const Tensor grad_w_pair = Tensor::empty({2, hidden, dim}, bf16, gpu);
+  const Tensor x_shared = x.expand({2, rows, dim});
+  table.push_back({layer, "dW batched", shape, mean_ms(device, warmup, iters, [&] {
+                     backend.matmul(grad_pair.transpose(1, 2), x_shared, grad_w_pair, 1.0, 0.0);
+                   }), flops});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -362,6 +416,12 @@ int main(int argc, char** argv) {
       time_linear(backend, device, warmup, iters, model + " lm head", rows_, dim, 50304, matmuls);
       time_gelu_products(backend, device, warmup, iters, model, rows_, dim, matmuls);
     }
+    // Llama 1B's MLP (batch 8 x 2048 tokens, 2048 wide, hidden 5504).
+    time_linear(backend, device, warmup, iters, "llama-1b qkv", 16 * 1024, 2048, 4096, matmuls);
+    time_linear(backend, device, warmup, iters, "llama-1b attn out", 16 * 1024, 2048, 2048, matmuls);
+    time_linear(backend, device, warmup, iters, "llama-1b mlp down", 16 * 1024, 5504, 2048, matmuls);
+    time_linear(backend, device, warmup, iters, "llama-1b lm head", 16 * 1024, 2048, 32000, matmuls);
+    time_gated_products(backend, device, warmup, iters, "llama-1b", 16 * 1024, 2048, 5504, matmuls);
     std::printf("bf16 8192^3 matmul (the ceiling): %.1f TFLOP/s\n\n", ceiling_tflops);
     std::printf("%-20s %-17s %-18s %10s %9s %9s\n", "layer", "product", "M x K x N", "time (us)", "TFLOP/s",
                 "of ceil");

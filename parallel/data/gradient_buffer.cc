@@ -35,7 +35,11 @@ GradientBuffer::GradientBuffer(std::vector<NamedParameter> parameters, int64_t b
     slot_index_of_[i] = bucket.slots.size();
     bucket.slots.push_back({i, bucket.elements, elements});
     bucket.elements += elements;
-    if (bucket.elements * element_bytes >= bucket_bytes) close();
+    // Never between two members of one gradient group (NamedParameter::gradient_group): one product
+    // writes their gradients, so their slots stay next to each other.
+    const bool group_continues = i > 0 && !parameters_[i].gradient_group.empty() &&
+                                 parameters_[i - 1].gradient_group == parameters_[i].gradient_group;
+    if (bucket.elements * element_bytes >= bucket_bytes && !group_continues) close();
   }
   if (!bucket.slots.empty()) close();
 }

@@ -10,7 +10,9 @@
 //
 // Invariants:
 // - every parameter is in exactly one bucket; within a bucket, parameters are in backward order
-//   and slots are laid end to end;
+//   and slots are laid end to end; the members of one gradient group (NamedParameter::
+//   gradient_group, written by one product) share a bucket, so that a bucket may exceed
+//   `bucket_bytes` by what the group adds;
 // - .grad of an attached parameter is a view of its slot until something replaces it (the
 //   optimizers never do; Module::to() does, so attach after converting the model);
 // - zero() zeros lazily (Tensor::mark_grad_zero): it writes nothing; each gradient's first

@@ -7,6 +7,7 @@
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/linear_parameter_gradients.h"
 #include "runtime/ops/op_checks.h"
 #include "runtime/ops/reduction.h"
 
@@ -68,36 +69,6 @@ class MatmulFunction final : public autograd::Function {
     return {grad_a, grad_b};
   }
 };
-
-// The parameter gradients of linear from dY ([R, N]) and its input rows X ([R, K]): dW = dY^T X
-// ([N, K], contiguous: the weight's layout) and db = dY summed over rows ([N]). Where the weight's
-// accumulator offers its .grad (AccumulateGrad::gradient_storage: the gradient buffer's slot, or an
-// earlier micro-batch's gradient), dW is added into it by the GEMM itself (beta = 1) and returned
-// undefined: one kernel instead of a product into a new tensor and an add. Where that .grad counts
-// as zero (the gradient buffer's lazy zeroing: the step's first contribution), the GEMM writes it
-// (beta = 0) and never reads the stale contents. One function for the
-// backward and for deferred weight-gradient work, so that both give bitwise the same gradients.
-// (db stays weft's column-sum reduction: cuBLASLt's BGRADB epilogue was measured on the H200 and
-// runs as a separate kernel of its own, slower than the reduction: docs/performance.md.)
-struct LinearParameterGradients {
-  Tensor weight;
-  Tensor bias;
-};
-
-LinearParameterGradients linear_parameter_gradients(const Tensor& g, const Tensor& rows, bool with_bias,
-                                                    autograd::AccumulateGrad* weight_accumulator) {
-  LinearParameterGradients gradients;
-  const Tensor storage = weight_accumulator != nullptr ? weight_accumulator->gradient_storage(g.dtype()) : Tensor();
-  if (storage.defined()) {
-    const double beta = weight_accumulator->gradient_storage_counts_as_zero() ? 0.0 : 1.0;
-    backend_for(g.device()).matmul(g.transpose(0, 1).unsqueeze(0), rows.unsqueeze(0), storage.unsqueeze(0), 1.0, beta);
-    weight_accumulator->gradient_added_in_place();
-  } else {
-    gradients.weight = product(g.transpose(0, 1), rows);
-  }
-  if (with_bias) gradients.bias = sum_to_shape(g, {g.size(1)});
-  return gradients;
-}
 
 // A linear layer's input x [..., K] as rows [R, K] (a view where x allows), and its output's shape
 // [..., N] for weight [N, K].

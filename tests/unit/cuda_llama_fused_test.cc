@@ -1,5 +1,6 @@
 // Llama's fused ops on CUDA against the CPU: rotary_embedding (runtime/cuda/rotary_embedding.cu)
-// and swiglu (runtime/cuda/swiglu.cu), kernels and ops, forward and backward.
+// and swiglu (runtime/cuda/swiglu.cu), kernels and ops, forward and backward; swiglu_linear
+// (runtime/ops/swiglu_linear.h) with its two weight gradients in one batched product.
 //
 // The CPU reference runs on the same values in the same dtype. The rotation uses explicitly
 // rounded products and sums on both sides, so it must agree bit for bit in every dtype; SwiGLU's
@@ -183,6 +184,43 @@ TEST(CudaLlamaFused, SwigluOpMatchesUnfusedCpu) {
     expect_close(y, y_ref, tolerance_for(dtype), what + " out");
     expect_close(gate_gpu.grad(), gate_ref.grad(), tolerance_for(dtype), what + " grad gate");
     expect_close(up_gpu.grad(), up_ref.grad(), tolerance_for(dtype), what + " grad up");
+  }
+}
+
+// swiglu_linear on CUDA against the two linears and swiglu on the CPU in f32, with the weights'
+// .grad next to each other in one buffer (up's first, as a gradient buffer lays them) so that the
+// one batched product writes both: first over stale values that count as zero, then accumulating.
+TEST(CudaLlamaFused, SwigluLinearMatchesUnfusedCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  uint64_t seed = 700;
+  const int64_t rows = 4 * 64, width = 96, hidden = 160;
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    const std::string what = describe({rows, width, hidden}, dtype);
+    SCOPED_TRACE(what);
+    const auto x = random_input({4, 64, width}, ++seed, dtype);
+    const auto gate = random_input({hidden, width}, ++seed, dtype, 0.0, 0.2);
+    const auto up = random_input({hidden, width}, ++seed, dtype, 0.0, 0.2);
+    const auto grad = random_input({4, 64, hidden}, ++seed, dtype);
+    const Tensor x_gpu = leaf(x.gpu);
+    Tensor gate_gpu = leaf(gate.gpu), up_gpu = leaf(up.gpu);
+    const Tensor slots = Tensor::full({2 * hidden * width}, 1e4, dtype, kGpu);  // stale, never read
+    up_gpu.set_grad(slots.narrow(0, 0, hidden * width).view({hidden, width}));
+    gate_gpu.set_grad(slots.narrow(0, hidden * width, hidden * width).view({hidden, width}));
+    up_gpu.mark_grad_zero();
+    gate_gpu.mark_grad_zero();
+    const Tensor x_ref = leaf(x.reference), gate_ref = leaf(gate.reference), up_ref = leaf(up.reference);
+    Tensor y, y_ref;
+    for (int pass = 0; pass < 2; ++pass) {
+      y = swiglu_linear(x_gpu, gate_gpu, up_gpu);
+      autograd::backward({y}, {grad.gpu});
+      y_ref = mul(silu(linear(x_ref, gate_ref)), linear(x_ref, up_ref));
+      autograd::backward({y_ref}, {grad.reference});
+    }
+    expect_close(y, y_ref, tolerance_for(dtype), what + " out");
+    expect_close(x_gpu.grad(), x_ref.grad(), tolerance_for(dtype), what + " grad x");
+    expect_close(gate_gpu.grad(), gate_ref.grad(), tolerance_for(dtype), what + " grad gate");
+    expect_close(up_gpu.grad(), up_ref.grad(), tolerance_for(dtype), what + " grad up");
+    EXPECT_EQ(gate_gpu.grad().raw_data(), slots.narrow(0, hidden * width, hidden * width).raw_data());
   }
 }
 

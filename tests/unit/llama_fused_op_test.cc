@@ -1,5 +1,7 @@
-// Llama's fused ops on the CPU (the reference backend): rotary_embedding (runtime/ops/rotary.h)
-// and swiglu (runtime/ops/swiglu.h). Forward and backward equal the unfused compositions they
+// Llama's fused ops on the CPU (the reference backend): rotary_embedding (runtime/ops/rotary.h),
+// swiglu (runtime/ops/swiglu.h) and swiglu_linear (runtime/ops/swiglu_linear.h: gate and up
+// products with the activation, its weight gradients in one product where their .grad are
+// adjacent). Forward and backward equal the unfused compositions they
 // replace bit for bit in f32 and f64 (split/neg/concat/mul/add for the rotation; silu then mul);
 // 16-bit dtypes equal the f32 result rounded once; gradients match central finite differences in
 // f64, also for tables whose halves differ (the backward is the transpose, not only the inverse
@@ -209,6 +211,76 @@ TEST(Swiglu, RejectsBadArguments) {
   EXPECT_THROW(swiglu(gate, random_leaf({1, 6}, 32)), Error);              // no broadcasting
   EXPECT_THROW(swiglu(gate, random_leaf({2, 6}, 33).to(kFloat32)), Error);  // dtype
   EXPECT_THROW(swiglu(gate, Tensor::arange(12).view({2, 6})), Error);       // integer
+}
+
+// swiglu_linear against the two linears and swiglu it replaces: the forward bit for bit (the same
+// products and kernel), the gradients within rounding (dX adds its second product inside the GEMM).
+TEST(SwigluLinear, EqualsTwoLinearsAndSwiglu) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = leaf_of({2, 3, 8}, 40, dtype), gate = leaf_of({6, 8}, 41, dtype), up = leaf_of({6, 8}, 42, dtype);
+    const Tensor x_ref = x.detach().set_requires_grad(true), gate_ref = gate.detach().set_requires_grad(true),
+                 up_ref = up.detach().set_requires_grad(true);
+    const Tensor y = swiglu_linear(x, gate, up);
+    const Tensor y_ref = swiglu(linear(x_ref, gate_ref), linear(x_ref, up_ref));
+    ASSERT_EQ(y.shape(), y_ref.shape());
+    EXPECT_EQ(y.to_vector(), y_ref.to_vector());
+    const Tensor weights = leaf_of({2, 3, 6}, 43, dtype, false);
+    sum(mul(y, weights)).backward();
+    sum(mul(y_ref, weights)).backward();
+    const double tolerance = dtype == kFloat64 ? 1e-12 : 1e-5;
+    EXPECT_LT(max_abs_difference(x.grad(), x_ref.grad()), tolerance);
+    // Separate .grad tensors: one product each, as linear computes them.
+    EXPECT_EQ(gate.grad().to_vector(), gate_ref.grad().to_vector());
+    EXPECT_EQ(up.grad().to_vector(), up_ref.grad().to_vector());
+  }
+}
+
+TEST(SwigluLinear, GradientsMatchFiniteDifferences) {
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) { return swiglu_linear(in[0], in[1], in[2]); },
+      {random_leaf({2, 3, 5}, 44), random_leaf({7, 5}, 45), random_leaf({7, 5}, 46)});
+  // x read again by another op (its gradient arrives in two parts), a 1-D x, and one weight as both.
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) { return add(swiglu_linear(in[0], in[1], in[2]), linear(in[0], in[1])); },
+      {random_leaf({4, 5}, 47), random_leaf({3, 5}, 48), random_leaf({3, 5}, 49)});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return swiglu_linear(in[0], in[1], in[1]); },
+                         {random_leaf({5}, 50), random_leaf({4, 5}, 51)});
+}
+
+// With the two weights' .grad next to each other in one storage (a gradient buffer's slots), in
+// either order, the one batched product writes each weight's gradient into its own slot: on a
+// buffer of stale values that counts as zero (beta 0), then accumulating a second backward (beta 1).
+TEST(SwigluLinear, AdjacentGradientsGetTheirOwnProducts) {
+  for (bool gate_first : {false, true}) {
+    SCOPED_TRACE(gate_first ? "gate's slot first" : "up's slot first (a gradient buffer's backward order)");
+    const Tensor x = leaf_of({3, 4, 8}, 52, kFloat64);
+    Tensor gate = leaf_of({6, 8}, 53, kFloat64), up = leaf_of({6, 8}, 54, kFloat64);
+    const Tensor gate_ref = gate.detach().set_requires_grad(true), up_ref = up.detach().set_requires_grad(true);
+    Tensor slots = Tensor::full({2 * 6 * 8}, 1e30, kFloat64);  // stale contents, never to be read
+    gate.set_grad(slots.narrow(0, gate_first ? 0 : 48, 48).view({6, 8}));
+    up.set_grad(slots.narrow(0, gate_first ? 48 : 0, 48).view({6, 8}));
+    gate.mark_grad_zero();
+    up.mark_grad_zero();
+    const Tensor weights = leaf_of({3, 4, 6}, 55, kFloat64, false);
+    for (int pass = 0; pass < 2; ++pass) {
+      sum(mul(swiglu_linear(x, gate, up), weights)).backward();
+      sum(mul(swiglu(linear(x, gate_ref), linear(x, up_ref)), weights)).backward();
+    }
+    EXPECT_LT(max_abs_difference(gate.grad(), gate_ref.grad()), 1e-12);
+    EXPECT_LT(max_abs_difference(up.grad(), up_ref.grad()), 1e-12);
+    // Still the views of the slots: written in place, not replaced.
+    EXPECT_EQ(gate.grad().raw_data(), slots.narrow(0, gate_first ? 0 : 48, 48).raw_data());
+    EXPECT_EQ(up.grad().raw_data(), slots.narrow(0, gate_first ? 48 : 0, 48).raw_data());
+  }
+}
+
+TEST(SwigluLinear, RejectsBadArguments) {
+  const Tensor x = random_leaf({2, 5}, 56), weight = random_leaf({4, 5}, 57);
+  EXPECT_THROW(swiglu_linear(x, weight, random_leaf({3, 5}, 58)), Error);           // weights of two shapes
+  EXPECT_THROW(swiglu_linear(random_leaf({2, 4}, 59), weight, weight), Error);      // x's width
+  EXPECT_THROW(swiglu_linear(x, weight, weight.to(kFloat32)), Error);               // dtype
+  EXPECT_THROW(swiglu_linear(x, random_leaf({20}, 60), random_leaf({20}, 61)), Error);  // 1-D weights
 }
 
 }  // namespace

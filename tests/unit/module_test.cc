@@ -91,6 +91,41 @@ TEST(ModuleTest, GptNamesFollowConstructionOrder) {
   EXPECT_EQ(names.back(), "final_norm.bias");  // tied: no head
 }
 
+// keep_gradients_adjacent: the named parameters (relative paths, consecutive in registration
+// order) get one gradient_group, distinct per module instance; a path that is not the next
+// registered parameter is an error naming it.
+TEST(ModuleTest, GradientGroupsNameConsecutiveParameters) {
+  class Grouped : public Module {
+   public:
+    explicit Grouped(std::vector<std::string> paths) {
+      register_module("first", std::make_shared<Leaf>(2));
+      register_module("second", std::make_shared<Leaf>(2));
+      keep_gradients_adjacent(std::move(paths));
+    }
+    std::string type_name() const override { return "Grouped"; }
+  };
+  class Twice : public Module {
+   public:
+    Twice() {
+      register_module("x", std::make_shared<Grouped>(std::vector<std::string>{"first.b", "second.a"}));
+      register_module("y", std::make_shared<Grouped>(std::vector<std::string>{"first.b", "second.a"}));
+    }
+    std::string type_name() const override { return "Twice"; }
+  };
+  std::map<std::string, std::string> groups;
+  for (const NamedParameter& entry : Twice().named_parameters()) groups[entry.name] = entry.gradient_group;
+  EXPECT_TRUE(groups.at("x.first.a").empty());
+  EXPECT_FALSE(groups.at("x.first.b").empty());
+  EXPECT_EQ(groups.at("x.first.b"), groups.at("x.second.a"));
+  EXPECT_TRUE(groups.at("x.second.b").empty());
+  EXPECT_NE(groups.at("x.first.b"), groups.at("y.first.b"));
+  EXPECT_EQ(groups.at("y.first.b"), groups.at("y.second.a"));
+  // Not consecutive (first.b, then second.a, comes between first.a and second.b).
+  const std::string message = error_message([] { Grouped({"first.a", "second.b"}).named_parameters(); });
+  EXPECT_CONTAINS(message, "second.b");
+  EXPECT_CONTAINS(message, "right after");
+}
+
 TEST(ModuleTest, ParametersAreLeavesRequiringGrad) {
   const auto model = build_model(tiny_config("llama"));
   for (const NamedParameter& entry : model->named_parameters()) {

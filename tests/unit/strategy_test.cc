@@ -88,6 +88,46 @@ TEST(GradientBuffer, GradientsAreViewsOfBucketsInBackwardOrderAndAccumulateInPla
   EXPECT_TRUE(parameters[0].tensor.grad().defined());
 }
 
+// A Llama's gate and up weights (one gradient group: swiglu_linear writes both gradients with one
+// product) share a bucket, up's slot right before gate's, even with buckets of one parameter each;
+// the gradients of two backward passes still equal the unbuffered model's.
+TEST(GradientBuffer, KeepsAGradientGroupNextToEachOther) {
+  ModelConfig config = model_config();
+  config.type = "llama";
+  std::shared_ptr<LanguageModel> model = build_model(config);
+  std::shared_ptr<LanguageModel> reference = build_model(config);
+  const std::vector<NamedParameter> parameters = model->named_parameters();
+  GradientBuffer buffer(parameters, /*bucket_bytes=*/4, /*pad_multiple=*/1);
+  buffer.attach();
+  int groups = 0;
+  for (size_t i = 0; i + 1 < parameters.size(); ++i) {
+    if (parameters[i].name.find("mlp.gate.weight") == std::string::npos) {
+      EXPECT_TRUE(parameters[i].gradient_group.empty() ||
+                  parameters[i].name.find("mlp.up.weight") != std::string::npos) << parameters[i].name;
+      continue;
+    }
+    ++groups;
+    ASSERT_NE(parameters[i + 1].name.find("mlp.up.weight"), std::string::npos) << parameters[i + 1].name;
+    EXPECT_FALSE(parameters[i].gradient_group.empty());
+    EXPECT_EQ(parameters[i].gradient_group, parameters[i + 1].gradient_group);
+    ASSERT_EQ(buffer.bucket_of(i), buffer.bucket_of(i + 1)) << parameters[i].name;
+    EXPECT_EQ(buffer.slot_of(i).offset, buffer.slot_of(i + 1).offset + buffer.slot_of(i + 1).elements);
+  }
+  EXPECT_EQ(groups, config.layers);
+  // Every other parameter has a bucket of its own (4 bytes is less than any parameter).
+  EXPECT_EQ(buffer.buckets().size(), parameters.size() - static_cast<size_t>(groups));
+  const MicroBatch batch = micro_batch(0);
+  for (int pass = 0; pass < 2; ++pass) {
+    loss(*model, batch.inputs, batch.targets).backward();
+    loss(*reference, batch.inputs, batch.targets).backward();
+  }
+  const std::vector<NamedParameter> expected = reference->named_parameters();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_LT(testing::max_abs_difference(parameters[i].tensor.grad(), expected[i].tensor.grad()), 1e-5)
+        << parameters[i].name;
+  }
+}
+
 // zero() writes nothing: stale contents (NaN here, which an add would carry) are overwritten by
 // the next backward's first contribution (the weight-gradient GEMMs with beta = 0, the norms'
 // kernels, the embedding's accumulate) and added to by the next; materialize() writes a slot's zeros
