@@ -1,6 +1,7 @@
 // build_step_graph (step_builder.h).
 #include "parallel/step/step_builder.h"
 
+#include <algorithm>
 
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
@@ -25,15 +26,21 @@ Tensor load_micro_batch(StepState& state, int64_t micro, Device device) {
                  batch.targets.shape() == batch.inputs.shape() && !is_floating(batch.targets.dtype()),
              "step: a micro-batch is ids and targets of one shape, i32 or i64, on the host; got ",
              batch.inputs.describe(), " and ", batch.targets.describe());
-  // Counted here, on the host, so that cross-entropy needs no read back.
-  int64_t counted = 0;
+  // Counted here, on the host, so that cross-entropy needs no read back; through one raw pointer,
+  // since the GPU waits for this node: reading each id through the tensor's accessors took about
+  // 100 us of a GPT-2 step on the H200 machine (16,384 ids, 2026-12-03); on the development
+  // machine 88-109 us against 5 us for std::count.
   const Tensor targets = batch.targets.contiguous();
-  for (int64_t i = 0; i < targets.numel(); ++i) {
-    const int64_t target = targets.dtype() == kInt64 ? targets.data<int64_t>()[i]
-                                                     : static_cast<int64_t>(targets.data<int32_t>()[i]);
-    counted += target != kIgnoredTarget;
+  const int64_t n = targets.numel();
+  int64_t ignored = 0;
+  if (targets.dtype() == kInt64) {
+    const int64_t* ids = targets.data<int64_t>();
+    ignored = std::count(ids, ids + n, kIgnoredTarget);
+  } else {
+    const int32_t* ids = targets.data<int32_t>();
+    ignored = std::count(ids, ids + n, static_cast<int32_t>(kIgnoredTarget));
   }
-  state.counted_targets[micro] = counted;
+  state.counted_targets[micro] = n - ignored;
   state.targets[micro] = targets.to(device);
   return batch.inputs.to(device);
 }

@@ -264,6 +264,24 @@ TEST(Strategy, OneProcessMatchesThePlainLoopInBothModes) {
   }
 }
 
+// Targets equal to -100 (cross_entropy's ignore_index) are not counted: the step's loss is the mean
+// over the others, as the model's own loss computes it, for i64 and i32 ids.
+TEST(Strategy, IgnoredTargetsAreLeftOutOfTheMean) {
+  for (DType dtype : {kInt64, kInt32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    MicroBatch batch = micro_batch(0);
+    for (int64_t t = 0; t < 3; ++t) batch.targets.set({0, t}, -100);
+    batch.targets.set({1, 4}, -100);
+    batch = {batch.inputs.to(dtype), batch.targets.to(dtype)};
+    std::shared_ptr<LanguageModel> reference = build_model(model_config());
+    const double expected = loss(*reference, batch.inputs, batch.targets).item();
+    std::shared_ptr<LanguageModel> model = build_model(model_config());
+    std::unique_ptr<Strategy> strategy = make_strategy(Mesh(1, 1, 1, 1), 0, *model, options("manual"));
+    const StepReport report = strategy->step(1, 0.5, [batch] { return batch; });
+    EXPECT_NEAR(report.loss, expected, 1e-6);
+  }
+}
+
 TEST(Strategy, OneProcessWithZeroMatchesWithoutInBothModes) {
   // ZeRO on one rank: the shard is the whole model, reached through copies in and out.
   std::shared_ptr<LanguageModel> reference = build_model(model_config());
