@@ -27,6 +27,6 @@ if output=$(timeout 60 "${mpirun[@]}" -np 2 -x WEFT_MPI_THREAD_LEVEL=funneled "$
     --set comm.mode=auto 2>&1); then
   echo "FAIL: funneled with the auto mode was accepted"; exit 1
 fi
-echo "$output" | grep -q "below MPI_THREAD_SERIALIZED, so collectives cannot run from a thread other than main" ||
+grep -q "below MPI_THREAD_SERIALIZED, so collectives cannot run from a thread other than main" <<< "$output" ||
   { echo "FAIL: $output"; exit 1; }
 echo "funneled, auto: refused with the message"

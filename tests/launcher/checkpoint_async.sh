@@ -37,10 +37,10 @@ if output=$(WEFT_FAULT=fail_write:rank=0:step=4:phase=checkpoint_tensors "$weft_
     --set checkpoint.dir="$work/async_full" --set checkpoint.async=true 2>&1); then
   echo "FAIL: a failed background save with on_save_error: stop exited 0"; exit 1
 fi
-echo "$output" | grep -q "cannot write the checkpoint of step 4: No space left on device" || { echo "FAIL: $output"; exit 1; }
+grep -q "cannot write the checkpoint of step 4: No space left on device" <<< "$output" || { echo "FAIL: $output"; exit 1; }
 [[ "$(cat "$work/async_full/latest")" == step_00000003 ]] || { echo "FAIL: latest $(cat "$work/async_full/latest")"; exit 1; }
 output=$(WEFT_FAULT=fail_write:rank=0:step=4:phase=checkpoint_tensors "$weft_train" "${common[@]}" \
   --set checkpoint.dir="$work/async_continue" --set checkpoint.async=true --set checkpoint.on_save_error=continue 2>&1)
-echo "$output" | grep -q "step 4  checkpoint not saved" || { echo "FAIL: $output"; exit 1; }
+grep -q "step 4  checkpoint not saved" <<< "$output" || { echo "FAIL: $output"; exit 1; }
 [[ "$(cat "$work/async_continue/latest")" == step_00000006 ]] || { echo "FAIL: later background saves"; exit 1; }
 echo "a failed background save stops the run (stop) or is reported while training goes on (continue)"

@@ -38,8 +38,8 @@ if output=$(WEFT_FAULT=fail_write:rank=0:step=4:phase=checkpoint_tensors "$weft_
     --set checkpoint.dir="$dir" 2>&1); then
   echo "FAIL: a failed save with on_save_error: stop exited 0"; exit 1
 fi
-echo "$output" | grep -q "cannot write the checkpoint of step 4: No space left on device" || { echo "FAIL: $output"; exit 1; }
-echo "$output" | grep -q "the last complete checkpoint is $dir/step_00000003" || { echo "FAIL: $output"; exit 1; }
+grep -q "cannot write the checkpoint of step 4: No space left on device" <<< "$output" || { echo "FAIL: $output"; exit 1; }
+grep -q "the last complete checkpoint is $dir/step_00000003" <<< "$output" || { echo "FAIL: $output"; exit 1; }
 [[ "$(cat "$dir/latest")" == step_00000003 && ! -e "$dir/step_00000004" ]] || { echo "FAIL: step 4 or latest"; exit 1; }
 if ls -A "$dir" | grep -q '^\.'; then echo "FAIL: leftovers in $dir: $(ls -A "$dir")"; exit 1; fi
 echo "a full disk with on_save_error: stop: a clear error, step 3 kept, no leftovers"
@@ -47,6 +47,6 @@ echo "a full disk with on_save_error: stop: a clear error, step 3 kept, no lefto
 dir=$work/full_continue
 output=$(WEFT_FAULT=fail_write:rank=0:step=4:phase=checkpoint_tensors "$weft_train" "${common[@]}" \
   --set checkpoint.dir="$dir" --set checkpoint.on_save_error=continue 2>&1)
-echo "$output" | grep -q "step 4  checkpoint not saved: .*No space left on device.*training goes on" || { echo "FAIL: $output"; exit 1; }
+grep -q "step 4  checkpoint not saved: .*No space left on device.*training goes on" <<< "$output" || { echo "FAIL: $output"; exit 1; }
 [[ "$(cat "$dir/latest")" == step_00000006 && ! -e "$dir/step_00000004" ]] || { echo "FAIL: later saves"; exit 1; }
 echo "a full disk with on_save_error: continue: training went on, steps 5 and 6 saved"
