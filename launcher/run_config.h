@@ -34,6 +34,9 @@ struct TrainConfig {
   uint64_t seed = 1;
   std::string on_nan = "stop";        // stop | skip
   std::string recompute = "none";     // none | selective | full: activations rerun in backward (ModelConfig::recompute)
+  // Steps issued before the oldest one's loss is read: 1, 2, or 0 for the run's choice (2 on GPUs,
+  // 1 on the CPU and wherever 2 is refused: on_nan skip, pipelines). Strategy::issue_step says why.
+  int64_t steps_in_flight = 0;
 };
 
 struct DataConfig {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <fstream>
 
 #include "absl/strings/str_format.h"
@@ -34,6 +35,7 @@
 #include "parallel/strategy.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 #include "runtime/ops/loss.h"
 
@@ -123,6 +125,7 @@ struct Trainer::State {
   int64_t start_step = 0;  // steps already done (from a checkpoint)
   CostModelSetup cost;     // the cost model (comm.calibrate, comm.calibration_file), if any
   std::vector<std::string> choices;  // what the run chose from it outside the strategy, for the log
+  int steps_in_flight = 1;  // train.steps_in_flight as resolved for this run and strategy
 };
 
 std::string resolve_resume_path(const RunConfig& config) {
@@ -231,6 +234,18 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
                                       : make_sgd(std::move(groups), {train.momentum, false});
   };
   s.strategy = make_strategy(mesh, s.world_rank, *model_, options);
+  // A GPU gains from a step issued while the last one runs (it does not wait at the boundary while
+  // the host reads the loss and loads the batch); the CPU runs a step as it is issued.
+  const int wanted_in_flight =
+      train.steps_in_flight != 0 ? static_cast<int>(train.steps_in_flight) : (s.device.is_cuda() ? 2 : 1);
+  s.steps_in_flight = std::min(wanted_in_flight, s.strategy->max_steps_in_flight());
+  if (s.steps_in_flight > 1) {
+    s.choices.push_back(str("steps in flight: ", s.steps_in_flight, " (train.steps_in_flight: each step is issued "
+                            "before the last one's loss is read)"));
+  } else if (wanted_in_flight > 1) {
+    s.choices.push_back(str("steps in flight: 1 (train.steps_in_flight: ", train.on_nan == "skip" ? "train.on_nan: skip"
+                            : "a pipeline", " needs each step's report before the next is issued)"));
+  }
   s.fault = FaultInjection::from_environment();
   // A warm-up longer than the run (a short smoke test of a long run's config) is cut to the run;
   // run() says so in the log.
@@ -436,23 +451,35 @@ TrainResult Trainer::run() {
     last_save_time = std::chrono::steady_clock::now();
   };
 
-  model_->train();
-  for (int64_t step = s.start_step + 1; step <= train.steps; ++step) {
-    const auto started = std::chrono::steady_clock::now();
+  // Steps issued and not yet reported, oldest first. With train.steps_in_flight 2 the host issues
+  // step k + 1 before it reads step k's loss, so step k's log line, evaluation and saves come after
+  // k + 1 was issued; a step after which the run evaluates, saves or ends is reported before anything
+  // else is issued, so those see exactly its weights.
+  struct IssuedStep {
+    int64_t step = 0;
+    double lr = 0.0;
+    double issued_ms = 0.0;  // clock_ms() when its issue began
+  };
+  std::deque<IssuedStep> in_flight;
+  double last_end_ms = 0.0;  // StepReport::end_clock_ms of the last step reported
+  auto scheduled_val = [&](int64_t step) { return config_.data.val_every > 0 && step % config_.data.val_every == 0; };
+  auto scheduled_save = [&](int64_t step) {
+    return !config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0;
+  };
+  // Reports the oldest step in flight: its log line, and its scheduled evaluation and save.
+  auto report_oldest = [&] {
+    const IssuedStep issued = in_flight.front();
+    in_flight.pop_front();
+    const StepReport report = s.strategy->finish_step();  // waits for this step only
+    // A step's time runs from its issue, or from the last step's end where it was issued before that
+    // ended: with steps in flight, the time from one step's end to the next's is what a step costs.
+    // Not from one report to the next: on the CPU a step runs inside its issue, before the last
+    // step's report.
+    const double seconds = (report.end_clock_ms - std::max(issued.issued_ms, last_end_ms)) / 1000.0;
+    last_end_ms = report.end_clock_ms;
     StepMetrics metrics;
-    metrics.step = step;
-    metrics.lr = s.schedule->at(step - 1);
-
-    // The step's graph (built once, by the strategy) runs every micro-batch, collective and the
-    // update, and times every node: the compute / communication / exposed-communication split.
-    const StepReport report = s.strategy->step(step, metrics.lr, [&] {
-      TokenBatch batch = s.train_data->next_batch(micro_batch, steps_per_sequence);
-      return MicroBatch{batch.inputs, batch.targets};  // on the host: the step counts and uploads them
-    });
-    if (step == s.start_step + 1 && !config_.log.graph_file.empty() && leader) {
-      s.strategy->write_graph(config_.log.graph_file);
-    }
-    backend_for(s.device).synchronize(s.device);  // step times measure the work, not its launch
+    metrics.step = issued.step;
+    metrics.lr = issued.lr;
     metrics.loss = report.loss;
     metrics.grad_norm = report.grad_norm;
     metrics.skipped = report.skipped;
@@ -465,7 +492,6 @@ TrainResult Trainer::run() {
       metrics.pipeline_bubble_theory = report.pipeline_bubble_theory;
     }
     metrics.optimizer_state_mb = optimizer_mb;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     metrics.step_ms = 1000.0 * seconds;
     metrics.tokens_per_s = tokens_per_step / seconds;
     // Against the peak of every GPU of the run (one per rank).
@@ -475,25 +501,49 @@ TrainResult Trainer::run() {
     logger.log_step(metrics);
     result.losses.push_back(metrics.loss);
     result.steps.push_back(metrics);
-    result.last_step = step;
+    result.last_step = issued.step;
 
     if (leader) log_saved(writer.poll());  // a background save that finished during the step
-    if (config_.data.val_every > 0 && step % config_.data.val_every == 0) evaluate(step);
-    if (!config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) {
-      save_once(step);
-    }
-
-    // Last in the step's boundary, so that a signal during the step, its evaluation or its save
-    // stops the run at this step. Every rank votes every step: none stops or saves alone.
+    if (scheduled_val(issued.step)) evaluate(issued.step);
+    if (scheduled_save(issued.step)) save_once(issued.step);
+  };
+  // The step boundary's vote, after a step's report. Every rank votes at every reported step, so
+  // none stops or saves alone. A save or stop agreed with a step still in flight waits for its report.
+  auto vote = [&] {
     const double minutes_since_save =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count() / 60.0;
     const bool save_due = config_.checkpoint.every_minutes > 0 && minutes_since_save >= config_.checkpoint.every_minutes;
     const StepAgreement agreement = agree_at_step_boundary(*s.strategy, stop_requested(), save_due, leader,
                                                            static_cast<int>(config_.parallel.dp * config_.parallel.pp));
-    if ((agreement.save || agreement.stop) && !config_.checkpoint.dir.empty()) save_once(step);
-    if (agreement.stop) {
-      result.stopped_by_signal = true;
-      break;
+    if (!agreement.save && !agreement.stop) return false;
+    while (!in_flight.empty()) report_oldest();
+    if (!config_.checkpoint.dir.empty()) save_once(result.last_step);
+    return agreement.stop;
+  };
+
+  model_->train();
+  for (int64_t step = s.start_step + 1; step <= train.steps && !result.stopped_by_signal; ++step) {
+    const double lr = s.schedule->at(step - 1);
+    const double issued_ms = clock_ms();
+    // The step's graph (built once, by the strategy) runs every micro-batch, collective and the
+    // update, and times every node: the compute / communication / exposed-communication split.
+    s.strategy->issue_step(step, lr, [&] {
+      TokenBatch batch = s.train_data->next_batch(micro_batch, steps_per_sequence);
+      return MicroBatch{batch.inputs, batch.targets};  // on the host: the step counts and uploads them
+    });
+    in_flight.push_back({step, lr, issued_ms});
+    if (step == s.start_step + 1 && !config_.log.graph_file.empty() && leader) {
+      s.strategy->write_graph(config_.log.graph_file);
+    }
+    // Last in the step's boundary, so that a signal during the step, its evaluation or its save
+    // stops the run at this step (or at the one in flight after it).
+    const bool report_now = step == train.steps || scheduled_val(step) || scheduled_save(step);
+    while (!in_flight.empty() && (report_now || static_cast<int>(in_flight.size()) >= s.steps_in_flight)) {
+      report_oldest();
+      if (vote()) {
+        result.stopped_by_signal = true;
+        break;
+      }
     }
   }
   if (!result.stopped_by_signal && config_.data.val_every > 0 && result.last_step % config_.data.val_every != 0 &&

@@ -77,6 +77,9 @@ struct StepReport {
   // Pipelines: the measured bubble (mean over stages) and the schedule's in theory; 0 without.
   double pipeline_bubble = 0.0;
   double pipeline_bubble_theory = 0.0;
+  // clock_ms() by which the step's work had ended (graph::StepTimeline::end_clock_ms): with steps in
+  // flight, a step's wall time runs from the later of its issue and the last step's end to this.
+  double end_clock_ms = 0.0;
 };
 
 class Strategy {
@@ -84,10 +87,26 @@ class Strategy {
   virtual ~Strategy() = default;
 
   // One optimizer step at learning rate `lr`: every micro-batch from `next_micro_batch`, the
-  // collectives, the update. Collective.
-  virtual StepReport step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) = 0;
+  // collectives, the update. Collective. issue_step and finish_step in a row; no step may be in flight.
+  StepReport step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) {
+    issue_step(step, lr, next_micro_batch);
+    return finish_step();
+  }
+  // The same step in two halves: issue_step hands the step's work to the device and returns (on a
+  // GPU before it has run; `next_micro_batch` is called inside it), finish_step waits for the oldest
+  // step issued and reports it. Up to max_steps_in_flight() steps may be issued before the first of
+  // them is finished, so that the device runs the next step while the host reads the last one's
+  // loss. A step's update is applied on the device before the next step reads the weights, so the
+  // steps compute exactly what they compute one at a time. finish_step applies train.on_nan (it
+  // throws for `stop`). Both collective.
+  virtual void issue_step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) = 0;
+  virtual StepReport finish_step() = 0;
+  // 2 where a step may be issued before the last is finished; 1 where each step's report must be
+  // known before the next is issued: on_nan "skip" (a skipped step's update counts are taken back
+  // before the next step's bias corrections) and pipelines (their sends are completed per step).
+  virtual int max_steps_in_flight() const = 0;
   // Brings every parameter up to date with the last update (ZeRO's auto mode gathers them at the
-  // next step's start): call before evaluating or saving. Collective.
+  // next step's start): call before evaluating or saving, with no step in flight. Collective.
   virtual void complete_parameter_updates() = 0;
 
   // The mean over the dp group of a per-rank value (the validation loss). Collective.

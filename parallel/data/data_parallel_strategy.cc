@@ -303,7 +303,7 @@ namespace {
 // The tensor-parallel collectives that segments issued during the step, as nodes of the tp_comm
 // row (node -1), and the compute thread's waits for them, which compute_metrics counts as not
 // computing. CPU timelines only (their origin is on clock_ms()).
-void add_recorded_collectives(CollectiveRecorder::Step recorded, graph::StepTimeline& timeline) {
+void add_recorded_collectives(const CollectiveRecorder::Step& recorded, graph::StepTimeline& timeline) {
   if (timeline.origin_clock_ms < 0.0) return;
   const double origin = timeline.origin_clock_ms;
   for (const CollectiveRecorder::Collective& collective : recorded.collectives) {
@@ -325,20 +325,50 @@ void add_recorded_collectives(CollectiveRecorder::Step recorded, graph::StepTime
 
 }  // namespace
 
-StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) {
+int DataParallelStrategy::max_steps_in_flight() const {
+  return options_.on_nan == "skip" || pipeline_ != nullptr ? 1 : graph::Executor::kMaxStepsInFlight;
+}
+
+void DataParallelStrategy::issue_step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) {
+  WEFT_CHECK(static_cast<int>(issued_.size()) < max_steps_in_flight(), "Strategy::issue_step: step ", step,
+             " issued while ", issued_.size(), " step(s) are in flight, and this run allows ", max_steps_in_flight(),
+             options_.on_nan == "skip" ? " (train.on_nan: skip reads each step's loss before the next)"
+                                       : pipeline_ != nullptr ? " (a pipeline completes its sends each step)" : "",
+             "; call finish_step first");
   state_.next_micro_batch = next_micro_batch;
   state_.lr = lr;
   state_.step = step;
-  const double started_ms = clock_ms() - origin_ms_;
   const std::shared_ptr<CollectiveRecorder> recorder =
       options_.tensor_parallel != nullptr ? options_.tensor_parallel->recorder : nullptr;
   if (recorder != nullptr) recorder->begin();
-  graph::StepTimeline timeline = executor_.execute(graph_, plan_);
-  if (recorder != nullptr) add_recorded_collectives(recorder->take(), timeline);
+  try {
+    // The loss and the gradient norm's squares are copied to the host at the step's end, before a
+    // step issued after this one can overwrite them.
+    executor_.issue(graph_, plan_, [this] { return std::vector<Tensor>{state_.loss_sum, state_.grad_squares}; });
+  } catch (...) {
+    state_.next_micro_batch = nullptr;
+    if (recorder != nullptr) recorder->take();
+    throw;
+  }
   state_.next_micro_batch = nullptr;
+  IssuedStep issued;
+  issued.step = step;
+  if (recorder != nullptr) issued.recorded = recorder->take();
+  issued_.push_back(std::move(issued));
+}
+
+StepReport DataParallelStrategy::finish_step() {
+  WEFT_CHECK(!issued_.empty(), "Strategy::finish_step: no step is in flight; issue_step first");
+  const IssuedStep issued = std::move(issued_.front());
+  issued_.pop_front();
+  const int64_t step = issued.step;
+  graph::Executor::FinishedStep finished = executor_.finish();
+  graph::StepTimeline& timeline = finished.timeline;
+  add_recorded_collectives(issued.recorded, timeline);
   const double bubble = pipeline_ != nullptr ? pipeline_->measured_bubble(timeline) : 0.0;
   if (pipeline_ != nullptr) pipeline_->transport().finish_sends();
   if (options_.trace) {
+    const double started_ms = timeline.start_clock_ms - origin_ms_;
     std::string events = timeline.chrome_trace_events(world_rank_, str("rank ", world_rank_), started_ms);
     // A marker where each step begins, so that a reader (weft-compare's picture) can find one step.
     events += str(events.empty() ? "" : ",\n", "{\"ph\": \"i\", \"s\": \"p\", \"cat\": \"step\", \"name\": \"step ", step,
@@ -352,16 +382,17 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
     }
     if (!events.empty()) trace_events_ += (trace_events_.empty() ? "" : ",") + events;
   }
-  // The step is over (the executor waited for it), so these reads cost no synchronization.
+  // The host copies of the step's loss and squares (Executor::issue's read-back): no device read here.
   StepReport report;
-  report.loss = state_.loss_sum.item();
+  report.loss = finished.read_back[0].item();
   double sum_of_squares = 0.0;
-  for (double value : state_.grad_squares.to(Device::cpu()).to_vector()) sum_of_squares += value;
+  for (double value : finished.read_back[1].to_vector()) sum_of_squares += value;
   const double grad_norm = std::sqrt(sum_of_squares);
   if (!std::isfinite(report.loss) || !std::isfinite(grad_norm)) {
     // The loss is the mean over the global batch and the norm that of the averaged gradients (all
     // ranks agree on both), so every rank takes the same decision. The device has already skipped
-    // the update; the optimizer forgets its counts.
+    // the update; the optimizer forgets its counts (with on_nan skip no later step is in flight, so
+    // its last step() is this step's).
     const std::string what = !std::isfinite(report.loss) ? str("the training loss is ", report.loss)
                                                          : str("the gradient norm is ", grad_norm);
     WEFT_CHECK(options_.on_nan == "skip", what, " at step ", step,
@@ -375,6 +406,7 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   report.comm_ms = timeline.comm_ms;
   report.exposed_comm_ms = timeline.exposed_comm_ms;
   report.overlap_ratio = timeline.overlap_ratio;
+  report.end_clock_ms = timeline.end_clock_ms;
   if (pipeline_ != nullptr) {
     report.pipeline_bubble = bubble;
     report.pipeline_bubble_theory = pipeline_->theoretical_bubble();
@@ -382,7 +414,13 @@ StepReport DataParallelStrategy::step(int64_t step, double lr, const MicroBatchS
   return report;
 }
 
+void DataParallelStrategy::check_no_step_in_flight(const char* what) const {
+  WEFT_CHECK(issued_.empty(), "Strategy::", what, ": ", issued_.size(),
+             " step(s) issued and not finished; call finish_step first (their updates are not applied yet)");
+}
+
 void DataParallelStrategy::complete_parameter_updates() {
+  check_no_step_in_flight("complete_parameter_updates");
   for (size_t bucket = 0; bucket < gather_pending_.size(); ++bucket) {
     if (!gather_pending_[bucket]) continue;
     gather_pending_[bucket] = 0;
@@ -411,6 +449,7 @@ Tensor DataParallelStrategy::tensor_parallel_squares(const Tensor& squares, cons
 }
 
 double DataParallelStrategy::evaluation_loss(const Tensor& inputs, const Tensor& targets) {
+  check_no_step_in_flight("evaluation_loss");
   autograd::NoGradGuard no_grad;
   if (pipeline_ != nullptr) {
     // The last stage computes the loss; the others learn it through the sum over the stages.
@@ -434,6 +473,7 @@ double DataParallelStrategy::evaluation_loss(const Tensor& inputs, const Tensor&
 }
 
 std::map<std::string, Tensor> DataParallelStrategy::model_state() {
+  check_no_step_in_flight("model_state");
   std::map<std::string, Tensor> state;
   for (const NamedParameter& parameter : buffer_.parameters()) {
     // A shared parameter is saved by the lower stage holding it.
@@ -444,6 +484,7 @@ std::map<std::string, Tensor> DataParallelStrategy::model_state() {
 }
 
 void DataParallelStrategy::load_model_state(const std::map<std::string, Tensor>& state) {
+  check_no_step_in_flight("load_model_state");
   if (tp_ == nullptr) {
     model_.load_state_dict(state);
     return;
@@ -475,6 +516,7 @@ const NamedParameter* DataParallelStrategy::owner_of(const std::string& key) con
 }
 
 std::map<std::string, Tensor> DataParallelStrategy::optimizer_state() {
+  check_no_step_in_flight("optimizer_state");
   std::map<std::string, Tensor> state =
       zero_ != nullptr ? zero_->gather_parameter_state(*optimizer_, CommStream()) : optimizer_->state_dict();
   if (tp_ != nullptr) {
@@ -497,6 +539,7 @@ std::map<std::string, Tensor> DataParallelStrategy::optimizer_state() {
 }
 
 void DataParallelStrategy::load_optimizer_state(const std::map<std::string, Tensor>& saved) {
+  check_no_step_in_flight("load_optimizer_state");
   std::map<std::string, Tensor> state = saved;
   if (tp_ != nullptr) {
     for (auto& [key, tensor] : state) {

@@ -33,6 +33,7 @@
 // stage 0.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,7 +56,9 @@ class DataParallelStrategy final : public Strategy {
   DataParallelStrategy(std::shared_ptr<ProcessGroup> group, int world_rank, LanguageModel& model,
                        const StrategyOptions& options, std::shared_ptr<PipelineStage> pipeline = nullptr);
 
-  StepReport step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) override;
+  void issue_step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) override;
+  StepReport finish_step() override;
+  int max_steps_in_flight() const override;
   void complete_parameter_updates() override;
   double average(double value) override;
   double evaluation_loss(const Tensor& inputs, const Tensor& targets) override;
@@ -76,6 +79,8 @@ class DataParallelStrategy final : public Strategy {
   const graph::ExecutionPlan& plan() const { return plan_; }
 
  private:
+  // Throws unless every issued step has been finished: `what` reads or writes what they update.
+  void check_no_step_in_flight(const char* what) const;
   // The CommStream a collective node runs on, from where the executor runs it.
   CommStream stream_for(const graph::NodeContext& context) const;
   void update(StepState& state);
@@ -109,6 +114,12 @@ class DataParallelStrategy final : public Strategy {
   graph::ExecutionPlan plan_;
   graph::Executor executor_;
   double origin_ms_ = 0.0;                  // clock_ms() after the ranks met: the trace's zero
+  // What a step issued and not yet finished keeps for its report, oldest first.
+  struct IssuedStep {
+    int64_t step = 0;
+    CollectiveRecorder::Step recorded;      // the tp layers' collectives (tensor_parallel only)
+  };
+  std::deque<IssuedStep> issued_;
   std::string trace_events_;
 };
 

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <deque>
@@ -211,13 +212,26 @@ struct CpuStep {
 
 }  // namespace
 
+// A step issued and not yet finished. On the CPU its results are already here; on CUDA they are
+// read at finish() from its slot's events and pinned buffers.
+struct Executor::InFlight {
+  FinishedStep results;                   // CPU: complete at issue
+  const StepGraph* graph = nullptr;       // CUDA from here on
+  const ExecutionPlan* plan = nullptr;
+  int slot = 0;
+  double issued_clock_ms = 0.0;           // clock_ms() when issue() began
+  std::vector<CompletionPtr> completions;
+  std::vector<Tensor> device_reads;       // kept alive until their copies have run
+};
+
 // --- CPU ---------------------------------------------------------------------------------------
 
 struct Executor::CpuState {
   std::array<std::unique_ptr<Worker>, kStreamClassCount> workers;  // [compute] unused: the caller
 };
 
-StepTimeline Executor::execute_cpu(const StepGraph& graph, const ExecutionPlan& plan) {
+Executor::InFlight Executor::issue_cpu(const StepGraph& graph, const ExecutionPlan& plan,
+                                        const ReadBack& read_back) {
   if (!cpu_) cpu_ = std::make_unique<CpuState>();
   CpuStep step(graph, plan);
   for (StreamClass stream : kAllStreamClasses) {
@@ -248,26 +262,42 @@ StepTimeline Executor::execute_cpu(const StepGraph& graph, const ExecutionPlan& 
     step.changed.wait(lock, [&] { return step.lists_running == 0; });
   }
   if (step.error) std::rethrow_exception(step.error);
-  StepTimeline timeline = make_timeline(graph, plan, step.start, step.end, clock_ms() - step.origin_ms);
-  timeline.origin_clock_ms = step.origin_ms;
-  return timeline;
+  InFlight issued;
+  const double end_ms = clock_ms();
+  issued.results.timeline = make_timeline(graph, plan, step.start, step.end, end_ms - step.origin_ms);
+  issued.results.timeline.origin_clock_ms = step.origin_ms;
+  issued.results.timeline.start_clock_ms = step.origin_ms;
+  issued.results.timeline.end_clock_ms = end_ms;
+  // Copies: the next step may change these tensors in place before this one is finished.
+  if (read_back) {
+    for (const Tensor& tensor : read_back()) issued.results.read_back.push_back(tensor.to(Device::cpu()).clone());
+  }
+  return issued;
 }
 
 // --- CUDA --------------------------------------------------------------------------------------
 
 #if defined(WEFT_HAVE_CUDA)
 
-struct Executor::CudaState {
-  std::array<std::unique_ptr<cuda::Stream>, kStreamClassCount> streams;  // [compute] unused: the caller's
-  std::vector<std::unique_ptr<cuda::Event>> events;                      // 2 per node, reused across steps
+// What one step in flight uses on the device; a step takes the slot of its issue count modulo
+// kMaxStepsInFlight, so a slot is reused only once the step before in it has been finished.
+struct CudaSlot {
+  std::vector<std::unique_ptr<cuda::Event>> events;  // 2 per node, reused across steps
   cuda::Event step_start{true};
   cuda::Event step_end{true};
-  std::array<std::unique_ptr<cuda::Event>, kStreamClassCount> joins;
+  std::vector<Tensor> host_reads;                    // pinned, reused while shapes and dtypes match
 
   cuda::Event& event(size_t index) {
     while (events.size() <= index) events.push_back(std::make_unique<cuda::Event>(true));
     return *events[index];
   }
+};
+
+struct Executor::CudaState {
+  std::array<std::unique_ptr<cuda::Stream>, kStreamClassCount> streams;  // [compute] unused: the caller's
+  std::array<CudaSlot, kMaxStepsInFlight> slots;
+  std::array<std::unique_ptr<cuda::Event>, kStreamClassCount> joins;
+  double last_end_clock_ms = 0.0;  // estimated clock_ms() at which the last finished step ended
 };
 
 namespace {
@@ -357,9 +387,16 @@ struct CudaStep {
 
 }  // namespace
 
-StepTimeline Executor::execute_cuda(const StepGraph& graph, const ExecutionPlan& plan) {
+Executor::InFlight Executor::issue_cuda(const StepGraph& graph, const ExecutionPlan& plan,
+                                         const ReadBack& read_back) {
   if (!cuda_) cuda_ = std::make_unique<CudaState>();
   CudaState& state = *cuda_;
+  InFlight issued;
+  issued.graph = &graph;
+  issued.plan = &plan;
+  issued.slot = static_cast<int>(issued_ % kMaxStepsInFlight);
+  issued.issued_clock_ms = clock_ms();
+  CudaSlot& slot = state.slots[issued.slot];
   const int device = device_.index;
   cuda::set_device(device);
   CudaStep step(graph, plan, device);
@@ -373,14 +410,14 @@ StepTimeline Executor::execute_cuda(const StepGraph& graph, const ExecutionPlan&
   step.start_events.resize(graph.size());
   step.end_events.resize(graph.size());
   for (NodeId id = 0; id < graph.size(); ++id) {
-    step.start_events[id] = &state.event(2 * static_cast<size_t>(id));
-    step.end_events[id] = &state.event(2 * static_cast<size_t>(id) + 1);
+    step.start_events[id] = &slot.event(2 * static_cast<size_t>(id));
+    step.end_events[id] = &slot.event(2 * static_cast<size_t>(id) + 1);
   }
 
   // Comm streams start after what the caller queued on compute; compute ends after all of them.
-  state.step_start.record(step.streams[0]);
+  slot.step_start.record(step.streams[0]);
   for (int s = 1; s < kStreamClassCount; ++s) {
-    if (step.streams[s] != nullptr) state.step_start.wait(step.streams[s]);
+    if (step.streams[s] != nullptr) slot.step_start.wait(step.streams[s]);
   }
   auto join = [&] {
     for (int s = 1; s < kStreamClassCount; ++s) {
@@ -388,7 +425,6 @@ StepTimeline Executor::execute_cuda(const StepGraph& graph, const ExecutionPlan&
       state.joins[s]->record(step.streams[s]);
       state.joins[s]->wait(step.streams[0]);
     }
-    state.step_end.record(step.streams[0]);
   };
   try {
     step.drive();
@@ -405,22 +441,64 @@ StepTimeline Executor::execute_cuda(const StepGraph& graph, const ExecutionPlan&
     throw;
   }
   join();
-  state.step_end.synchronize();
-  for (const CompletionPtr& completion : step.completions) completion->synchronize();
+  if (read_back) {
+    // Copied behind the step's last work on the compute stream, into pinned buffers of the slot,
+    // so that neither the copy nor finish()'s read waits for a step issued after this one.
+    issued.device_reads = read_back();
+    slot.host_reads.resize(issued.device_reads.size());
+    for (size_t i = 0; i < issued.device_reads.size(); ++i) {
+      Tensor& source = issued.device_reads[i];
+      if (source.device().is_cpu()) {
+        slot.host_reads[i] = source.clone();
+        continue;
+      }
+      if (!source.is_contiguous()) source = source.contiguous();
+      Tensor& host = slot.host_reads[i];
+      if (!host.defined() || host.shape() != source.shape() || host.dtype() != source.dtype()) {
+        host = Tensor::empty_pinned(source.shape(), source.dtype());
+      }
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(host.raw_data(), source.raw_data(),
+                                      static_cast<size_t>(source.numel() * source.element_size()),
+                                      cudaMemcpyDeviceToHost, step.streams[0]));
+    }
+  }
+  slot.step_end.record(step.streams[0]);
+  issued.completions = std::move(step.completions);
+  return issued;
+}
+
+Executor::FinishedStep Executor::finish_cuda(InFlight& issued) {
+  CudaState& state = *cuda_;
+  CudaSlot& slot = state.slots[issued.slot];
+  const StepGraph& graph = *issued.graph;
+  slot.step_end.synchronize();
+  const double end_ms = clock_ms();
+  for (const CompletionPtr& completion : issued.completions) completion->synchronize();
   std::vector<double> start(graph.size(), 0.0);
   std::vector<double> end(graph.size(), 0.0);
   for (NodeId id = 0; id < graph.size(); ++id) {
-    start[id] = step.start_events[id]->elapsed_since(state.step_start);
-    end[id] = step.end_events[id]->elapsed_since(state.step_start);
+    start[id] = slot.event(2 * static_cast<size_t>(id)).elapsed_since(slot.step_start);
+    end[id] = slot.event(2 * static_cast<size_t>(id) + 1).elapsed_since(slot.step_start);
   }
-  return make_timeline(graph, plan, start, end, state.step_end.elapsed_since(state.step_start));
+  FinishedStep finished;
+  finished.timeline = make_timeline(graph, *issued.plan, start, end, slot.step_end.elapsed_since(slot.step_start));
+  // The device reached the step's start when the host had issued it and the step before had ended.
+  finished.timeline.start_clock_ms = std::max(issued.issued_clock_ms, state.last_end_clock_ms);
+  state.last_end_clock_ms = finished.timeline.start_clock_ms + finished.timeline.step_ms;
+  finished.timeline.end_clock_ms = end_ms;
+  for (size_t i = 0; i < issued.device_reads.size(); ++i) finished.read_back.push_back(slot.host_reads[i].clone());
+  return finished;
 }
 
 #else
 
 struct Executor::CudaState {};
 
-StepTimeline Executor::execute_cuda(const StepGraph&, const ExecutionPlan&) {
+Executor::InFlight Executor::issue_cuda(const StepGraph&, const ExecutionPlan&, const ReadBack&) {
+  WEFT_FAIL("Executor: ", device_.to_string(), " requested, but weft was built without CUDA");
+}
+
+Executor::FinishedStep Executor::finish_cuda(InFlight&) {
   WEFT_FAIL("Executor: ", device_.to_string(), " requested, but weft was built without CUDA");
 }
 
@@ -437,9 +515,28 @@ Executor::Executor(Device device) : device_(device) {
 Executor::~Executor() = default;
 
 StepTimeline Executor::execute(const StepGraph& graph, const ExecutionPlan& plan) {
+  WEFT_CHECK(in_flight_.empty(), "Executor::execute: ", in_flight_.size(),
+             " step(s) issued and not finished; finish() them first");
+  issue(graph, plan);
+  return finish().timeline;
+}
+
+void Executor::issue(const StepGraph& graph, const ExecutionPlan& plan, const ReadBack& read_back) {
+  WEFT_CHECK(static_cast<int>(in_flight_.size()) < kMaxStepsInFlight, "Executor::issue: ", in_flight_.size(),
+             " steps are in flight already (at most ", kMaxStepsInFlight, "); finish() one first");
   check_plan_fits(graph, plan);
   validate_plan(graph, plan);
-  return device_.is_cpu() ? execute_cpu(graph, plan) : execute_cuda(graph, plan);
+  auto issued = std::make_unique<InFlight>(device_.is_cpu() ? issue_cpu(graph, plan, read_back)
+                                                            : issue_cuda(graph, plan, read_back));
+  ++issued_;
+  in_flight_.push_back(std::move(issued));
+}
+
+Executor::FinishedStep Executor::finish() {
+  WEFT_CHECK(!in_flight_.empty(), "Executor::finish: no step is in flight; issue() one first");
+  const std::unique_ptr<InFlight> oldest = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  return device_.is_cpu() ? std::move(oldest->results) : finish_cuda(*oldest);
 }
 
 }  // namespace weft::graph

@@ -61,6 +61,13 @@ struct StepTimeline {
   // clock_ms() at the step's start on the CPU (the executor's origin); -1 on CUDA, whose times
   // come from events.
   double origin_clock_ms = -1.0;
+  // clock_ms() at which the step began, to lay steps out on one time axis (traces): origin_clock_ms
+  // on the CPU; on CUDA the later of the host's issue of the step and the end of the step before on
+  // the device (a step issued while another runs starts when that one ends).
+  double start_clock_ms = 0.0;
+  // clock_ms() by which the step had ended: on the CPU when its last node completed; on CUDA when
+  // Executor::finish() saw its end (the host waited for it there, or found it done on arrival).
+  double end_clock_ms = 0.0;
 
   // Sets compute_ms, comm_ms, exposed_comm_ms and overlap_ratio from `nodes` (step_ms is left as is).
   void compute_metrics();

@@ -9,6 +9,7 @@
 #                   killed by SIGINT, without the checkpoint the first signal asked for.
 #   every-minutes   checkpoint.every_minutes far below a step's time: a checkpoint at every step.
 #   usage: stop_on_signal.sh MODE WEFT_TRAIN WORK_DIR RANKS [MPIRUN...]
+#   STEPS_IN_FLIGHT (environment): train.steps_in_flight for every run (default: the key's default)
 set -euo pipefail
 mode=$1 weft_train=$2 work=$3 ranks=$4
 shift 4
@@ -19,7 +20,8 @@ launch=("$weft_train")
 if ((ranks > 1)); then launch=("${mpirun[@]}" -np "$ranks" "$weft_train"); fi
 common=("$work/run.yaml" --set model.layers=1 --set model.dim=32 --set model.heads=2 --set model.seq_len=32
         --set model.dropout=0.1 --set train.batch_size=8 --set train.warmup_steps=2 --set data.train="$work/text.txt"
-        --set data.val_every=0 --set log.progress=plain --set log.every=50 --set parallel.dp="$ranks")
+        --set data.val_every=0 --set log.progress=plain --set log.every=50 --set parallel.dp="$ranks"
+        --set train.steps_in_flight="${STEPS_IN_FLIGHT:-0}")
 
 fail() { echo "FAIL: $*"; exit 1; }
 

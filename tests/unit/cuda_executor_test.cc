@@ -1,7 +1,8 @@
 // Executor on CUDA streams: cross-stream dependencies are honoured through events (data checks),
 // a copy on a comm stream overlaps matmuls on the compute stream in the auto mode and not in the
 // manual mode, a signal fired inside a node lets a comm stream start before the node ends, and an
-// exception in a node leaves execute() and the executor usable. Skipped without a GPU.
+// exception in a node leaves execute() and the executor usable, and two steps in flight run
+// ahead of the host and read back their own values. Skipped without a GPU.
 //
 // "Compute" is a chain of bf16 matmuls on the compute stream; "communication" is a host<->device
 // copy through pinned memory on a comm stream (a DMA engine, so it can truly run beside kernels).
@@ -23,6 +24,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/pinned_buffer.h"
+#include "runtime/cuda/stream.h"
 #endif
 
 namespace weft::graph {
@@ -188,6 +190,51 @@ TEST(CudaExecutor, ExceptionPropagatesAndExecutorStaysUsable) {
   const StepTimeline timeline = executor.execute(healthy, Scheduler::plan(healthy, CommMode::kAuto));
   EXPECT_GT(timeline.step_ms, 0.0);
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Two steps in flight: each writes its own value into one device tensor after about 10 ms of
+// matmuls. The second issue() returns while the GPU still runs (the point of issuing ahead), and
+// each finish() hands back its own step's value, copied at that step's end.
+TEST(CudaExecutor, StepsInFlightRunAheadOfTheHostAndReadBackTheirOwnValues) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  Buffers buffers;
+  Tensor counter = Tensor::zeros({1024}, kFloat32, kGpu);  // [1024] f32
+  double value = 0.0;
+  StepGraph graph;
+  const NodeId write = graph.add_node(node_spec(NodeKind::kForward, "matmuls, then write", StreamClass::kCompute,
+                                                task([&] {
+                                                  matmuls(buffers.a, 50);
+                                                  counter.fill_(value);
+                                                })));
+  graph.add_node(node_spec(NodeKind::kCollective, "upload", StreamClass::kDpComm, [&](const NodeContext& ctx) -> CompletionPtr {
+                   WEFT_CUDA_CHECK(cudaMemcpyAsync(buffers.device, buffers.host.data(), 1 << 20,
+                                                   cudaMemcpyHostToDevice, ctx.cuda_stream()));
+                   return nullptr;
+                 }),
+                 {write});
+  const ExecutionPlan plan = Scheduler::plan(graph, CommMode::kAuto);
+  Executor executor(kGpu);
+  executor.execute(graph, plan);  // warm-up: cuBLAS handles, caches
+  const Executor::ReadBack read_counter = [&] { return std::vector<Tensor>{counter}; };
+  value = 1.0;
+  executor.issue(graph, plan, read_counter);
+  value = 2.0;
+  executor.issue(graph, plan, read_counter);
+  EXPECT_EQ(cudaStreamQuery(cuda::current_stream(0)), cudaErrorNotReady);  // the GPU is still busy
+  cudaGetLastError();
+  EXPECT_THROW(executor.issue(graph, plan, read_counter), weft::Error);
+  const Executor::FinishedStep first = executor.finish();
+  const Executor::FinishedStep second = executor.finish();
+  EXPECT_EQ(first.read_back[0].to_vector(), std::vector<double>(1024, 1.0));
+  EXPECT_EQ(second.read_back[0].to_vector(), std::vector<double>(1024, 2.0));
+  EXPECT_TRUE(first.read_back[0].device().is_cpu());
+  EXPECT_GT(first.timeline.nodes[write].duration_ms(), 3.0);
+  EXPECT_GT(second.timeline.nodes[write].duration_ms(), 3.0);
+  EXPECT_GE(second.timeline.end_clock_ms, first.timeline.end_clock_ms);
+  // The second step was issued before the first ended, so it is laid out from the first's end.
+  EXPECT_GE(second.timeline.start_clock_ms, first.timeline.start_clock_ms + first.timeline.step_ms - 0.01);
+  std::printf("steps of %.2f and %.2f ms, ends %.2f ms apart\n", first.timeline.step_ms, second.timeline.step_ms,
+              second.timeline.end_clock_ms - first.timeline.end_clock_ms);
 }
 
 #else

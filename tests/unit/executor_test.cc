@@ -1,7 +1,8 @@
 // Executor on the CPU: real overlap in the auto mode (a comm thread), none in the manual mode,
 // dependencies respected in the recorded times, signals fired from inside a node, Completions that
 // finish after their work returns, and an exception in any node leaving execute() on the caller's
-// thread without a hang. Bounds on times are generous: CI machines are loaded.
+// thread without a hang; steps in flight finished in order with their own read-backs. Bounds on
+// times are generous: CI machines are loaded.
 #include "runtime/graph/executor.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "runtime/error.h"
+#include "runtime/tensor.h"
 #include "tests/support/node_specs.h"
 
 namespace weft::graph {
@@ -341,6 +343,60 @@ TEST(Executor, EmptyGraphAndMismatchedPlan) {
 #if !defined(WEFT_HAVE_CUDA)
   EXPECT_THROW(Executor(Device::cuda(0)), weft::Error);
 #endif
+}
+
+// Two steps in flight: each step's node writes its own value into one tensor, in place; each
+// finish() must hand back the value of its own step (a copy taken at that step's end), in issue
+// order, with the later step's times after the earlier one's.
+TEST(Executor, StepsInFlightFinishInOrderWithTheirOwnReadBacks) {
+  Tensor counter = Tensor::zeros({4});  // [4] f32, on the host
+  double value = 0.0;
+  StepGraph graph;
+  graph.add_node(node_spec(NodeKind::kForward, "write", StreamClass::kCompute, task([&] { counter.fill_(value); })));
+  graph.add_node(node_spec(NodeKind::kCollective, "all_reduce", StreamClass::kDpComm, sleep_for(5ms)));
+  const ExecutionPlan plan = Scheduler::plan(graph, CommMode::kAuto);
+  Executor executor;
+  const Executor::ReadBack read_counter = [&] { return std::vector<Tensor>{counter}; };
+  value = 1.0;
+  executor.issue(graph, plan, read_counter);
+  value = 2.0;
+  executor.issue(graph, plan, read_counter);
+  EXPECT_EQ(executor.steps_in_flight(), 2);
+  const Executor::FinishedStep first = executor.finish();
+  const Executor::FinishedStep second = executor.finish();
+  EXPECT_EQ(executor.steps_in_flight(), 0);
+  ASSERT_EQ(first.read_back.size(), 1u);
+  ASSERT_EQ(second.read_back.size(), 1u);
+  EXPECT_EQ(first.read_back[0].to_vector(), std::vector<double>(4, 1.0));
+  EXPECT_EQ(second.read_back[0].to_vector(), std::vector<double>(4, 2.0));
+  EXPECT_TRUE(first.read_back[0].device().is_cpu());
+  EXPECT_GE(first.timeline.nodes[1].duration_ms(), 4.0);
+  EXPECT_LE(first.timeline.start_clock_ms, first.timeline.end_clock_ms);
+  EXPECT_GE(second.timeline.start_clock_ms, first.timeline.end_clock_ms);
+  EXPECT_GE(first.timeline.end_clock_ms - first.timeline.start_clock_ms, 4.0);
+}
+
+TEST(Executor, RefusesAStepBeyondTheLimitAndAFinishWithNoneInFlight) {
+  StepGraph graph;
+  graph.add_node(node_spec(NodeKind::kForward, "forward"));
+  const ExecutionPlan plan = Scheduler::plan(graph, CommMode::kAuto);
+  Executor executor;
+  EXPECT_THROW(
+      {
+        try {
+          executor.finish();
+        } catch (const weft::Error& error) {
+          EXPECT_NE(std::string(error.what()).find("no step is in flight"), std::string::npos) << error.what();
+          throw;
+        }
+      },
+      weft::Error);
+  for (int i = 0; i < Executor::kMaxStepsInFlight; ++i) executor.issue(graph, plan);
+  EXPECT_THROW(executor.issue(graph, plan), weft::Error);
+  EXPECT_THROW(executor.execute(graph, plan), weft::Error);  // execute() needs none in flight
+  EXPECT_EQ(executor.steps_in_flight(), Executor::kMaxStepsInFlight);
+  for (int i = 0; i < Executor::kMaxStepsInFlight; ++i) executor.finish();
+  EXPECT_EQ(executor.execute(graph, plan).nodes.size(), 1u);
 }
 
 }  // namespace

@@ -376,6 +376,66 @@ TEST(Strategy, ANonFiniteGradientNormFollowsTheNanPolicyWithAFiniteLoss) {
   }
 }
 
+// Two steps in flight (issue_step ahead of finish_step) compute what one step at a time computes:
+// the same reports, the same weights, in both comm modes and with ZeRO 1; while a step is in flight
+// the weights may not be read, and a third step may not be issued.
+TEST(Strategy, StepsInFlightMatchOneStepAtATime) {
+  for (const int64_t zero : {0, 1}) {
+    for (const std::string mode : {"manual", "auto"}) {
+      const std::string run = mode + " zero " + std::to_string(zero);
+      StrategyOptions chosen = options(mode);
+      chosen.zero_stage = zero;
+      std::shared_ptr<LanguageModel> reference = build_model(model_config());
+      std::shared_ptr<LanguageModel> ahead = build_model(model_config());
+      std::unique_ptr<Strategy> one_at_a_time = make_strategy(Mesh(1, 1, 1, 1), 0, *reference, chosen);
+      std::unique_ptr<Strategy> in_flight = make_strategy(Mesh(1, 1, 1, 1), 0, *ahead, chosen);
+      ASSERT_EQ(in_flight->max_steps_in_flight(), 2) << run;
+      auto batch = [](int64_t step) { return [step] { return micro_batch(static_cast<uint64_t>(step)); }; };
+      std::vector<StepReport> expected;
+      for (int64_t step = 1; step <= 4; ++step) expected.push_back(one_at_a_time->step(step, 0.5, batch(step)));
+      std::vector<StepReport> reports;
+      in_flight->issue_step(1, 0.5, batch(1));
+      for (int64_t step = 2; step <= 4; ++step) {
+        in_flight->issue_step(step, 0.5, batch(step));
+        if (step == 2) {
+          EXPECT_THROW(in_flight->issue_step(3, 0.5, batch(3)), weft::Error) << run;
+          EXPECT_THROW(in_flight->model_state(), weft::Error) << run;
+        }
+        reports.push_back(in_flight->finish_step());
+      }
+      reports.push_back(in_flight->finish_step());
+      EXPECT_THROW(in_flight->finish_step(), weft::Error) << run;
+      for (size_t k = 0; k < expected.size(); ++k) {
+        EXPECT_EQ(reports[k].loss, expected[k].loss) << run << ", step " << k + 1;
+        EXPECT_EQ(reports[k].grad_norm, expected[k].grad_norm) << run << ", step " << k + 1;
+        EXPECT_GT(reports[k].end_clock_ms, 0.0) << run;
+      }
+      one_at_a_time->complete_parameter_updates();
+      in_flight->complete_parameter_updates();
+      const auto expected_weights = reference->state_dict();
+      for (const auto& [name, tensor] : ahead->state_dict()) {
+        EXPECT_EQ(testing::relative_error(tensor, expected_weights.at(name)), 0.0) << run << ": " << name;
+      }
+    }
+  }
+}
+
+TEST(Strategy, OnNanSkipAllowsOneStepInFlight) {
+  std::shared_ptr<LanguageModel> model = build_model(model_config());
+  StrategyOptions skipping = options("auto");
+  skipping.on_nan = "skip";
+  std::unique_ptr<Strategy> strategy = make_strategy(Mesh(1, 1, 1, 1), 0, *model, skipping);
+  EXPECT_EQ(strategy->max_steps_in_flight(), 1);
+  strategy->issue_step(1, 0.5, [] { return micro_batch(0); });
+  try {
+    strategy->issue_step(2, 0.5, [] { return micro_batch(1); });
+    FAIL() << "expected weft::Error";
+  } catch (const weft::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("train.on_nan: skip"), std::string::npos) << error.what();
+  }
+  EXPECT_FALSE(strategy->finish_step().skipped);
+}
+
 TEST(Strategy, AModelThatDoesNotCutItselfIsOneSegmentAndTrains) {
   ModelConfig config = model_config();
   uint64_t offset = 0;
