@@ -31,6 +31,7 @@ nlohmann::json step_metrics_json(const StepMetrics& m) {
                          {"grad_norm", number(m.grad_norm)},
                          {"tokens_per_s", m.tokens_per_s},
                          {"step_ms", m.step_ms},
+                         {"elapsed_s", m.elapsed_s},
                          {"compute_ms", m.compute_ms},
                          {"mfu", m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json()},
                          {"memory_mb", m.memory_mb},

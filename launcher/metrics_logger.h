@@ -1,8 +1,8 @@
 // MetricsLogger: what a training run reports each step, on the terminal and in a JSON-lines file.
 //
 // Every step appends one JSON object to log.metrics_file (when set) with at least step, loss, lr,
-// grad_norm, tokens_per_s, step_ms, compute_ms, mfu (null without a GPU peak to divide by),
-// memory_mb, comm_ms and exposed_comm_ms (0 in one process): step_metrics_json. Every log.every
+// grad_norm, tokens_per_s, step_ms, elapsed_s, compute_ms, mfu (null without a GPU peak to divide
+// by), memory_mb, comm_ms and exposed_comm_ms (0 in one process): step_metrics_json. Every log.every
 // steps a line is printed: on a terminal (or progress: bar) a progress bar with ETA redrawn in
 // place, otherwise plain lines that read well in CI logs and files. Validation losses and events
 // print on their own lines.
@@ -25,7 +25,11 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;     // before clipping
   double tokens_per_s = 0;
-  double step_ms = 0;
+  double step_ms = 0;       // from the later of its issue and the last step's end, to its end
+  // Seconds from the run's first issued step to this step's end: differences between steps are
+  // wall time, the host's work between steps included (which step_ms leaves out with one step in
+  // flight).
+  double elapsed_s = 0;
   double compute_ms = 0;    // time the step computed (union of its compute nodes), this rank
   std::optional<double> mfu;  // model FLOPs utilization in [0, 1]; empty on the CPU
   double memory_mb = 0;     // resident host memory (CPU) or peak device memory (GPU)

@@ -462,6 +462,7 @@ TrainResult Trainer::run() {
   };
   std::deque<IssuedStep> in_flight;
   double last_end_ms = 0.0;  // StepReport::end_clock_ms of the last step reported
+  const double run_started_ms = clock_ms();
   auto scheduled_val = [&](int64_t step) { return config_.data.val_every > 0 && step % config_.data.val_every == 0; };
   auto scheduled_save = [&](int64_t step) {
     return !config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0;
@@ -493,6 +494,7 @@ TrainResult Trainer::run() {
     }
     metrics.optimizer_state_mb = optimizer_mb;
     metrics.step_ms = 1000.0 * seconds;
+    metrics.elapsed_s = (report.end_clock_ms - run_started_ms) / 1000.0;
     metrics.tokens_per_s = tokens_per_step / seconds;
     // Against the peak of every GPU of the run (one per rank).
     if (s.device.is_cuda()) metrics.mfu = step_flops / seconds / (kGpuPeakFlops * s.world_size);

@@ -36,12 +36,13 @@ gpu_clocks_start "$work/weft.clocks"
   --set checkpoint.dir= --set log.every=5 --set log.metrics_file="$work/weft.jsonl" --set log.progress=plain
 weft_clocks=$(gpu_clocks_summary "$work/weft.clocks")
 
-"$python" - "$work/weft.jsonl" "$work/peer.txt" <<'PYTHON'
+"$python" - "$work/weft.jsonl" "$work/peer.txt" "$here" <<'PYTHON'
 import json, sys
+sys.path.insert(0, sys.argv[3])
+from weft_metrics import summary
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l][5:]  # skip warm-up steps
 n = len(rows)
-weft = (sum(r["tokens_per_s"] for r in rows) / n, sum(r["step_ms"] for r in rows) / n,
-        sum(r["mfu"] for r in rows) / n, max(r["memory_mb"] for r in rows))
+weft = summary(sys.argv[1], 5)  # wall time over the steps after the warm-up, as the peers measure
 peers = {}
 try:
     for line in open(sys.argv[2]):

@@ -45,15 +45,14 @@ for round in $(seq 1 "$rounds"); do
   clock_lines+=("clocks, round $round: weft $weft_clocks; peer $peer_clocks")
 done
 
-"$python" - "$work" "$rounds" <<'PYTHON'
+"$python" - "$work" "$rounds" "$here" <<'PYTHON'
 import json, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+from weft_metrics import summary
 ratios = {}
 for round in range(1, rounds + 1):
-    rows = [json.loads(l) for l in open(f"{work}/weft.{round}.jsonl") if '"tokens_per_s"' in l][5:]  # skip warm-up
-    n = len(rows)
-    weft = (sum(r["tokens_per_s"] for r in rows) / n, sum(r["step_ms"] for r in rows) / n,
-            sum(r["mfu"] or 0 for r in rows) / n, max(r["memory_mb"] for r in rows))  # no MFU on the CPU
+    weft = summary(f"{work}/weft.{round}.jsonl", 5)  # wall time after the warm-up, as the peers measure
     peers = {}
     try:
         for line in open(f"{work}/peer.{round}.txt"):
