@@ -23,10 +23,8 @@ std::vector<BackwardSegment> backward_segments(const std::vector<ModelSegment>& 
                                                const std::vector<NamedParameter>& trained, int64_t seq_len,
                                                int64_t tokens, const CostModel& model) {
   const std::vector<double> flops = segment_flops_per_token(segments, all, seq_len);
-  std::map<std::string, int64_t> trained_bytes;
-  for (const NamedParameter& parameter : trained) {
-    trained_bytes[parameter.name] = parameter.tensor.numel() * parameter.tensor.element_size();
-  }
+  std::map<std::string, const NamedParameter*> trained_by_name;
+  for (const NamedParameter& parameter : trained) trained_by_name[parameter.name] = &parameter;
   std::map<std::string, size_t> first_reader;
   for (size_t i = 0; i < segments.size(); ++i) {
     for (const std::string& name : segments[i].parameters) first_reader.emplace(name, i);
@@ -35,9 +33,21 @@ std::vector<BackwardSegment> backward_segments(const std::vector<ModelSegment>& 
   for (size_t i = segments.size(); i-- > 0;) {
     BackwardSegment segment;
     segment.backward_ms = model.matmul_ms(2.0 * flops[i] * static_cast<double>(tokens));
-    for (const std::string& name : segments[i].parameters) {
-      const auto bytes = trained_bytes.find(name);
-      if (bytes != trained_bytes.end() && first_reader[name] == i) segment.gradient_bytes += bytes->second;
+    // The buffer places gradients in reverse registration order, which within a segment is the
+    // reverse of its parameter list; a gradient group's members stay one unit.
+    std::string last_group;
+    for (auto name = segments[i].parameters.rbegin(); name != segments[i].parameters.rend(); ++name) {
+      const auto found = trained_by_name.find(*name);
+      if (found == trained_by_name.end() || first_reader[*name] != i) continue;
+      const NamedParameter& parameter = *found->second;
+      const int64_t bytes = parameter.tensor.numel() * parameter.tensor.element_size();
+      segment.gradient_bytes += bytes;
+      if (!parameter.gradient_group.empty() && parameter.gradient_group == last_group) {
+        segment.gradient_units.back() += bytes;
+      } else {
+        segment.gradient_units.push_back(bytes);
+      }
+      last_group = parameter.gradient_group;
     }
     order.push_back(segment);
   }
@@ -60,6 +70,14 @@ BucketCandidate predict_buckets(const std::vector<BackwardSegment>& segments, in
   };
   for (const BackwardSegment& segment : segments) {
     now += segment.backward_ms;
+    if (!segment.gradient_units.empty()) {
+      // As GradientBuffer: a bucket closes after the parameter (or group) that fills it.
+      for (const int64_t unit : segment.gradient_units) {
+        filled += unit;
+        if (filled >= bucket_bytes && bucket_bytes > 0) reduce(now);
+      }
+      continue;
+    }
     filled += segment.gradient_bytes;
     // A segment larger than a bucket fills several at once, all ready at its end.
     while (filled >= bucket_bytes && bucket_bytes > 0) {

@@ -25,6 +25,11 @@ namespace weft {
 struct BackwardSegment {
   double backward_ms = 0.0;   // predicted duration of its backward (one micro-batch)
   int64_t gradient_bytes = 0; // bytes of the gradients it completes
+  // The same bytes as the gradient buffer lays them out: one entry per parameter, or per gradient
+  // group (NamedParameter::gradient_group: never split over two buckets), in the buffer's order.
+  // A bucket then closes only between entries, as GradientBuffer closes it. Empty (the analytic
+  // workloads of step_simulator.h): the bytes are one stream that buckets cut anywhere.
+  std::vector<int64_t> gradient_units;
 };
 
 struct BucketCandidate {
@@ -44,8 +49,8 @@ struct BucketChoice {
 // A model's segments in backward order, each with its modelled backward (twice its forward
 // FLOPs, stage_partition.h's count, for `tokens` tokens at the model's matmul rate) and the bytes
 // of the gradients it completes: those of `trained` (this rank's parameters) that no earlier
-// segment reads (a parameter read twice, as a tied embedding, is complete at its first reader).
-// `all` holds every parameter the segments read.
+// segment reads (a parameter read twice, as a tied embedding, is complete at its first reader),
+// with their gradient_units. `all` holds every parameter the segments read.
 std::vector<BackwardSegment> backward_segments(const std::vector<ModelSegment>& segments,
                                                const std::vector<NamedParameter>& all,
                                                const std::vector<NamedParameter>& trained, int64_t seq_len,

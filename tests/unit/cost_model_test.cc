@@ -12,12 +12,15 @@
 #include "launcher/compute_anchor.h"
 #include "launcher/config_loader.h"
 #include "launcher/cost_model_setup.h"
+#include "layers/language_model.h"
 #include "parallel/cost/bucket_choice.h"
 #include "parallel/cost/calibration.h"
 #include "parallel/cost/cost_model.h"
 #include "parallel/cost/step_simulator.h"
+#include "parallel/data/gradient_buffer.h"
 #include "parallel/pipeline/pipeline_schedule.h"
 #include "runtime/error.h"
+#include "tests/support/small_model_config.h"
 
 namespace weft {
 namespace {
@@ -86,6 +89,40 @@ TEST(BucketChoice, PredictsOverlapAgainstBackward) {
   const BucketCandidate whole = predict_buckets(segments, 3000, model, CollectiveKind::kAllReduce, 2, LinkClass::kSameHost);
   EXPECT_EQ(whole.buckets, 1);
   EXPECT_DOUBLE_EQ(whole.exposed_ms, 5.0);
+}
+
+// The predicted buckets of a real model are the gradient buffer's, bucket for bucket in number, at
+// sizes that cut inside blocks, between a SwiGLU MLP's gate and up (a gradient group, which the
+// buffer never splits), and that hold everything.
+TEST(BucketChoice, CutsBucketsWhereTheGradientBufferDoes) {
+  ModelConfig config = testing::small_model_config();
+  config.type = "llama";
+  config.layers = 3;
+  config.dim = 16;
+  config.heads = 4;
+  std::shared_ptr<LanguageModel> model = build_model(config);
+  const std::vector<NamedParameter> parameters = model->named_parameters();
+  const CostModel cost = model_with(1.0, 1000.0);
+  const std::vector<BackwardSegment> segments =
+      backward_segments(model->segments(), parameters, parameters, config.seq_len, 64, cost);
+  int64_t total = 0, gate_bytes = 0;
+  for (const NamedParameter& parameter : parameters) {
+    total += parameter.tensor.numel() * parameter.tensor.element_size();
+    if (!parameter.gradient_group.empty()) gate_bytes = parameter.tensor.numel() * parameter.tensor.element_size();
+  }
+  ASSERT_GT(gate_bytes, 0) << "the llama MLP declares no gradient group";
+  int64_t unit_total = 0;
+  for (const BackwardSegment& segment : segments) {
+    for (int64_t unit : segment.gradient_units) unit_total += unit;
+    EXPECT_FALSE(segment.gradient_units.empty());
+  }
+  EXPECT_EQ(unit_total, total);
+  for (const int64_t bucket : {gate_bytes / 2, gate_bytes + 1, total / 9, total / 4, total / 2, total}) {
+    const GradientBuffer buffer(parameters, bucket, /*pad_multiple=*/1);
+    const BucketCandidate predicted =
+        predict_buckets(segments, bucket, cost, CollectiveKind::kAllReduce, 2, LinkClass::kSameHost);
+    EXPECT_EQ(predicted.buckets, static_cast<int>(buffer.buckets().size())) << "bucket " << bucket << " bytes";
+  }
 }
 
 TEST(BucketChoice, ChoosesSmallBucketsForSlowLinksAndOneForFastOnes) {
