@@ -537,8 +537,8 @@ TrainResult Trainer::run() {
     if (step == s.start_step + 1 && !config_.log.graph_file.empty() && leader) {
       s.strategy->write_graph(config_.log.graph_file);
     }
-    // Last in the step's boundary, so that a signal during the step, its evaluation or its save
-    // stops the run at this step (or at the one in flight after it).
+    // Steps are reported in order, each followed by the boundary's vote, so that a signal during a
+    // step, its evaluation or its save stops the run at that step (or at the one in flight after it).
     const bool report_now = step == train.steps || scheduled_val(step) || scheduled_save(step);
     while (!in_flight.empty() && (report_now || static_cast<int>(in_flight.size()) >= s.steps_in_flight)) {
       report_oldest();
