@@ -512,7 +512,21 @@ Executor::Executor(Device device) : device_(device) {
 #endif
 }
 
-Executor::~Executor() = default;
+Executor::~Executor() {
+#if defined(WEFT_HAVE_CUDA)
+  // A step still in flight copies into its slot's pinned buffers and reads its tensors on the
+  // device: wait for it before they are freed. (The executor is going away, often on an error path:
+  // a failure here has nowhere to go.)
+  if (cuda_) {
+    for (const std::unique_ptr<InFlight>& step : in_flight_) {
+      try {
+        cuda_->slots[step->slot].step_end.synchronize();
+      } catch (...) {
+      }
+    }
+  }
+#endif
+}
 
 StepTimeline Executor::execute(const StepGraph& graph, const ExecutionPlan& plan) {
   WEFT_CHECK(in_flight_.empty(), "Executor::execute: ", in_flight_.size(),

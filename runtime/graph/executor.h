@@ -59,8 +59,8 @@ class Executor {
  public:
   // `device`: cpu (threads) or cuda:N (streams and events; only in CUDA builds).
   explicit Executor(Device device = Device::cpu());
-  // Stops the communication threads (none is running a step: issue() has returned). A CUDA step
-  // still in flight runs to its end on the device; its results are dropped.
+  // Stops the communication threads (none is running a step: issue() has returned). Waits for a
+  // CUDA step still in flight to end on the device; its results are dropped.
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

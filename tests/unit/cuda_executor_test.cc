@@ -237,6 +237,28 @@ TEST(CudaExecutor, StepsInFlightRunAheadOfTheHostAndReadBackTheirOwnValues) {
               second.timeline.end_clock_ms - first.timeline.end_clock_ms);
 }
 
+// An executor destroyed with a step in flight (a run that fails at the step before) waits for it:
+// no error is left on the device, and a new executor works.
+TEST(CudaExecutor, DestroyedWithAStepInFlightLeavesTheDeviceUsable) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  Buffers buffers;
+  Tensor counter = Tensor::zeros({1024}, kFloat32, kGpu);  // [1024] f32
+  StepGraph graph;
+  graph.add_node(node_spec(NodeKind::kForward, "matmuls, then write", StreamClass::kCompute, task([&] {
+                             matmuls(buffers.a, 50);
+                             counter.fill_(3.0);
+                           })));
+  const ExecutionPlan plan = Scheduler::plan(graph, CommMode::kAuto);
+  {
+    Executor executor(kGpu);
+    executor.issue(graph, plan, [&] { return std::vector<Tensor>{counter}; });
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(counter.to(Device::cpu()).to_vector(), std::vector<double>(1024, 3.0));
+  Executor executor(kGpu);
+  EXPECT_GT(executor.execute(graph, plan).step_ms, 0.0);
+}
+
 #else
 
 TEST(CudaExecutor, NeedsACudaBuild) { GTEST_SKIP() << "built without CUDA"; }
