@@ -427,8 +427,8 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(train.steps_in_flight != 2 || train.on_nan == "stop", show("train.steps_in_flight"), " issues a step "
              "before the last one's loss is read, and ", show("train.on_nan"), " must know whether a step was skipped "
              "before the next one's update counts; set train.steps_in_flight to 0 or 1, or train.on_nan: stop");
-  WEFT_CHECK(train.steps_in_flight != 2 || parallel.pp == 1, show("train.steps_in_flight"), " is not offered with ",
-             show("parallel.pp"), " > 1 (a pipeline completes its sends at each step's end); set "
+  WEFT_CHECK(train.steps_in_flight != 2 || parallel.pp == 1, show("train.steps_in_flight"), " is not offered on a "
+             "pipeline (", show("parallel.pp"), "), which completes its sends at each step's end; set "
              "train.steps_in_flight to 0 or 1");
   WEFT_CHECK(!parallel.sp || parallel.tp > 1, show("parallel.sp"), " splits the sequence over the tensor-parallel "
              "group, and ", show("parallel.tp"), " has none; raise parallel.tp or set parallel.sp: false");

@@ -3,7 +3,8 @@
 # loss is read) gives bitwise the losses, the validation losses, the checkpoints (the same steps,
 # the same weights and optimizer state) and the final weights of 1, with evaluations and saves
 # between steps, in one process or under mpirun with parallel.dp = RANKS in both comm modes. The
-# start-up log says which was used; 2 is refused with train.on_nan: skip, naming the keys.
+# start-up log says which was used; 2 is refused with train.on_nan: skip and on a pipeline, naming
+# the keys.
 #   usage: steps_in_flight_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR RANKS [MPIRUN...]
 set -euo pipefail
 weft_train=$1 compare=$2 work=$3 ranks=$4
@@ -63,4 +64,9 @@ if output=$("$weft_train" "${common[@]}" --set parallel.dp=1 --set train.steps_i
   fail "train.steps_in_flight 2 with train.on_nan skip was accepted"
 fi
 grep -q "train.steps_in_flight.*train.on_nan" <<< "$output" || fail "unexpected message: $output"
+if output=$("$weft_train" "${common[@]}" --set parallel.dp=1 --set parallel.pp=2 --set train.micro_batches=2 \
+            --set train.steps_in_flight=2 --set checkpoint.dir= 2>&1); then
+  fail "train.steps_in_flight 2 on a pipeline was accepted"
+fi
+grep -q "train.steps_in_flight.*not offered on a pipeline (parallel.pp" <<< "$output" || fail "unexpected message: $output"
 echo "train.steps_in_flight 2 matches 1 bitwise"
