@@ -238,7 +238,9 @@ TEST(CudaExecutor, StepsInFlightRunAheadOfTheHostAndReadBackTheirOwnValues) {
 }
 
 // An executor destroyed with a step in flight (a run that fails at the step before) waits for it:
-// no error is left on the device, and a new executor works.
+// the stream is idle as soon as the destructor returns (the step's 50 matmuls take about 10 ms, so
+// a destructor that did not wait leaves it busy), no error is left on the device, and a new
+// executor works.
 TEST(CudaExecutor, DestroyedWithAStepInFlightLeavesTheDeviceUsable) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   Buffers buffers;
@@ -253,6 +255,7 @@ TEST(CudaExecutor, DestroyedWithAStepInFlightLeavesTheDeviceUsable) {
     Executor executor(kGpu);
     executor.issue(graph, plan, [&] { return std::vector<Tensor>{counter}; });
   }
+  EXPECT_EQ(cudaStreamQuery(cuda::current_stream(0)), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(counter.to(Device::cpu()).to_vector(), std::vector<double>(1024, 3.0));
   Executor executor(kGpu);
