@@ -515,8 +515,7 @@ TrainResult Trainer::run() {
     const double minutes_since_save =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count() / 60.0;
     const bool save_due = config_.checkpoint.every_minutes > 0 && minutes_since_save >= config_.checkpoint.every_minutes;
-    const StepAgreement agreement = agree_at_step_boundary(*s.strategy, stop_requested(), save_due, leader,
-                                                           static_cast<int>(config_.parallel.dp * config_.parallel.pp));
+    const StepAgreement agreement = agree_at_step_boundary(stop_requested(), save_due, leader, s.world_size);
     if (!agreement.save && !agreement.stop) return false;
     while (!in_flight.empty()) report_oldest();
     if (!config_.checkpoint.dir.empty()) save_once(result.last_step);

@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "parallel/comm/mpi_environment.h"
+#include "parallel/comm/mpi_process_group.h"
 #include "runtime/error.h"
 
 namespace weft {
@@ -55,6 +56,20 @@ std::string broadcast_text_from_rank_zero(const std::string& text) {
   std::string received = root ? text : std::string(static_cast<size_t>(length), '\0');
   WEFT_MPI_CHECK(MPI_Bcast(received.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD));
   return received;
+}
+
+int64_t sum_over_world(int64_t value, const std::string& what) {
+  if (!mpi_is_active() || mpi_world_size() == 1) return value;
+  long long sent = value, sum = 0;
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    MpiCallLock lock;
+    WEFT_MPI_CHECK(MPI_Iallreduce(&sent, &sum, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD, &request));
+  }
+  std::vector<int> world_ranks(static_cast<size_t>(mpi_world_size()));
+  for (size_t r = 0; r < world_ranks.size(); ++r) world_ranks[r] = static_cast<int>(r);
+  wait_for_mpi_request(request, what, world_ranks);
+  return static_cast<int64_t>(sum);
 }
 
 }  // namespace weft

@@ -1,5 +1,5 @@
 // The stop signal's flag and the step agreement's vote, without MPI: what the handler records, that
-// the first signal restores the default actions, and that stop and save decode from any mean.
+// the first signal restores the default actions, and that stop and save decode from any sum.
 #include "launcher/stop_signal.h"
 
 #include <gtest/gtest.h>
@@ -24,16 +24,16 @@ TEST(StopSignalTest, FirstSignalSetsTheFlagAndRestoresTheDefaultActions) {
   }
 }
 
-TEST(StepAgreementTest, StopAndSaveDecodeFromTheMean) {
+TEST(StepAgreementTest, StopAndSaveDecodeFromTheSum) {
   for (const int ranks : {1, 2, 3, 8, 1024}) {
     for (int stopping = 0; stopping <= ranks; stopping += (ranks > 8 ? 511 : 1)) {
       for (const bool save_due : {false, true}) {
         // Rank 0 stops first, so the leader's vote holds both flags when stopping > 0.
-        double sum = 0;
+        int64_t sum = 0;
         for (int rank = 0; rank < ranks; ++rank) {
           sum += step_agreement_vote(rank < stopping, save_due, /*leader=*/rank == 0, ranks);
         }
-        const StepAgreement agreement = step_agreement_from_mean(static_cast<float>(sum / ranks), ranks);
+        const StepAgreement agreement = step_agreement_from_sum(sum, ranks);
         EXPECT_EQ(agreement.stop, stopping > 0) << ranks << " ranks, " << stopping << " stopping";
         EXPECT_EQ(agreement.save, save_due) << ranks << " ranks, " << stopping << " stopping";
       }
@@ -42,7 +42,7 @@ TEST(StepAgreementTest, StopAndSaveDecodeFromTheMean) {
 }
 
 TEST(StepAgreementTest, OnlyTheLeadersClockCounts) {
-  const StepAgreement agreement = step_agreement_from_mean(step_agreement_vote(false, true, false, 1), 1);
+  const StepAgreement agreement = step_agreement_from_sum(step_agreement_vote(false, true, false, 1), 1);
   EXPECT_FALSE(agreement.save);
 }
 
