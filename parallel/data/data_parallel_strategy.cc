@@ -9,6 +9,7 @@
 #include "parallel/comm/hierarchical_all_reduce.h"
 #include "parallel/comm/world_exchange.h"
 #include "parallel/tensor/sharding.h"
+#include "parallel/tensor/tensor_parallel_norm.h"
 #include "parallel/tensor/tensor_parallel_plan.h"
 #include "parallel/tensor/vocab_parallel.h"
 #include "runtime/ops/loss.h"
@@ -445,7 +446,7 @@ Tensor DataParallelStrategy::tensor_parallel_squares(const Tensor& squares, cons
   // parameter's. A replicated parameter's are the same on every rank and count once.
   Tensor summed = squares.clone();
   tp_->group->all_reduce(summed, Reduction::kSum, tp_->stream)->wait();
-  return add(squares, mul(sub(summed, squares), split));
+  return squares_over_tensor_parallel_group(squares, summed, split);
 }
 
 double DataParallelStrategy::evaluation_loss(const Tensor& inputs, const Tensor& targets) {

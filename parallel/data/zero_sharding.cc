@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "parallel/tensor/tensor_parallel_norm.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
@@ -158,7 +159,7 @@ Tensor ZeroSharding::clip_gradients(double max_norm, const CommStream& stream) {
       // one's are the same on every tp rank (counted once).
       Tensor summed = per_piece.clone();
       tp_->group->all_reduce(summed, Reduction::kSum, tp_->stream)->wait();
-      per_piece = add(per_piece, mul(sub(summed, per_piece), piece_split_));
+      per_piece = squares_over_tensor_parallel_group(per_piece, summed, piece_split_);
     }
     if (pipeline_ != nullptr) per_piece = mul(per_piece, piece_counted_);
     squares.copy_(sum(per_piece).reshape({1}));
