@@ -13,6 +13,7 @@
 #include "parallel/comm/mpi_environment.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
+#include "tests/support/random_token_ids.h"
 
 namespace weft {
 namespace {
@@ -32,11 +33,7 @@ ModelConfig small_model() {
 
 // The global batch of a step: the same on every rank (Philox from the step), ids [B, T + 1].
 Tensor global_batch(int64_t step) {
-  std::vector<double> draws = Tensor::uniform({kGlobalBatch, kSequence + 1}, 77, static_cast<uint64_t>(step) * 1000,
-                                              0.0, 64.0, kFloat64)
-                                  .to_vector();
-  std::vector<int64_t> ids(draws.begin(), draws.end());
-  return Tensor::from_vector(absl::Span<const int64_t>(ids), {kGlobalBatch, kSequence + 1});
+  return testing::random_token_ids({kGlobalBatch, kSequence + 1}, 64, 77, static_cast<uint64_t>(step) * 1000);
 }
 
 // Mean next-token loss of `rows` of the batch.

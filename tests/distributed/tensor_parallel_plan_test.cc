@@ -14,6 +14,7 @@
 #include "parallel/tensor/tensor_parallel_plan.h"
 #include "parallel/tensor/vocab_parallel.h"
 #include "runtime/weft.h"
+#include "tests/support/random_token_ids.h"
 
 namespace weft {
 namespace {
@@ -41,11 +42,7 @@ ModelConfig model_config(const std::string& type, int tp) {
   return config;
 }
 
-Tensor ids(uint64_t offset) {
-  std::vector<double> draws = Tensor::uniform({kBatch, kSequence}, 11, offset, 0.0, 24.0, kFloat64).to_vector();
-  std::vector<int64_t> values(draws.begin(), draws.end());
-  return Tensor::from_vector(absl::Span<const int64_t>(values), {kBatch, kSequence});
-}
+Tensor ids(uint64_t offset) { return testing::random_token_ids({kBatch, kSequence}, 24, 11, offset); }
 
 double max_relative_difference(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector(), y = b.to_vector();
@@ -62,7 +59,7 @@ struct Case {
   double dropout;
 };
 
-class TensorParallelPlan : public testing::TestWithParam<Case> {};
+class TensorParallelPlan : public ::testing::TestWithParam<Case> {};
 
 void check_against_one_process(const Case& c, const TensorParallelGroup& tp) {
   ModelConfig config = model_config(c.type, tp.size());
@@ -116,9 +113,9 @@ TEST_P(TensorParallelPlan, MatchesOneProcessOverTheTpGroupsOfADataParallelMesh) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelPlan,
-                         testing::Values(Case{"gpt", false, 0.0}, Case{"gpt", true, 0.0}, Case{"llama", false, 0.0},
+                         ::testing::Values(Case{"gpt", false, 0.0}, Case{"gpt", true, 0.0}, Case{"llama", false, 0.0},
                                          Case{"llama", true, 0.0}, Case{"gpt", true, 0.2}),
-                         [](const testing::TestParamInfo<Case>& info) {
+                         [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.type + (info.param.sequence_parallel ? "_sp" : "") +
                                   (info.param.dropout > 0 ? "_dropout" : "");
                          });

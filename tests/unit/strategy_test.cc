@@ -17,6 +17,7 @@
 #include "parallel/data/gradient_buffer.h"
 #include "parallel/strategy.h"
 #include "runtime/weft.h"
+#include "tests/support/random_token_ids.h"
 #include "tests/support/gradient_check.h"
 #include "tests/support/small_model_config.h"
 
@@ -32,10 +33,7 @@ ModelConfig model_config() {
 
 MicroBatch micro_batch(uint64_t offset) {
   const ModelConfig config = model_config();
-  std::vector<double> draws =
-      Tensor::uniform({2, config.seq_len + 1}, 7, offset, 0.0, static_cast<double>(config.vocab), kFloat64).to_vector();
-  std::vector<int64_t> ids(draws.begin(), draws.end());
-  Tensor all = Tensor::from_vector(absl::Span<const int64_t>(ids), {2, config.seq_len + 1});
+  const Tensor all = testing::random_token_ids({2, config.seq_len + 1}, config.vocab, 7, offset);
   return {all.narrow(1, 0, config.seq_len).contiguous(), all.narrow(1, 1, config.seq_len).contiguous()};
 }
 
