@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stopping a run with a signal (launcher/stop_signal.h), through weft-train on the CPU, in one process
-# (RANKS 1) or under mpirun with parallel.dp = RANKS / TP and parallel.tp = TP.
+# (RANKS 1) or under mpirun with parallel.dp = RANKS / (TP * PP), parallel.tp = TP, parallel.pp = PP.
 #   resume          SIGTERM to the last rank only, after a few steps: every rank exits 0 at the same
 #                   step, rank 0 says where it stopped and how to resume, and a checkpoint of that
 #                   step is latest; resuming it with checkpoint.resume=latest to the end gives the
@@ -10,8 +10,9 @@
 #   every-minutes   checkpoint.every_minutes far below a step's time: a checkpoint at every step.
 #   usage: stop_on_signal.sh MODE WEFT_TRAIN WORK_DIR RANKS [MPIRUN...]
 #   STEPS_IN_FLIGHT (environment): train.steps_in_flight for every run (default: the key's default)
-#   TP (environment): parallel.tp (default 1): the vote must reach every rank of every group, not
-#                     only the dp group's (a tp rank that saved alone left its peer in a collective)
+#   TP, PP (environment): parallel.tp and parallel.pp (default 1; PP micro-batches a step): the vote
+#                     must reach every rank of every group, not only the dp group's (a tp rank that
+#                     saved alone left its peer in a collective)
 set -euo pipefail
 mode=$1 weft_train=$2 work=$3 ranks=$4
 shift 4
@@ -22,8 +23,8 @@ launch=("$weft_train")
 if ((ranks > 1)); then launch=("${mpirun[@]}" -np "$ranks" "$weft_train"); fi
 common=("$work/run.yaml" --set model.layers=1 --set model.dim=32 --set model.heads=2 --set model.seq_len=32
         --set model.dropout=0.1 --set train.batch_size=8 --set train.warmup_steps=2 --set data.train="$work/text.txt"
-        --set data.val_every=0 --set log.progress=plain --set log.every=50 --set parallel.dp="$((ranks / ${TP:-1}))"
-        --set parallel.tp="${TP:-1}"
+        --set data.val_every=0 --set log.progress=plain --set log.every=50 --set parallel.dp="$((ranks / ${TP:-1} / ${PP:-1}))"
+        --set parallel.tp="${TP:-1}" --set parallel.pp="${PP:-1}" --set train.micro_batches="${PP:-1}"
         --set train.steps_in_flight="${STEPS_IN_FLIGHT:-0}")
 
 fail() { echo "FAIL: $*"; exit 1; }
