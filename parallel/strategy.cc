@@ -36,9 +36,13 @@ void check_tensor_parallel_config(const ModelConfig& config, int tp, bool sequen
   std::vector<int64_t> sizes;
   for (const auto& [key, size] : splits) sizes.push_back(size);
   for (const auto& [key, size] : splits) {
+    // The sequence is split only under sequence parallelism, which the user can also turn off.
+    const bool sequence = key.rfind("model.seq_len", 0) == 0;
     WEFT_CHECK(size % tp == 0, "parallel.tp = ", tp, " does not divide ", key, " = ", size,
                "; tensor parallelism splits it evenly: use parallel.tp ", fitting_sizes(sizes, world_size),
-               key == "model.vocab" ? " (or pad model.vocab to a multiple of parallel.tp)" : "");
+               key == "model.vocab" ? " (or pad model.vocab to a multiple of parallel.tp)"
+               : sequence           ? str(" (or make model.seq_len a multiple of ", tp, ", or set parallel.sp: false)")
+                                    : "");
   }
 }
 
