@@ -11,7 +11,8 @@
 //
 // Shapes: [B*T, C] = [16*1024, 768] (GPT-2 124M at sequence 1024) and [8*1024, 2048] (a 1.3B model),
 // bf16; cross-entropy on [8*1024, 50304] bf16 logits; GPT-2's embedding backward; Llama 1B's
-// rotary embedding (q heads of [8, 2048, 4096] qkv) and SwiGLU ([8*2048, 5504]). Each kernel is
+// rotary embedding (q heads of [8, 2048, 4096] qkv) and SwiGLU ([8*2048, 5504]); AdamW over 48 bf16
+// [2048, 2048] parameters with split masters (26 bytes a parameter). Each kernel is
 // called through the backend (runtime/backend.h) with its outputs allocated once, warmed up, then
 // timed with CUDA events over --iters back-to-back calls on the current stream; the time is the
 // mean per call.
@@ -41,10 +42,12 @@
 
 #include <cuda_runtime.h>
 
+#include "optim/master_weights.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/error.h"
+#include "runtime/optimizer_update.h"
 #include "runtime/tensor.h"
 #include "tools/stream_blocker.h"
 
@@ -386,6 +389,36 @@ int main(int argc, char** argv) {
                         backend.swiglu_backward(gate, up, grad, grad_gate, grad_up);
                       }),
                       5 * swiglu_tensor});
+    }
+
+    {
+      // AdamW as a bf16 model's step runs it: 48 parameters of [2048, 2048] (201M, a quarter of
+      // Llama 1B) with low-half masters, bf16 gradients, f32 moments, a guard and a clipping factor.
+      // Bytes: read the parameter, its low half and its gradient (2 each) and both moments (4
+      // each); write the parameter, the low half and the moments: 26 a parameter.
+      std::vector<Tensor> keep;
+      std::vector<weft::AdamWTensorUpdate> updates;
+      int64_t parameters = 0;
+      for (int k = 0; k < 48; ++k) {
+        const Tensor parameter = Tensor::normal({2048, 2048}, ++seed, 0, 0.0, 0.02, bf16, gpu);
+        const Tensor grad = Tensor::normal({2048, 2048}, ++seed, 0, 0.0, 1e-3, bf16, gpu);
+        const Tensor exp_avg = Tensor::zeros({2048, 2048}, weft::kFloat32, gpu);
+        const Tensor exp_avg_sq = Tensor::zeros({2048, 2048}, weft::kFloat32, gpu);
+        const Tensor master = weft::make_master_weights(parameter);
+        keep.insert(keep.end(), {parameter, grad, exp_avg, exp_avg_sq, master});
+        updates.push_back({.parameter = parameter, .grad = grad, .exp_avg = exp_avg, .exp_avg_sq = exp_avg_sq,
+                           .master = master, .step_size = 1e-4, .bias_correction2_sqrt = 0.5, .decay = 0.99999});
+        parameters += parameter.numel();
+      }
+      weft::AdamWHyperparameters hyperparameters;
+      hyperparameters.beta1 = 0.9;
+      hyperparameters.beta2 = 0.95;
+      hyperparameters.guard = Tensor::full({1}, 1.0, weft::kFloat32, gpu);
+      hyperparameters.gradient_scale = Tensor::full({1}, 0.5, weft::kFloat32, gpu);
+      rows.push_back({"adamw bf16 split master", "48 x [2048, 2048]", mean_ms(device, 1, std::max(iters / 5, 2), [&] {
+                        backend.adamw_update(updates, hyperparameters);
+                      }),
+                      26.0 * static_cast<double>(parameters)});
     }
 
     std::printf("%-24s %-22s %10s %10s %9s\n", "op", "shape", "time (us)", "GB/s", "of copy");

@@ -35,13 +35,19 @@ using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(const std::vec
 // Three steps of an optimizer on the same parameters and gradients, on the CPU and on the GPU: the
 // parameters after them, and every state tensor. With gradient_scale > 0 the steps read every
 // gradient multiplied by it (Optimizer::step_with_gradient_scale, a device scalar on each side).
+// `offset`: the GPU parameters start that many elements into their storage, which picks AdamW's
+// access width (an aligned allocation moves 16 elements a thread in 8-element accesses, 4 elements
+// in moves 4, 1 element in moves one at a time; the gradients and state stay aligned).
 void expect_optimizer_matches(const OptimizerFactory& make, DType dtype, double tolerance,
-                              double gradient_scale = 0.0) {
+                              double gradient_scale = 0.0, int64_t offset = 0) {
   std::vector<NamedParameter> cpu_parameters, gpu_parameters;
   const std::vector<std::vector<int64_t>> shapes = {{37, 19}, {19}, {300, 257}};
   for (size_t i = 0; i < shapes.size(); ++i) {
     Tensor cpu = Tensor::normal(shapes[i], 10 + i).to(dtype).set_requires_grad(true);
-    Tensor gpu = cpu.detach().to(Device::cuda(0)).set_requires_grad(true);
+    const int64_t numel = cpu.numel();
+    Tensor gpu = Tensor::zeros({numel + offset}, dtype, Device::cuda(0)).narrow(0, offset, numel).view(shapes[i]);
+    gpu.copy_(cpu.detach().to(Device::cuda(0)));
+    gpu.set_requires_grad(true);
     cpu_parameters.push_back({"p" + std::to_string(i), cpu, Layout::replicate()});
     gpu_parameters.push_back({"p" + std::to_string(i), gpu, Layout::replicate()});
   }
@@ -92,12 +98,23 @@ void expect_optimizer_matches(const OptimizerFactory& make, DType dtype, double 
   }
 }
 
-void expect_adamw_matches(DType dtype, double tolerance, double gradient_scale = 0.0) {
+void expect_adamw_matches(DType dtype, double tolerance, double gradient_scale = 0.0, int64_t offset = 0) {
   expect_optimizer_matches(
       [](const std::vector<NamedParameter>& parameters) {
         return make_adamw(default_parameter_groups(parameters, 0.1), {0.9, 0.95, 1e-8});
       },
-      dtype, tolerance, gradient_scale);
+      dtype, tolerance, gradient_scale, offset);
+}
+
+// The same update whatever the access width: parameters 4 and 1 elements into their storage take
+// the kernel's four-wide and one-at-a-time paths (the aligned cases above take the sixteen-wide one).
+TEST(CudaAdamW, MatchesTheCpuUpdateAtEveryAccessWidth) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  for (const int64_t offset : {4, 1}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    expect_adamw_matches(kFloat32, 1e-6, 0.37, offset);
+    expect_adamw_matches(kBFloat16, 1e-2, 0.37, offset);
+  }
 }
 
 // Gradient clipping's factor applied inside the update (AdamWHyperparameters::gradient_scale).
