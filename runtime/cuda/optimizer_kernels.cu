@@ -148,7 +148,7 @@ __device__ __forceinline__ void adamw_vector(const TensorSlot& slot, int64_t i, 
   load(slot.parameter, slot.parameter_kind, i, stored);
   if (slot.master_kind == kMasterF32) load(slot.master, kStorageF32, i, kept);
   if (slot.master_kind == kMasterLowHalves) {
-    // kWidth i16 halves: 8 or 16 bytes, as one word.
+    // kWidth i16 halves: one 8-byte word (kWidth 4), or one 16-byte word per eight.
     const int16_t* low = static_cast<const int16_t*>(slot.master) + i;
     if constexpr (kWidth == 4) {
       const short4 word = *reinterpret_cast<const short4*>(low);
