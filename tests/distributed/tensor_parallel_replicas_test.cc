@@ -1,8 +1,9 @@
-// Replicated parameters stay identical on every rank under tensor parallelism (tp = the world: 2 and
-// 4 ranks, where a sum over tp has more than two terms to round): after steps with gradient clipping active, every parameter that is not split over tp
-// (norm weights, row-parallel biases) must hold the same bits on every rank, for ZeRO 0 and 1, in
-// both comm modes, with and without sequence parallelism. Each rank updates its own copy of such a parameter, so any difference in what
-// the ranks compute for the update — the clipping factor from the gradient norm, for one — makes
+// Replicated parameters stay identical on every rank under tensor parallelism (tp = the world: 2
+// and 4 ranks, where a sum over tp has more than two terms to round): after steps with gradient
+// clipping active, every parameter that is not split over tp (norm weights, row-parallel biases)
+// must hold the same bits on every rank, for ZeRO 0 and 1, in both comm modes, with and without
+// sequence parallelism. Each rank updates its own copy of such a parameter, so any difference in
+// what the ranks compute for the update (the clipping factor from the gradient norm, for one) makes
 // the copies drift apart a little more each step, and a checkpoint (which keeps one copy) then
 // resumes a different model on the other ranks.
 #include <mpi.h>
