@@ -17,8 +17,8 @@
 // State per device: one cublasLt handle, created lazily; one 32 MiB workspace per (device, stream),
 // allocated through weft (a device Tensor) so that two streams never share a workspace; the chosen
 // algorithm cached per problem key (shape, ops, leading dims, batch strides, alignments, epilogue):
-// the heuristic's first, or with WEFT_MATMUL_AUTOTUNE=1 the fastest of its first few, timed on the
-// key's first product (autotuning, below).
+// the heuristic's first, or with WEFT_MATMUL_AUTOTUNE=1 (every product) or =epilogues (products
+// with an epilogue) the fastest of its first few, timed on the key's first product (autotuning, below).
 // Workspaces are keyed by the stream's process-unique id, not its handle (CUDA reuses a destroyed
 // stream's handle, and a new stream must not share the old one's workspace while the old one's
 // matmuls may still run), and dropped when weft destroys their stream (runtime/stream_retirement.h).
@@ -212,16 +212,27 @@ struct Problem {
 // first step a few milliseconds per shape and a synchronization; a run's later products, and every
 // product of one key in one process, use one algorithm. Two processes may choose differently where
 // two algorithms are within the timing noise, so with autotuning GPU results are not bitwise
-// reproducible across runs (the CPU is unaffected).
+// reproducible across runs (the CPU is unaffected). WEFT_MATMUL_AUTOTUNE=epilogues times only the
+// products with an epilogue (bias, GELU, DGELU), where the heuristic's first is furthest from the
+// fastest: at GPT 1.3B's MLP the GELU product took 396 µs autotuned against 470, yet the whole step
+// gained only 0.2% at the H200's power cap (GPT-2 124M 0.5-1.0%; docs/performance.md, 2026-12-04).
 constexpr int kAutotuneCandidates = 8;
 constexpr int kAutotuneRuns = 3;
 
-bool autotune_enabled() {
-  static const bool enabled = [] {
+// WEFT_MATMUL_AUTOTUNE: "1" every product; "epilogues" only products with an epilogue.
+int autotune_setting() {
+  static const int setting = [] {
     const char* value = std::getenv("WEFT_MATMUL_AUTOTUNE");
-    return value != nullptr && std::string_view(value) == "1";
+    if (value == nullptr) return 0;
+    if (std::string_view(value) == "1") return 1;
+    return std::string_view(value) == "epilogues" ? 2 : 0;
   }();
-  return enabled;
+  return setting;
+}
+
+bool autotune_enabled(cublasLtEpilogue_t epilogue) {
+  const int setting = autotune_setting();
+  return setting == 1 || (setting == 2 && epilogue != CUBLASLT_EPILOGUE_DEFAULT);
 }
 
 bool stream_is_capturing(cudaStream_t stream) {
@@ -340,7 +351,7 @@ void run_problem(const Problem& p, std::string_view op) {
     }
   }
   if (!cached) {
-    const int wanted = autotune_enabled() && !stream_is_capturing(p.stream) ? kAutotuneCandidates : 1;
+    const int wanted = autotune_enabled(p.epilogue) && !stream_is_capturing(p.stream) ? kAutotuneCandidates : 1;
     Preference preference;
     preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
     preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(align_a));
