@@ -22,6 +22,12 @@ std::string format_duration(double seconds) {
 // JSON has no NaN or infinity: such values are written as null.
 nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
 
+// What a skipped step's line says, naming the value that was not finite.
+std::string skip_note(const StepMetrics& m) {
+  if (!m.skipped) return "";
+  return std::isfinite(m.loss) ? "  (update skipped: non-finite gradient norm)" : "  (update skipped: non-finite loss)";
+}
+
 }  // namespace
 
 nlohmann::json step_metrics_json(const StepMetrics& m) {
@@ -104,7 +110,7 @@ void MetricsLogger::log_step(const StepMetrics& m) {
                                                             absl::StrAppend(out, absl::StrFormat("%.0f", mb));
                                                           }))
                                         : "",
-                      m.memory_mb, m.skipped ? "  (update skipped: non-finite loss)" : "");
+                      m.memory_mb, skip_note(m));
   if (!bar_) {
     std::printf("step %6lld/%lld  %s\n", static_cast<long long>(m.step), static_cast<long long>(total_steps_),
                 numbers.c_str());

@@ -36,7 +36,7 @@ struct StepMetrics {
   double comm_ms = 0;
   double exposed_comm_ms = 0;
   double optimizer_state_mb = 0;  // optimizer state kept by this rank (ZeRO shards it)
-  bool skipped = false;     // the update was skipped (non-finite loss with on_nan: skip)
+  bool skipped = false;     // the update was skipped (non-finite loss or gradient norm, on_nan: skip)
   // Pipelines: the measured bubble (mean over stages of each stage's idle share of the pipeline's
   // span, parallel/pipeline/pipeline_stage.h) and the schedule's bubble in theory.
   std::optional<double> pipeline_bubble;

@@ -68,7 +68,7 @@ struct StrategyOptions {
 // What one step did, for the step log.
 struct StepReport {
   double loss = 0.0;            // mean over the global batch
-  double grad_norm = 0.0;       // before clipping
+  double grad_norm = 0.0;       // before clipping (NaN or infinite where that skipped the step)
   bool skipped = false;
   double compute_ms = 0.0;
   double comm_ms = 0.0;

@@ -389,6 +389,9 @@ StepReport DataParallelStrategy::finish_step() {
   double sum_of_squares = 0.0;
   for (double value : finished.read_back[1].to_vector()) sum_of_squares += value;
   const double grad_norm = std::sqrt(sum_of_squares);
+  // A skipped step reports its non-finite norm too: a log or metrics file showing a norm of 0 would
+  // read as a step with no gradient.
+  report.grad_norm = grad_norm;
   if (!std::isfinite(report.loss) || !std::isfinite(grad_norm)) {
     // The loss is the mean over the global batch and the norm that of the averaged gradients (all
     // ranks agree on both), so every rank takes the same decision. The device has already skipped
@@ -400,8 +403,6 @@ StepReport DataParallelStrategy::finish_step() {
                " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: skip");
     optimizer_->undo_step();
     report.skipped = true;
-  } else {
-    report.grad_norm = grad_norm;
   }
   report.compute_ms = timeline.compute_ms;
   report.comm_ms = timeline.comm_ms;

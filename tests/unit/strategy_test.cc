@@ -367,6 +367,7 @@ TEST(Strategy, ANonFiniteGradientNormFollowsTheNanPolicyWithAFiniteLoss) {
       const StepReport report = strategy->step(3, 0.5, [] { return micro_batch(0); });
       EXPECT_TRUE(report.skipped);
       EXPECT_TRUE(std::isfinite(report.loss));
+      EXPECT_FALSE(std::isfinite(report.grad_norm)) << "a skipped step reports the norm that skipped it";
     }
     for (const auto& [name, tensor] : model.state_dict()) {
       EXPECT_EQ(testing::relative_error(tensor, before.at(name)), 0.0) << policy << ": " << name << " was updated";
