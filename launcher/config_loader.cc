@@ -424,9 +424,6 @@ void check_related_fields(const RunConfig& config,
              ": every micro-batch holds batch_size / micro_batches sequences");
   const ParallelConfig& parallel = config.parallel;
   check_pipeline_fields(config, show);
-  WEFT_CHECK(train.steps_in_flight != 2 || train.on_nan == "stop", show("train.steps_in_flight"), " issues a step "
-             "before the last one's loss is read, and ", show("train.on_nan"), " must know whether a step was skipped "
-             "before the next one's update counts; set train.steps_in_flight to 0 or 1, or train.on_nan: stop");
   WEFT_CHECK(train.steps_in_flight != 2 || parallel.pp == 1, show("train.steps_in_flight"), " is not offered on a "
              "pipeline (", show("parallel.pp"), "), which completes its sends at each step's end; set "
              "train.steps_in_flight to 0 or 1");

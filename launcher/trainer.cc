@@ -243,8 +243,8 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
     s.choices.push_back(str("steps in flight: ", s.steps_in_flight, " (train.steps_in_flight: each step is issued "
                             "before the last one's loss is read)"));
   } else if (wanted_in_flight > 1) {
-    s.choices.push_back(str("steps in flight: 1 (train.steps_in_flight: ", train.on_nan == "skip" ? "train.on_nan: skip"
-                            : "a pipeline", " needs each step's report before the next is issued)"));
+    s.choices.push_back("steps in flight: 1 (train.steps_in_flight: a pipeline needs each step's report before the "
+                        "next is issued)");
   }
   s.fault = FaultInjection::from_environment();
   // A warm-up longer than the run (a short smoke test of a long run's config) is cut to the run;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,16 +33,27 @@ AdamWTensorUpdate tensor_update(const Tensor& parameter, const Tensor& grad, con
   }
   WEFT_CHECK(parameter.is_contiguous(), "adamw_update: parameter ", parameter.describe(), " is not contiguous");
   check_master_weights(parameter, master, "adamw_update");
-  const double bias_correction1 = 1.0 - std::pow(step.beta1, static_cast<double>(step.step));
-  const double bias_correction2 = 1.0 - std::pow(step.beta2, static_cast<double>(step.step));
+  // step_size and sqrt(1 - beta2^t) at count t.
+  const auto scalars_at = [&](int64_t t) {
+    const double bias_correction1 = 1.0 - std::pow(step.beta1, static_cast<double>(t));
+    const double bias_correction2 = 1.0 - std::pow(step.beta2, static_cast<double>(t));
+    return std::pair<double, double>(step.lr / bias_correction1, std::sqrt(bias_correction2));
+  };
+  const auto [step_size, bias_correction2_sqrt] = scalars_at(step.step);
+  // Count t - 1 where the previous step in flight turns out skipped (runtime/optimizer_update.h);
+  // a first step has no previous one, and keeps its own.
+  const auto [step_size_if_previous_skipped, bias_correction2_sqrt_if_previous_skipped] =
+      step.step >= 2 ? scalars_at(step.step - 1) : std::pair<double, double>(step_size, bias_correction2_sqrt);
   return AdamWTensorUpdate{.parameter = parameter,
                            .grad = gradient,
                            .exp_avg = exp_avg,
                            .exp_avg_sq = exp_avg_sq,
                            .master = master,
-                           .step_size = step.lr / bias_correction1,
-                           .bias_correction2_sqrt = std::sqrt(bias_correction2),
-                           .decay = 1.0 - step.lr * step.weight_decay};
+                           .step_size = step_size,
+                           .bias_correction2_sqrt = bias_correction2_sqrt,
+                           .decay = 1.0 - step.lr * step.weight_decay,
+                           .step_size_if_previous_skipped = step_size_if_previous_skipped,
+                           .bias_correction2_sqrt_if_previous_skipped = bias_correction2_sqrt_if_previous_skipped};
 }
 
 class AdamW final : public Optimizer {
@@ -72,11 +84,14 @@ class AdamW final : public Optimizer {
     }
   }
 
-  void step(double lr, const Tensor& guard) override { step_with_gradient_scale(lr, guard, Tensor()); }
+  void step(double lr, const Tensor& guard, const Tensor& previous_guard) override {
+    step_with_gradient_scale(lr, guard, Tensor(), previous_guard);
+  }
 
   bool takes_gradient_scale() const override { return true; }
 
-  void step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale) override {
+  void step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale,
+                                const Tensor& previous_guard) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "adamw: lr must be finite and >= 0, got ", lr);
     std::vector<AdamWTensorUpdate> updates;
     std::vector<int64_t*> counts;  // the step count of each entry of `updates`
@@ -99,28 +114,36 @@ class AdamW final : public Optimizer {
       }
     }
     // One call per device: every CUDA parameter of a device in one launch.
-    const AdamWHyperparameters hyperparameters{
-        .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps, .guard = guard,
-        .gradient_scale = gradient_scale};
+    const AdamWHyperparameters hyperparameters{.beta1 = options_.beta1,
+                                               .beta2 = options_.beta2,
+                                               .eps = options_.eps,
+                                               .guard = guard,
+                                               .gradient_scale = gradient_scale,
+                                               .previous_guard = previous_guard};
     for (const DeviceUpdates<AdamWTensorUpdate>& group : updates_by_device(std::move(updates))) {
       backend_for(group.device).adamw_update(group.updates, hyperparameters);
     }
     for (int64_t* count : counts) *count += 1;
     steps_ += 1;
-    last_counts_ = std::move(counts);
-    can_undo_ = true;
+    advanced_.push_front(std::move(counts));
+    if (advanced_.size() > kUndoableSteps) advanced_.pop_back();
   }
 
-  void undo_step() override {
-    WEFT_CHECK(can_undo_, "adamw: undo_step without a step to undo");
-    for (int64_t* count : last_counts_) *count -= 1;
+  void undo_step(int later_steps) override {
+    WEFT_CHECK(later_steps >= 0 && static_cast<size_t>(later_steps) < advanced_.size(),
+               "adamw: undo_step(", later_steps, ") without such a step to undo (", advanced_.size(),
+               " undoable)");
+    const auto undone = advanced_.begin() + later_steps;
+    for (int64_t* count : *undone) *count -= 1;
     steps_ -= 1;
-    last_counts_.clear();
-    can_undo_ = false;
+    advanced_.erase(undone);
   }
 
   std::map<std::string, Tensor> state_dict() const override { return snapshot_state(); }
-  void load_state_dict(const std::map<std::string, Tensor>& state) override { restore_state(state); }
+  void load_state_dict(const std::map<std::string, Tensor>& state) override {
+    restore_state(state);
+    advanced_.clear();  // loaded counts are applied ones
+  }
 
  private:
   struct State {
@@ -131,8 +154,10 @@ class AdamW final : public Optimizer {
   };
   AdamWOptions options_;
   std::vector<State> states_;  // one per parameter, in group order
-  std::vector<int64_t*> last_counts_;  // the counts the last step advanced (undo_step)
-  bool can_undo_ = false;
+  // The counts each of the last steps advanced, the latest first (undo_step); as many steps as can
+  // be in flight, and no step whose counts were taken back.
+  static constexpr size_t kUndoableSteps = 2;
+  std::deque<std::vector<int64_t*>> advanced_;
 };
 
 }  // namespace

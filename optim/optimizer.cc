@@ -48,7 +48,8 @@ Optimizer::Optimizer(std::vector<ParameterGroup> groups) : groups_(std::move(gro
   }
 }
 
-void Optimizer::step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale) {
+void Optimizer::step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale,
+                                         const Tensor& previous_guard) {
   WEFT_FAIL("this optimizer does not take a gradient scale (takes_gradient_scale() is false); scale the gradients ",
             "before step() instead");
 }

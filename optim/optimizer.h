@@ -41,17 +41,25 @@ class Optimizer {
   // with no host read (runtime/optimizer_update.h), so a step graph can pass its loss and leave the
   // NaN policy to the device. The step counts advance either way; once the caller has read the
   // guard and found it non-finite, undo_step() takes them back.
-  virtual void step(double lr, const Tensor& guard = Tensor()) = 0;
+  // `previous_guard`, with steps in flight: the guard of the step issued before this one, which the
+  // caller has not read yet. Where it is not finite that step was skipped, and an optimizer whose
+  // update depends on its counts (AdamW's bias corrections) updates with the counts one lower, as
+  // it would after undo_step() (runtime/optimizer_update.h); the caller still calls undo_step(1)
+  // for that step once it has read it.
+  virtual void step(double lr, const Tensor& guard = Tensor(), const Tensor& previous_guard = Tensor()) = 0;
   // Whether step_with_gradient_scale is offered (AdamW): gradient clipping can then hand its factor
   // to the update instead of scaling every gradient first.
   virtual bool takes_gradient_scale() const { return false; }
   // step() with every gradient read multiplied by `gradient_scale` (one element on the parameters'
   // device, as runtime/optimizer_update.h says); the .grad tensors are left as they are. Only where
   // takes_gradient_scale().
-  virtual void step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale);
-  // Forgets the counts of the last step(), which its guard skipped: bias corrections and steps_taken()
-  // are then as if it had not been called. Throws weft::Error when there is no step to undo.
-  virtual void undo_step() = 0;
+  virtual void step_with_gradient_scale(double lr, const Tensor& guard, const Tensor& gradient_scale,
+                                        const Tensor& previous_guard = Tensor());
+  // Forgets the counts of a step() its guard skipped: the last one, or with `later_steps` the one
+  // that many step() calls before it (a step in flight read after the next was issued). Bias
+  // corrections and steps_taken() are then as if it had not been called. Throws weft::Error when
+  // there is no such step to undo (the last two steps can be undone, each once).
+  virtual void undo_step(int later_steps = 0) = 0;
   void zero_grad();
   // Optimizer state for checkpoints: "<parameter name>.<state name>" -> tensor, plus "step".
   virtual std::map<std::string, Tensor> state_dict() const = 0;

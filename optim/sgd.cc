@@ -1,6 +1,7 @@
 // SGD with momentum: the optimizer (state, groups, checkpoint) and its per-parameter update (sgd.h).
 #include "optim/sgd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -60,7 +61,8 @@ class Sgd final : public Optimizer {
     }
   }
 
-  void step(double lr, const Tensor& guard) override {
+  // SGD's update does not depend on its counts, so a skipped previous step changes nothing here.
+  void step(double lr, const Tensor& guard, const Tensor& /*previous_guard*/) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "sgd: lr must be finite and >= 0, got ", lr);
     std::vector<SgdTensorUpdate> updates;
     size_t index = 0;
@@ -83,13 +85,14 @@ class Sgd final : public Optimizer {
       backend_for(group.device).sgd_update(group.updates, hyperparameters);
     }
     steps_ += 1;
-    can_undo_ = true;
+    undoable_ = std::min(undoable_ + 1, kUndoableSteps);
   }
 
-  void undo_step() override {
-    WEFT_CHECK(can_undo_, "sgd: undo_step without a step to undo");
+  void undo_step(int later_steps) override {
+    WEFT_CHECK(later_steps >= 0 && later_steps < undoable_, "sgd: undo_step(", later_steps,
+               ") without such a step to undo (", undoable_, " undoable)");
     steps_ -= 1;
-    can_undo_ = false;
+    undoable_ -= 1;
   }
 
   std::map<std::string, Tensor> state_dict() const override { return snapshot_state(); }
@@ -102,7 +105,8 @@ class Sgd final : public Optimizer {
   };
   SgdOptions options_;
   std::vector<State> states_;  // one per parameter, in group order
-  bool can_undo_ = false;
+  static constexpr int kUndoableSteps = 2;  // as many as can be in flight
+  int undoable_ = 0;
 };
 
 }  // namespace

@@ -102,8 +102,10 @@ class Strategy {
   virtual void issue_step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) = 0;
   virtual StepReport finish_step() = 0;
   // 2 where a step may be issued before the last is finished; 1 where each step's report must be
-  // known before the next is issued: on_nan "skip" (a skipped step's update counts are taken back
-  // before the next step's bias corrections) and pipelines (their sends are completed per step).
+  // known before the next is issued: pipelines (their sends are completed per step). With on_nan
+  // "skip" the step issued after a skipped one updates with the counts the skip left (the device
+  // reads the skipped step's guard: runtime/optimizer_update.h), and finish_step takes the skipped
+  // step's counts back on the host.
   virtual int max_steps_in_flight() const = 0;
   // Brings every parameter up to date with the last update (ZeRO's auto mode gathers them at the
   // next step's start): call before evaluating or saving, with no step in flight. Collective.

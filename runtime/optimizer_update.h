@@ -40,6 +40,14 @@
 // step graph passes its loss, so a non-finite loss skips the update without stopping the host
 // (the NaN policy). Without a guard the update always applies.
 //
+// Previous guard (AdamW). With steps in flight the host computes a step's scalars before it has
+// read whether the step issued before it was skipped. A call may then carry that step's guard as
+// `previous_guard` (one element on the device, like the guard): where it is not finite, the
+// previous update was not applied, every count is one lower than the host assumed, and the update
+// uses each entry's `_if_previous_skipped` scalars (those of count t - 1) instead. The device
+// decides, with no host read, so the update is bit for bit what a step issued after the host had
+// taken the skipped step's counts back computes.
+//
 // Gradient scale (AdamW). A call may carry a gradient scale: one element on the device (f32 on
 // CUDA, f32 or f64 on the CPU), rounded to the state dtype; every gradient is read as g * scale
 // (in the state dtype) and is not written. Gradient clipping passes its factor
@@ -64,6 +72,9 @@ struct AdamWTensorUpdate {
   double step_size = 0.0;              // lr / (1 - beta1^t)
   double bias_correction2_sqrt = 1.0;  // sqrt(1 - beta2^t)
   double decay = 1.0;                  // 1 - lr * weight_decay
+  // The same for count t - 1, used where the previous guard is not finite (t >= 2 then).
+  double step_size_if_previous_skipped = 0.0;
+  double bias_correction2_sqrt_if_previous_skipped = 1.0;
 };
 
 // The scalars every parameter of an AdamW step shares.
@@ -73,6 +84,7 @@ struct AdamWHyperparameters {
   double eps = 1e-8;
   Tensor guard;       // undefined, or one element: the update applies only if it is finite
   Tensor gradient_scale;  // undefined, or one element: every gradient is read multiplied by it
+  Tensor previous_guard;  // undefined, or one element: the step in flight before this one's guard
 };
 
 struct SgdTensorUpdate {

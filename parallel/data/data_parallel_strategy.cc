@@ -290,11 +290,15 @@ void DataParallelStrategy::update(StepState& state) {
   // The guard is finite exactly when the loss and the gradient norm both are (their sum, on the
   // device): a NaN or Inf in either skips the update, decided without a host read.
   const Tensor guard = add(state.loss_sum, sum(state.grad_squares).reshape({1}));
+  // A step still in flight (issued, not finished: this runs inside issue_step) may turn out skipped;
+  // its guard tells the device to update with the counts that skip leaves. Kept alive until then.
+  const Tensor previous_guard = issued_.empty() ? Tensor() : last_guard_;
   if (clip_factor.defined()) {
-    optimizer_->step_with_gradient_scale(state.lr, guard, clip_factor);
+    optimizer_->step_with_gradient_scale(state.lr, guard, clip_factor, previous_guard);
   } else {
-    optimizer_->step(state.lr, guard);
+    optimizer_->step(state.lr, guard, previous_guard);
   }
+  last_guard_ = guard;
   if (zero_ != nullptr) gather_pending_.assign(gather_pending_.size(), 1);
   buffer_.zero();  // in place: every .grad stays a view of its bucket
 }
@@ -327,14 +331,13 @@ void add_recorded_collectives(const CollectiveRecorder::Step& recorded, graph::S
 }  // namespace
 
 int DataParallelStrategy::max_steps_in_flight() const {
-  return options_.on_nan == "skip" || pipeline_ != nullptr ? 1 : graph::Executor::kMaxStepsInFlight;
+  return pipeline_ != nullptr ? 1 : graph::Executor::kMaxStepsInFlight;
 }
 
 void DataParallelStrategy::issue_step(int64_t step, double lr, const MicroBatchSource& next_micro_batch) {
   WEFT_CHECK(static_cast<int>(issued_.size()) < max_steps_in_flight(), "Strategy::issue_step: step ", step,
              " issued while ", issued_.size(), " step(s) are in flight, and this run allows ", max_steps_in_flight(),
-             options_.on_nan == "skip" ? " (train.on_nan: skip reads each step's loss before the next)"
-                                       : pipeline_ != nullptr ? " (a pipeline completes its sends each step)" : "",
+             pipeline_ != nullptr ? " (a pipeline completes its sends each step)" : "",
              "; call finish_step first");
   state_.next_micro_batch = next_micro_batch;
   state_.lr = lr;
@@ -395,13 +398,14 @@ StepReport DataParallelStrategy::finish_step() {
   if (!std::isfinite(report.loss) || !std::isfinite(grad_norm)) {
     // The loss is the mean over the global batch and the norm that of the averaged gradients (all
     // ranks agree on both), so every rank takes the same decision. The device has already skipped
-    // the update; the optimizer forgets its counts (with on_nan skip no later step is in flight, so
-    // its last step() is this step's).
+    // the update; the optimizer forgets its counts. A step issued after this one has already
+    // updated with the lower counts (its previous guard), so only the host's counts are behind:
+    // this step's are the ones issued_.size() step() calls before the last.
     const std::string what = !std::isfinite(report.loss) ? str("the training loss is ", report.loss)
                                                          : str("the gradient norm is ", grad_norm);
     WEFT_CHECK(options_.on_nan == "skip", what, " at step ", step,
                " (train.on_nan: stop); lower train.lr, raise train.warmup_steps, or set train.on_nan: skip");
-    optimizer_->undo_step();
+    optimizer_->undo_step(static_cast<int>(issued_.size()));
     report.skipped = true;
   }
   report.compute_ms = timeline.compute_ms;

@@ -120,6 +120,9 @@ class DataParallelStrategy final : public Strategy {
     CollectiveRecorder::Step recorded;      // the tp layers' collectives (tensor_parallel only)
   };
   std::deque<IssuedStep> issued_;
+  // The last update's guard (one element on the device): the next update's previous guard while
+  // that step is in flight.
+  Tensor last_guard_;
   std::string trace_events_;
 };
 

@@ -167,7 +167,9 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
         forward[m][s] = add(
             {NodeKind::kForward, str("forward ", step.segments[s].name, " mb", m), m, StreamClass::kCompute, 0,
              graph::task([&state, run = step.segments[s].forward, loss_of = step.loss, s, first, j, micro, micro_batches,
-                          segments, step_start, fault = step_start ? step.fault : std::nullopt, rank = step.world_rank] {
+                          segments, step_start, fault = step_start ? step.fault : std::nullopt,
+                          loss_fault = s + 1 == segments && micro == 0 ? step.fault : std::nullopt,
+                          rank = step.world_rank] {
                if (fault) fault->at(rank, state.step, FaultInjection::Phase::kForward);
                if (step_start) state.loss_sum.zero_();
                Tensor input;
@@ -182,6 +184,9 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
                  input = state.inputs[micro][s];
                }
                Tensor output = run(input);
+               if (loss_fault && loss_fault->poisons_loss(rank, state.step)) {
+                 output = output * std::numeric_limits<double>::quiet_NaN();
+               }
                if (s + 1 == segments) output = add_micro_batch_loss(state, output, micro, micro_batches, loss_of);
                state.outputs[micro][s] = output;
              })},

@@ -17,7 +17,7 @@ namespace weft {
 namespace {
 
 constexpr const char* kForm =
-    "; expected WEFT_FAULT=raise|kill|hang|fail_write:rank=R:step=S[:phase=forward|backward|optimizer|"
+    "; expected WEFT_FAULT=raise|kill|hang|fail_write|nan:rank=R:step=S[:phase=forward|backward|optimizer|"
     "checkpoint_tensors|checkpoint_state|checkpoint_rename|checkpoint_latest]";
 
 // The entry of `choices` named `name`; an error naming `what` and the value otherwise.
@@ -37,7 +37,11 @@ FaultInjection FaultInjection::parse(const std::string& value) {
   fault.text = value;
   const std::vector<std::string> parts = absl::StrSplit(value, ':');
   fault.action = choose<Action>(
-      {{"raise", Action::kRaise}, {"kill", Action::kKill}, {"hang", Action::kHang}, {"fail_write", Action::kFailWrite}},
+      {{"raise", Action::kRaise},
+       {"kill", Action::kKill},
+       {"hang", Action::kHang},
+       {"fail_write", Action::kFailWrite},
+       {"nan", Action::kNan}},
       parts[0], "action", value);
   bool has_rank = false, has_step = false;
   for (size_t i = 1; i < parts.size(); ++i) {
@@ -86,6 +90,8 @@ void FaultInjection::at(int world_rank, int64_t current_step, Phase current_phas
     case Action::kFailWrite:
       WEFT_FAIL("cannot write the checkpoint of step ", step, ": No space left on device (injected: WEFT_FAULT=", text,
                 ")");
+    case Action::kNan:
+      break;  // poisons_loss: the step builder multiplies the loss's input by NaN
   }
 }
 

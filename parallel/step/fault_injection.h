@@ -6,6 +6,9 @@
 //             kill        SIGKILL this process (a crashed host or an OOM kill)
 //             hang        SIGSTOP this process (a stuck rank: alive, never arriving)
 //             fail_write  throw the error a full disk gives (checkpoint phases)
+//             nan         make that rank's loss of the step's first micro-batch NaN, and so its
+//                         gradients (train.on_nan's case; the phase is not used: the rank must
+//                         compute the loss, so on a pipeline it is a last stage's)
 //     phase   where in the step: forward (the first forward node, the default), backward (the last
 //             backward node), optimizer; or in the save of that step's checkpoint (rank 0):
 //             checkpoint_tensors, checkpoint_state, checkpoint_rename, checkpoint_latest
@@ -22,7 +25,7 @@
 namespace weft {
 
 struct FaultInjection {
-  enum class Action : uint8_t { kRaise, kKill, kHang, kFailWrite };
+  enum class Action : uint8_t { kRaise, kKill, kHang, kFailWrite, kNan };
   enum class Phase : uint8_t {
     kForward, kBackward, kOptimizer,
     kCheckpointTensors, kCheckpointState, kCheckpointRename, kCheckpointLatest
@@ -38,8 +41,13 @@ struct FaultInjection {
   // The fault WEFT_FAULT asks for, if it is set.
   static std::optional<FaultInjection> from_environment();
 
-  // Fails as asked when (rank, step, phase) is the chosen point; otherwise does nothing.
+  // Fails as asked when (rank, step, phase) is the chosen point; otherwise does nothing (and
+  // nothing for `nan`, which poisons_loss answers).
   void at(int world_rank, int64_t current_step, Phase current_phase) const;
+  // Whether this rank's loss of this step's first micro-batch is to be made NaN.
+  bool poisons_loss(int world_rank, int64_t current_step) const {
+    return action == Action::kNan && world_rank == rank && current_step == step;
+  }
 };
 
 }  // namespace weft

@@ -2,6 +2,7 @@
 #include "parallel/step/step_builder.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
@@ -151,6 +152,9 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
                inputs[s] = input;
              }
              Tensor output = forward(input);
+             if (last_segment && micro == 0 && fault && fault->poisons_loss(rank, state.step)) {
+               output = output * std::numeric_limits<double>::quiet_NaN();
+             }
              if (last_segment) output = add_micro_batch_loss(state, output, micro, micro_batches, loss_of);
              outputs[s] = output;
            })},

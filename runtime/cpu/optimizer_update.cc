@@ -75,19 +75,22 @@ void dispatch_parameter(const Tensor& parameter, const char* op, Body&& body) {
 
 // One parameter's AdamW update. grad, exp_avg, exp_avg_sq are State; master (MasterStorage) is
 // null unless Parameter is 16-bit. Each double scalar is rounded once to State.
-// `scale` multiplies every gradient as it is read (AdamWHyperparameters::gradient_scale; 1 without).
+// `scale` multiplies every gradient as it is read (AdamWHyperparameters::gradient_scale; 1 without);
+// `previous_skipped` picks the scalars of count t - 1 (AdamWHyperparameters::previous_guard).
 template <class Parameter, class State>
 WEFT_CPU_VECTORIZED void adamw_loop(Parameter* parameter, const State* grad, State* exp_avg, State* exp_avg_sq,
                 MasterStorage<Parameter, State>* master,
                 int64_t count, const AdamWTensorUpdate& update, const AdamWHyperparameters& hyperparameters,
-                State scale) {
+                State scale, bool previous_skipped) {
   const State decay = static_cast<State>(update.decay);
   const State beta1 = static_cast<State>(hyperparameters.beta1);
   const State one_minus_beta1 = static_cast<State>(1.0 - hyperparameters.beta1);
   const State beta2 = static_cast<State>(hyperparameters.beta2);
   const State one_minus_beta2 = static_cast<State>(1.0 - hyperparameters.beta2);
-  const State step_size = static_cast<State>(update.step_size);
-  const State bias_correction2_sqrt = static_cast<State>(update.bias_correction2_sqrt);
+  const State step_size =
+      static_cast<State>(previous_skipped ? update.step_size_if_previous_skipped : update.step_size);
+  const State bias_correction2_sqrt = static_cast<State>(
+      previous_skipped ? update.bias_correction2_sqrt_if_previous_skipped : update.bias_correction2_sqrt);
   const State eps = static_cast<State>(hyperparameters.eps);
   for (int64_t i = 0; i < count; ++i) {
     State value = load_parameter_value<Parameter, State>(parameter, master, i);
@@ -136,6 +139,7 @@ bool guard_allows(const Tensor& guard, const char* op) {
 void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
                               const AdamWHyperparameters& hyperparameters) {
   if (!guard_allows(hyperparameters.guard, "adamw_update")) return;
+  const bool previous_skipped = !guard_allows(hyperparameters.previous_guard, "adamw_update (previous guard)");
   const Tensor& gradient_scale = hyperparameters.gradient_scale;
   if (gradient_scale.defined()) {
     WEFT_CHECK(gradient_scale.numel() == 1 && is_floating(gradient_scale.dtype()) && gradient_scale.device().is_cpu(),
@@ -154,7 +158,7 @@ void CpuBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
       cpu::parallel_for(update.parameter.numel(), 12, [&](int64_t begin, int64_t end) {
         adamw_loop<Parameter, State>(parameter + begin, gradient + begin, exp_avg + begin, exp_avg_sq + begin,
                                      master != nullptr ? master + begin : nullptr, end - begin, update,
-                                     hyperparameters, static_cast<State>(scale));
+                                     hyperparameters, static_cast<State>(scale), previous_skipped);
       });
     });
   }

@@ -43,6 +43,8 @@ struct TensorSlot {
   float step_size;
   float bias_correction2_sqrt;
   float decay;
+  float step_size_if_previous_skipped;  // count t - 1's, where the previous guard is not finite
+  float bias_correction2_sqrt_if_previous_skipped;
   int32_t parameter_kind;
   int32_t grad_kind;
   int32_t vector_width;  // elements a thread moves per step: 16 (every array aligned to 8 elements:
@@ -201,12 +203,18 @@ __device__ __forceinline__ void adamw_vector(const TensorSlot& slot, int64_t i, 
 }
 
 // gradient_scale: null, or the factor every gradient is multiplied by as it is read.
+// previous_guard: null, or the guard of the step in flight before this one; where it is not finite
+// that step was skipped and the scalars of count t - 1 apply (runtime/optimizer_update.h).
 __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, AdamWConstants constants,
-                                    const float* guard, const float* gradient_scale) {
+                                    const float* guard, const float* gradient_scale, const float* previous_guard) {
   if (!guard_allows(guard)) return;
   const float scale = gradient_scale != nullptr ? *gradient_scale : 1.0f;
   const ChunkSlot chunk = chunks[blockIdx.x];
-  const TensorSlot slot = tensors[chunk.tensor];
+  TensorSlot slot = tensors[chunk.tensor];
+  if (!guard_allows(previous_guard)) {
+    slot.step_size = slot.step_size_if_previous_skipped;
+    slot.bias_correction2_sqrt = slot.bias_correction2_sqrt_if_previous_skipped;
+  }
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
   int64_t scalar_start = chunk.start;
   // Chunks start at multiples of kChunkElements, so a thread stepping by the width stays aligned.
@@ -297,10 +305,11 @@ const float* scalar_pointer(const Tensor& scalar, const Device& device, const ch
 
 // Updates every entry in one kernel launch on the current stream of their (common) device.
 void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta1, double beta2, double eps,
-                        const Tensor& guard, const Tensor& gradient_scale) {
+                        const Tensor& guard, const Tensor& gradient_scale, const Tensor& previous_guard) {
   if (updates.empty()) return;
   const Device device = updates[0].parameter.device();
   const float* guard_data = scalar_pointer(guard, device, "adamw_multi_tensor", "guard");
+  const float* previous_guard_data = scalar_pointer(previous_guard, device, "adamw_multi_tensor", "previous guard");
   const float* scale_data = scalar_pointer(gradient_scale, device, "adamw_multi_tensor", "gradient scale");
   WEFT_CHECK(device.is_cuda(), "adamw_multi_tensor: parameters must be on a CUDA device, got ",
              updates[0].parameter.describe());
@@ -323,6 +332,9 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
     slot.step_size = static_cast<float>(update.step_size);
     slot.bias_correction2_sqrt = static_cast<float>(update.bias_correction2_sqrt);
     slot.decay = static_cast<float>(update.decay);
+    slot.step_size_if_previous_skipped = static_cast<float>(update.step_size_if_previous_skipped);
+    slot.bias_correction2_sqrt_if_previous_skipped =
+        static_cast<float>(update.bias_correction2_sqrt_if_previous_skipped);
     slot.parameter_kind = storage_kind(update.parameter, "adamw_multi_tensor: parameter");
     slot.grad_kind = storage_kind(update.grad, "adamw_multi_tensor: grad");
     const auto all_arrays = [&](bool (*aligned)(const Tensor&)) {
@@ -343,7 +355,7 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
       table.slots, table.chunks,
       AdamWConstants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
                      static_cast<float>(1.0 - beta2), static_cast<float>(eps)},
-      guard_data, scale_data);
+      guard_data, scale_data, previous_guard_data);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -395,7 +407,7 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
 void CudaBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,
                                const AdamWHyperparameters& hyperparameters) {
   cuda::adamw_multi_tensor(updates, hyperparameters.beta1, hyperparameters.beta2, hyperparameters.eps,
-                           hyperparameters.guard, hyperparameters.gradient_scale);
+                           hyperparameters.guard, hyperparameters.gradient_scale, hyperparameters.previous_guard);
 }
 
 void CudaBackend::sgd_update(absl::Span<const SgdTensorUpdate> updates, const SgdHyperparameters& hyperparameters) {

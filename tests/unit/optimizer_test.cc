@@ -242,7 +242,8 @@ TEST(Optimizer, AGuardThatIsNotFiniteSkipsTheUpdateOnTheDeviceAndUndoForgetsItsC
     const auto after = guarded_optimizer->state_dict();
     for (const auto& [name, tensor] : before) EXPECT_EQ(tensor.to_vector(), after.at(name).to_vector()) << name;
     EXPECT_EQ(guarded_optimizer->steps_taken(), 1);
-    EXPECT_THROW(guarded_optimizer->undo_step(), weft::Error);  // one step at most
+    // The skipped step is gone from the undoable ones: the one before it is the only one left.
+    EXPECT_THROW(guarded_optimizer->undo_step(1), weft::Error);
     // The next step is the second for both, with the same bias corrections.
     set_gradient(guarded, {-0.25, 1.0});
     set_gradient(plain, {-0.25, 1.0});
@@ -250,6 +251,61 @@ TEST(Optimizer, AGuardThatIsNotFiniteSkipsTheUpdateOnTheDeviceAndUndoForgetsItsC
     plain_optimizer->step(0.05);
     EXPECT_EQ(guarded.tensor.to_vector(), plain.tensor.to_vector()) << (adamw ? "adamw" : "sgd");
   }
+}
+
+// Steps in flight: a step issued before the host knew the one before it was skipped passes that
+// step's guard as its previous guard, and updates exactly as a step issued after undo_step would;
+// the host then takes the skipped step's counts back with undo_step(1). Both optimizers, with the
+// skipped step the first (AdamW's counts then restart at 1) and a later one.
+TEST(Optimizer, APreviousGuardThatIsNotFiniteUpdatesAsAfterTheSkippedStepsUndo) {
+  const Tensor finite = Tensor::full({1}, 2.5, kFloat64);
+  const Tensor nan = Tensor::full({1}, std::nan(""), kFloat64);
+  for (const bool adamw : {true, false}) {
+    for (const int skipped : {1, 3}) {
+      const std::string run = std::string(adamw ? "adamw" : "sgd") + ", step " + std::to_string(skipped) + " skipped";
+      NamedParameter one_at_a_time = make_parameter("w", {1.0, -3.0}, {2});
+      NamedParameter in_flight = make_parameter("w", {1.0, -3.0}, {2});
+      auto make = [adamw](NamedParameter parameter) {
+        return adamw ? make_adamw(one_group({parameter}), {}) : make_sgd(one_group({parameter}), {0.9, false});
+      };
+      auto reference = make(one_at_a_time);
+      auto optimizer = make(in_flight);
+      const std::vector<std::vector<double>> gradients = {{0.5, -4.0}, {7.0, 7.0}, {-0.25, 1.0}, {2.0, 0.125},
+                                                          {-1.5, 3.0}};
+      Tensor previous;  // the guard of the step in flight before this one
+      for (int step = 1; step <= static_cast<int>(gradients.size()); ++step) {
+        const Tensor guard = step == skipped ? nan : finite;
+        set_gradient(one_at_a_time, gradients[static_cast<size_t>(step - 1)]);
+        set_gradient(in_flight, gradients[static_cast<size_t>(step - 1)]);
+        reference->step(0.1, guard);
+        if (step == skipped) reference->undo_step();  // read before the next step is issued
+        optimizer->step(0.1, guard, previous);
+        if (step == skipped + 1) optimizer->undo_step(1);  // read after the next step was issued
+        previous = guard;
+        EXPECT_EQ(in_flight.tensor.to_vector(), one_at_a_time.tensor.to_vector()) << run << ", step " << step;
+      }
+      EXPECT_EQ(optimizer->steps_taken(), reference->steps_taken()) << run;
+      const auto expected = reference->state_dict();
+      for (const auto& [name, tensor] : optimizer->state_dict()) {
+        EXPECT_EQ(tensor.to_vector(), expected.at(name).to_vector()) << run << ": " << name;
+      }
+    }
+  }
+}
+
+TEST(AdamW, TheStepBeforeTheLastCanBeUndoneOnceAndNoFurther) {
+  NamedParameter weight = make_parameter("w", {1.0, -3.0}, {2});
+  auto optimizer = make_adamw(one_group({weight}), {});
+  for (int step = 0; step < 3; ++step) {
+    set_gradient(weight, {0.5, -4.0});
+    optimizer->step(0.1);
+  }
+  optimizer->undo_step(1);  // the second step
+  EXPECT_EQ(optimizer->state_dict().at("w.step").item(), 2.0);
+  EXPECT_THROW(optimizer->undo_step(1), weft::Error);  // the first step is past the window
+  optimizer->undo_step(0);                             // the third
+  EXPECT_EQ(optimizer->state_dict().at("w.step").item(), 1.0);
+  EXPECT_THROW(optimizer->undo_step(0), weft::Error);
 }
 
 TEST(AdamW, DecoupledDecayOnMatricesOnly) {
