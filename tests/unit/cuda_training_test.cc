@@ -245,6 +245,43 @@ TEST(CudaOptimizerGuard, ANanGuardSkipsTheUpdateOnTheDevice) {
   }
 }
 
+// Steps in flight under on_nan: skip (runtime/optimizer_update.h's previous guard): the update
+// issued after a skipped step, before the host has undone that step's counts, reads the skipped
+// step's guard on the device and updates as the CPU does after undo_step; without the previous
+// guard it would use counts one too high and differ by far more than the tolerance.
+TEST(CudaOptimizerGuard, APreviousGuardThatIsNotFiniteUpdatesAsTheCpuAfterAnUndo) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  const Device gpu = Device::cuda(0);
+  Tensor cpu_parameter = Tensor::normal({300, 257}, 5).set_requires_grad(true);
+  Tensor gpu_parameter = cpu_parameter.detach().to(gpu).set_requires_grad(true);
+  Tensor unguarded_parameter = cpu_parameter.detach().to(gpu).set_requires_grad(true);
+  auto make = [](Tensor parameter) {
+    return make_adamw({{{{"p", parameter, Layout::replicate()}}, 0.1}}, {0.9, 0.95, 1e-8});
+  };
+  auto cpu = make(cpu_parameter), on_gpu = make(gpu_parameter), unguarded = make(unguarded_parameter);
+  const Tensor nan_on_gpu = Tensor::full({1}, std::nan(""), kFloat32, gpu);
+  for (int step = 1; step <= 3; ++step) {
+    const Tensor grad = Tensor::normal({300, 257}, 6 + step, 0, 0.0, 0.1);
+    for (Tensor* parameter : {&cpu_parameter, &gpu_parameter, &unguarded_parameter}) {
+      parameter->set_grad(grad.to(parameter->device()));
+    }
+    const bool skipped = step == 2;
+    cpu->step(1e-2, Tensor::full({1}, skipped ? std::nan("") : 1.0, kFloat64));
+    if (skipped) cpu->undo_step();  // one step at a time: read before the next step
+    const Tensor guard = skipped ? nan_on_gpu : Tensor::full({1}, 1.0, kFloat32, gpu);
+    on_gpu->step(1e-2, guard, step == 3 ? nan_on_gpu : Tensor());
+    unguarded->step(1e-2, guard);
+    if (step == 3) {
+      on_gpu->undo_step(1);  // step 2, read after step 3 was issued
+      unguarded->undo_step(1);
+    }
+  }
+  EXPECT_LE(testing::relative_error(gpu_parameter.to(Device::cpu()), cpu_parameter), 1e-6);
+  EXPECT_GT(testing::relative_error(unguarded_parameter.to(Device::cpu()), cpu_parameter), 1e-4)
+      << "the counts one too high should show";
+  EXPECT_EQ(on_gpu->state_dict().at("p.step").item(), 2.0);
+}
+
 // checkpoint.async's host copies of device tensors (launcher/checkpoint_staging.h): page-locked,
 // exact, and the same buffers at the next save.
 TEST(CudaMasterWeights, TheDeviceJoinsAndSplitsMasterHalvesAsTheCpuDoes) {
