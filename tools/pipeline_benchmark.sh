@@ -4,11 +4,12 @@
 # per step after two warm-up steps: step time, tokens/s against the one-process run of the same call
 # (the peer), and the measured pipeline bubble (mean over stages of each stage's idle share of the
 # pipeline's span, as the papers count it) next to the schedule's bubble in theory.
-#   usage: [CONFIG=run.yaml] [SEQUENCES=2] [MPIRUN_OPTIONS=...] tools/pipeline_benchmark.sh [WEFT_TRAIN]
-#          [RANKS] [MICRO_BATCHES] [weft-train arguments...]
+#   usage: [CONFIG=run.yaml] [SEQUENCES=2] [MPIRUN_OPTIONS=...] [MODES="manual auto"]
+#          tools/pipeline_benchmark.sh [WEFT_TRAIN] [RANKS] [MICRO_BATCHES] [weft-train arguments...]
 # CONFIG runs its model instead (GPUs: tools/device/multi-gpu-pass), SEQUENCES is the sequences a
 # micro-batch holds, MPIRUN_OPTIONS is added to mpirun's (e.g. "--bind-to none -x LD_LIBRARY_PATH"),
-# and the trailing arguments to every weft-train run (e.g. --set data.train=...).
+# and the trailing arguments to every weft-train run (e.g. --set data.train=...). MODES the comm
+# modes to run (GPUs: manual only, where weft refuses auto pipelines: docs/architecture.md).
 set -euo pipefail
 weft_train=${1:-build/bin/weft-train}
 ranks=${2:-4}
@@ -33,7 +34,7 @@ runs=(one)
 for schedule in gpipe 1f1b interleaved zero_bubble; do
   chunks=1
   [[ $schedule == interleaved ]] && chunks=2
-  for mode in manual auto; do
+  for mode in ${MODES:-manual auto}; do
     name="${schedule}_${mode}"
     "${mpirun[@]}" -np "$ranks" "$weft_train" "${common[@]}" --set parallel.pp=$ranks \
       --set parallel.pp_schedule=$schedule --set parallel.pp_virtual=$chunks --set comm.mode=$mode \

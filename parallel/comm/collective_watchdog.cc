@@ -17,9 +17,9 @@
 namespace weft {
 
 CollectiveWatchdog::CollectiveWatchdog(double timeout_ms, double poll_interval_ms, Check check,
-                                       FailureHandler on_failure)
+                                       FailureHandler on_failure, ThreadSetup thread_setup)
     : timeout_ms_(timeout_ms), poll_interval_ms_(poll_interval_ms), check_(std::move(check)),
-      on_failure_(std::move(on_failure)) {
+      on_failure_(std::move(on_failure)), thread_setup_(std::move(thread_setup)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -89,6 +89,7 @@ std::string CollectiveWatchdog::poll() {
 }
 
 void CollectiveWatchdog::run() {
+  if (thread_setup_) thread_setup_();
   const auto interval = std::chrono::duration<double, std::milli>(poll_interval_ms_);
   for (;;) {
     {

@@ -19,6 +19,10 @@
 //   thread queueing a collective behind a CUDA free, and order the allocator's lock after ours.
 // - `check` and `on_failure` run without the lock held, on the watchdog's thread (or on the
 //   caller's, for poll()).
+// - `thread_setup`, when given, runs first on the watchdog's thread: the NCCL group makes its GPU
+//   the thread's current device there. Otherwise the thread's first CUDA call (an event query) or a
+//   free that restores "the previous device" would create a context on GPU 0 from a rank that
+//   uses another GPU (half a GiB of GPU 0 per rank).
 #pragma once
 
 #include <condition_variable>
@@ -38,9 +42,12 @@ class CollectiveWatchdog {
   using Check = std::function<std::string()>;
   // Receives the failure; may end the process (abort_all) or return (tests).
   using FailureHandler = std::function<void(const std::string& failure)>;
+  // Prepares the watchdog's thread before its first round.
+  using ThreadSetup = std::function<void()>;
 
   // Starts the thread. `timeout_ms` is the deadline of each tracked handle, counted from track().
-  CollectiveWatchdog(double timeout_ms, double poll_interval_ms, Check check, FailureHandler on_failure);
+  CollectiveWatchdog(double timeout_ms, double poll_interval_ms, Check check, FailureHandler on_failure,
+                     ThreadSetup thread_setup = nullptr);
   // Stops and joins the thread, then releases the handles still tracked (on the caller's thread).
   ~CollectiveWatchdog();
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
@@ -67,6 +74,7 @@ class CollectiveWatchdog {
   const double poll_interval_ms_;
   const Check check_;
   const FailureHandler on_failure_;
+  const ThreadSetup thread_setup_;
 
   std::mutex mutex_;  // guards tracked_ and stopping_
   std::deque<Tracked> tracked_;

@@ -72,7 +72,10 @@ NcclProcessGroup::NcclProcessGroup(MPI_Comm comm, std::string name, std::vector<
   });
   watchdog_ = std::make_unique<CollectiveWatchdog>(
       comm_timeout_seconds() * 1000.0, /*poll_interval_ms=*/100.0, [this] { return check_communicators(); },
-      [this](const std::string& failure) { abort_job(failure); });
+      [this](const std::string& failure) { abort_job(failure); },
+      // The thread queries this group's events and frees its tensors: on its GPU, never GPU 0's
+      // context by default (collective_watchdog.h).
+      [device = device_] { cuda::set_device(device); });
 }
 
 NcclProcessGroup::~NcclProcessGroup() {

@@ -389,6 +389,8 @@ struct CudaStep {
 
 Executor::InFlight Executor::issue_cuda(const StepGraph& graph, const ExecutionPlan& plan,
                                          const ReadBack& read_back) {
+  const int device = device_.index;
+  cuda::set_device(device);  // first: the state's events belong to the device current at creation
   if (!cuda_) cuda_ = std::make_unique<CudaState>();
   CudaState& state = *cuda_;
   InFlight issued;
@@ -397,8 +399,6 @@ Executor::InFlight Executor::issue_cuda(const StepGraph& graph, const ExecutionP
   issued.slot = static_cast<int>(issued_ % kMaxStepsInFlight);
   issued.issued_clock_ms = clock_ms();
   CudaSlot& slot = state.slots[issued.slot];
-  const int device = device_.index;
-  cuda::set_device(device);
   CudaStep step(graph, plan, device);
   step.streams[0] = cuda::current_stream(device);
   for (int s = 1; s < kStreamClassCount; ++s) {

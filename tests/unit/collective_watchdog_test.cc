@@ -7,6 +7,7 @@
 // within 2 s (and not as a test that hangs: the probe is joined by the test, once the lock is free).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -185,6 +186,36 @@ TEST(CollectiveWatchdog, TheGroupsCheckRunsEveryRoundAndItsFailureIsReported) {
   ASSERT_TRUE(eventually([&] { return !failures.get().empty(); }));
   EXPECT_EQ(failures.get()[0], "NCCL reported an asynchronous error on dp: remote error");
   EXPECT_EQ(rounds.load(), 3);
+}
+
+// The thread setup (the NCCL group's: its GPU made current) runs on the watchdog's own thread,
+// once, before the first round's check.
+TEST(CollectiveWatchdog, ItsThreadSetupRunsOnItsThreadBeforeTheFirstRound) {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  std::thread::id setup_thread, check_thread;
+  auto record = [&](const std::string& event, std::thread::id* thread) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back(event);
+    *thread = std::this_thread::get_id();
+  };
+  {
+    CollectiveWatchdog watchdog(
+        60000, 5,
+        [&]() -> std::string {
+          record("check", &check_thread);
+          return "";
+        },
+        nullptr, [&] { record("setup", &setup_thread); });
+    ASSERT_TRUE(eventually([&] {
+      std::lock_guard<std::mutex> lock(mutex);
+      return events.size() >= 3;
+    }));
+  }
+  EXPECT_EQ(events[0], "setup");
+  EXPECT_EQ(std::count(events.begin(), events.end(), "setup"), 1);
+  EXPECT_EQ(setup_thread, check_thread);
+  EXPECT_NE(setup_thread, std::this_thread::get_id());
 }
 
 TEST(CollectiveWatchdog, DestroyingItReleasesWhatItStillHolds) {
