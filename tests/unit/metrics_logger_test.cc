@@ -29,9 +29,11 @@ StepMetrics step_metrics(int64_t step, double loss, double grad_norm, bool skipp
   return metrics;
 }
 
-// The plain line log_step prints for `metrics`, and the metrics file's object for it.
+// The plain line log_step prints for `metrics`, and the metrics file's object for it. The file is
+// named after the running test: ctest runs each test as its own process, at the same time.
 std::pair<std::string, nlohmann::json> logged(const StepMetrics& metrics) {
-  const std::string file = (std::filesystem::path(::testing::TempDir()) / "metrics_logger_test.jsonl").string();
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string file = (std::filesystem::path(::testing::TempDir()) / ("metrics_logger_" + test + ".jsonl")).string();
   ::testing::internal::CaptureStdout();
   {
     MetricsLogger logger(/*total_steps=*/metrics.step, /*print_every=*/1, file, "plain");
