@@ -424,14 +424,6 @@ void check_related_fields(const RunConfig& config,
              ": every micro-batch holds batch_size / micro_batches sequences");
   const ParallelConfig& parallel = config.parallel;
   check_pipeline_fields(config, show);
-  // docs/architecture.md, "Pipelines on GPUs": one host thread issues every stream there, and a
-  // receive blocks it until its message is in.
-  WEFT_CHECK(parallel.pp == 1 || config.comm.mode != "auto" || train.device.rfind("cuda", 0) != 0,
-             show("comm.mode"), " with ", show("parallel.pp"), " on ", show("train.device"),
-             " is not offered: weft's GPU executor issues every stream from one host thread, and a pipeline's "
-             "receives (posted early in the auto mode, and the tied embedding's gradient exchange inside a bucket's "
-             "reduce) would hold that thread while the peer stage waits for this one's compute; use comm.mode: "
-             "manual for pipelines on GPUs (the auto mode's pipelines run on the CPU)");
   WEFT_CHECK(train.steps_in_flight != 2 || parallel.pp == 1, show("train.steps_in_flight"), " is not offered on a "
              "pipeline (", show("parallel.pp"), "), which completes its sends at each step's end; set "
              "train.steps_in_flight to 0 or 1");

@@ -42,7 +42,7 @@ LayoutSearch search_layouts(const Workload& workload, const CostModel& model, co
               layout.schedule = schedule;
               layout.virtual_stages = chunks;
               layout.sequence_parallel = sp;
-              layout.comm_mode = pp > 1 && options.gpu ? "manual" : options.comm_mode;
+              layout.comm_mode = options.comm_mode;
               if (!layout_problem(workload, layout).empty()) continue;
               LayoutCandidate candidate;
               candidate.layout = layout;

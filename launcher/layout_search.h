@@ -6,9 +6,8 @@
 // Enumerated: dp * tp * pp == ranks with tp dividing the heads, kv heads, vocabulary and MLP width;
 // ZeRO 0, 1, 2 when dp > 1; micro-batches among the divisors of the per-dp-rank batch (at least pp
 // with a pipeline); for pp > 1 the schedules 1f1b, gpipe, zero_bubble and interleaved with 2
-// chunks; sp off and on when tp > 1. Layouts that layout_problem refuses are not listed. On GPUs a
-// pipeline runs in the manual comm mode whatever the config's (weft-train refuses auto pipelines
-// there: docs/architecture.md, "Pipelines on GPUs"), so pp > 1 layouts are predicted in it.
+// chunks; sp off and on when tp > 1. Layouts that layout_problem refuses are not listed. Every
+// layout is predicted in the config's comm mode.
 #pragma once
 
 #include <string>
@@ -24,7 +23,6 @@ struct LayoutSearchOptions {
   int ranks_per_host = 8;
   double memory_limit_bytes = 0.0;  // 0: no limit
   std::string comm_mode = "auto";
-  bool gpu = false;                 // pipelines then run in the manual mode
   int max_micro_batches = 64;       // larger counts are not tried
 };
 

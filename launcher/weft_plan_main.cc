@@ -165,7 +165,6 @@ int plan(int argc, char** argv) {
   options.ranks_per_host = ranks_per_host;
   options.memory_limit_bytes = memory_gb * 1024.0 * 1024.0 * 1024.0;
   options.comm_mode = config.comm.mode;
-  options.gpu = !device.is_cpu();
   const weft::Workload workload = weft::workload_of(config);
   const weft::LayoutSearch search = weft::search_layouts(workload, model, options);
 
@@ -189,9 +188,6 @@ int plan(int argc, char** argv) {
   std::printf("%d layouts considered", search.considered);
   if (memory_gb > 0) std::printf(", %d need more than %.1f GB per rank", search.too_large, memory_gb);
   std::printf("; predicted, fastest first:\n%s", weft::layout_table(search, top).c_str());
-  if (options.gpu && config.comm.mode == "auto") {
-    std::printf("(rows with pp > 1 are predicted in comm.mode: manual, which GPU pipelines run in)\n");
-  }
   if (search.considered == search.too_large) {
     std::printf("no layout fits: raise --memory-gb, use more GPUs, or lower train.batch_size\n");
   }

@@ -9,7 +9,7 @@
 # CONFIG runs its model instead (GPUs: tools/device/multi-gpu-pass), SEQUENCES is the sequences a
 # micro-batch holds, MPIRUN_OPTIONS is added to mpirun's (e.g. "--bind-to none -x LD_LIBRARY_PATH"),
 # and the trailing arguments to every weft-train run (e.g. --set data.train=...). MODES the comm
-# modes to run (GPUs: manual only, where weft refuses auto pipelines: docs/architecture.md).
+# modes to run.
 set -euo pipefail
 weft_train=${1:-build/bin/weft-train}
 ranks=${2:-4}

@@ -186,6 +186,7 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
     for (size_t i = 0; i < buffer_.parameters().size(); ++i) {
       if (pipeline_ != nullptr && pipeline_->is_shared(buffer_.parameters()[i].name)) shared[buffer_.bucket_of(i)].push_back(i);
     }
+    for (const std::vector<size_t>& parameters : shared) reductions.exchanges_with_stage.push_back(!parameters.empty());
     reductions.reduce = [this, shared, reduce_over_dp](size_t bucket, const graph::NodeContext& context) -> CompletionPtr {
       // A slot whose parameter got no gradient this step still counts as zero (lazy zeroing): its
       // zeros are written here, on the collective's stream, before the bucket is reduced whole.

@@ -12,7 +12,18 @@ graph::NodeId Reducer::add_bucket(graph::StepGraph& graph, size_t bucket, graph:
        [reduce = reductions_.reduce, bucket](const graph::NodeContext& context) { return reduce(bucket, context); }},
       {after});
   nodes_.push_back(node);
+  if (node_of_bucket_.size() <= bucket) node_of_bucket_.resize(reductions_.bytes.size(), -1);
+  node_of_bucket_[bucket] = node;
   return node;
+}
+
+void Reducer::order_exchanges_after(graph::StepGraph& graph, graph::NodeId node) {
+  for (size_t bucket = 0; bucket < reductions_.exchanges_with_stage.size(); ++bucket) {
+    if (!reductions_.exchanges_with_stage[bucket]) continue;
+    WEFT_CHECK(bucket < node_of_bucket_.size() && node_of_bucket_[bucket] >= 0, "reducer: bucket ", bucket,
+               " exchanges with another stage but has no node yet (call after backward_finished)");
+    graph.add_edge(node, node_of_bucket_[bucket]);
+  }
 }
 
 std::vector<graph::NodeId> ManualReducer::backward_finished(graph::StepGraph& graph, graph::NodeId last_backward) {

@@ -35,6 +35,9 @@ struct BucketReductions {
   std::vector<int64_t> bytes;         // per bucket, this rank's contribution
   std::string operation;              // "all_reduce" or "reduce_scatter", for node names
   std::function<CompletionPtr(size_t bucket, const graph::NodeContext&)> reduce;
+  // Per bucket, or empty for none: its reduce first exchanges a gradient shared with another
+  // pipeline stage (a tied embedding), waiting on the host for that stage.
+  std::vector<char> exchanges_with_stage;
 };
 
 class Reducer {
@@ -45,6 +48,10 @@ class Reducer {
   virtual void segment_backward_added(graph::StepGraph& graph, int segment, graph::NodeId backward) = 0;
   // Every backward node is in; `last_backward` is the last one. Returns the bucket nodes.
   virtual std::vector<graph::NodeId> backward_finished(graph::StepGraph& graph, graph::NodeId last_backward) = 0;
+  // After backward_finished: the buckets that exchange with another stage wait for `node` too (the
+  // pipeline's last send, so that the exchange's host wait never holds back a message the other
+  // stage needs first).
+  void order_exchanges_after(graph::StepGraph& graph, graph::NodeId node);
 
   // While a step runs: the step builder brackets each segment backward with these, and every
   // parameter's grad-ready hook calls gradient_ready with its index (one thread: compute's).
@@ -56,6 +63,7 @@ class Reducer {
   graph::NodeId add_bucket(graph::StepGraph& graph, size_t bucket, graph::NodeId after);
   BucketReductions reductions_;
   std::vector<graph::NodeId> nodes_;
+  std::vector<graph::NodeId> node_of_bucket_;  // per bucket: its collective node (-1 before it is added)
 };
 
 class ManualReducer final : public Reducer {

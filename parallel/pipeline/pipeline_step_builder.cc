@@ -116,6 +116,7 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
   auto receive_key = [&](size_t k) { return recipe.post_receives_early ? static_cast<double>(k) - 1.5 : static_cast<double>(k) - 0.5; };
   bool first_forward = true;
   NodeId last_action_node = -1;
+  NodeId last_send = -1;  // the stage's last send, in action order
 
   for (size_t k = 0; k < out.actions.size(); ++k) {
     const PipelineAction action = out.actions[k];
@@ -151,6 +152,7 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
                              })};
         spec.peer = peer;
         spec.tag = tag;
+        spec.blocks_host = true;  // an MPI wait for the peer: off the CUDA executor's issuing thread
         input_node = add(std::move(spec), {}, receive_key(k));
       }
       for (int s = first; s < end; ++s) {
@@ -202,7 +204,7 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
                              })};
         spec.peer = peer;
         spec.tag = tag;
-        add(std::move(spec), {forward[m][end - 1]}, key);
+        last_send = add(std::move(spec), {forward[m][end - 1]}, key);
       }
       continue;
     }
@@ -238,6 +240,7 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
                            })};
       spec.peer = peer;
       spec.tag = tag;
+      spec.blocks_host = true;  // an MPI wait for the peer: off the CUDA executor's issuing thread
       gradient_node = add(std::move(spec), {}, receive_key(k));
     }
     const bool input_only = action.kind == PipelineAction::Kind::kBackwardInput;
@@ -281,13 +284,19 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
                            })};
       spec.peer = peer;
       spec.tag = tag;
-      add(std::move(spec), {backward[m][first]}, key);
+      last_send = add(std::move(spec), {backward[m][first]}, key);
     }
   }
   WEFT_CHECK(last_action_node >= 0, "pipeline stage ", place.stage, " has no work");
 
   std::vector<NodeId> before_update;
-  if (reducer != nullptr) before_update = reducer->backward_finished(graph, last_action_node);
+  if (reducer != nullptr) {
+    before_update = reducer->backward_finished(graph, last_action_node);
+    // A shared gradient's exchange (the tied embedding's, between the first and the last stage)
+    // waits on the host for the other stage. Posted after this stage's last send, it can never
+    // hold back what the other stage waits for (on CUDA that wait holds the issuing thread).
+    if (last_send >= 0) reducer->order_exchanges_after(graph, last_send);
+  }
   if (step.average_loss) {
     before_update.push_back(add({NodeKind::kCollective, "all_reduce loss", -1, StreamClass::kDpComm,
                                  static_cast<int64_t>(state.loss_sum.element_size()), step.average_loss},

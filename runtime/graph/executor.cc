@@ -9,7 +9,8 @@
 // stream until it meets a wait for a node not yet issued. An event must be recorded before another
 // stream waits on it (waiting on an unrecorded event is a no-op in CUDA), which that rule
 // guarantees. Signals re-enter the loop from inside their producer's work; the producer's own
-// stream is marked busy so that the loop never issues past the node being issued.
+// stream is marked busy so that the loop never issues past the node being issued. A blocks_host
+// node goes to its list's host worker instead; the loop waits for reports only when nothing else moves.
 #include "runtime/graph/executor.h"
 
 #include <pthread.h>
@@ -295,6 +296,7 @@ struct CudaSlot {
 
 struct Executor::CudaState {
   std::array<std::unique_ptr<cuda::Stream>, kStreamClassCount> streams;  // [compute] unused: the caller's
+  std::array<std::unique_ptr<Worker>, kStreamClassCount> host_workers;  // per list: its blocks_host nodes
   std::array<CudaSlot, kMaxStepsInFlight> slots;
   std::array<std::unique_ptr<cuda::Event>, kStreamClassCount> joins;
   double last_end_clock_ms = 0.0;  // estimated clock_ms() at which the last finished step ended
@@ -302,19 +304,37 @@ struct Executor::CudaState {
 
 namespace {
 
+// What a host worker tells the issuing thread: a signal its node fired (events already recorded),
+// or that its node's work has returned (or thrown).
+struct WorkerReport {
+  NodeId node = -1;
+  NodeId signal = -1;  // >= 0: only this signal was fired
+  CompletionPtr completion;
+  std::exception_ptr error;
+};
+
 struct CudaStep {
   const StepGraph& graph;
   const ExecutionPlan& plan;
   int device;
   std::array<cudaStream_t, kStreamClassCount> streams{};
+  std::array<Worker*, kStreamClassCount> host_workers{};  // set for the lists with blocks_host nodes
   std::vector<cuda::Event*> start_events;
   std::vector<cuda::Event*> end_events;
   std::vector<char> issued;
+  std::vector<char> fired_on_worker;  // signals recorded by a host worker (each written by one worker only)
   std::array<size_t, kStreamClassCount> position{};
   std::array<bool, kStreamClassCount> busy{};
   std::vector<CompletionPtr> completions;
+  int on_workers = 0;            // nodes handed to a host worker whose end is not yet taken
+  std::exception_ptr error;      // the first failure of a node run by a host worker
 
-  CudaStep(const StepGraph& g, const ExecutionPlan& p, int d) : graph(g), plan(p), device(d), issued(g.size(), 0) {}
+  std::mutex reports_mutex;
+  std::condition_variable reports_changed;
+  std::deque<WorkerReport> reports;
+
+  CudaStep(const StepGraph& g, const ExecutionPlan& p, int d)
+      : graph(g), plan(p), device(d), issued(g.size(), 0), fired_on_worker(g.size(), 0) {}
 
   // Records a signal's events on its producer's stream, at this point of the producer's work.
   void issue_signal(NodeId signal) {
@@ -332,9 +352,86 @@ struct CudaStep {
     step->drive();  // issue what the other streams waited for
   }
 
+  // fire() of a node run by a host worker: the events are recorded here, on the producer's stream
+  // at this point of its work; the issuing thread learns of it from the report.
+  static void fire_on_worker(void* state, NodeId producer, NodeId signal) {
+    auto* step = static_cast<CudaStep*>(state);
+    check_signal(step->graph, producer, signal);
+    if (step->fired_on_worker[signal]) return;
+    step->fired_on_worker[signal] = 1;
+    const cudaStream_t stream = step->streams[static_cast<int>(step->plan.stream_of[producer])];
+    step->start_events[signal]->record(stream);
+    step->end_events[signal]->record(stream);
+    WorkerReport report;
+    report.signal = signal;
+    step->report(std::move(report));
+  }
+
+  void report(WorkerReport report) {
+    {
+      std::lock_guard<std::mutex> lock(reports_mutex);
+      reports.push_back(std::move(report));
+    }
+    reports_changed.notify_one();
+  }
+
+  // On list s's host worker: node `id`'s work, with the device and the list's stream current.
+  void run_on_worker(NodeId id, int s) {
+    WorkerReport report;
+    report.node = id;
+    try {
+      cuda::set_device(device);
+      cuda::StreamGuard guard(device, streams[s]);
+      const Node& node = graph.node(id);
+      NvtxRange range(node.name.c_str());
+      start_events[id]->record(streams[s]);
+      if (node.work) {
+        report.completion = node.work(NodeContext(id, kAllStreamClasses[s], Device::cuda(device), streams[s],
+                                                  &CudaStep::fire_on_worker, this));
+      }
+      end_events[id]->record(streams[s]);
+    } catch (...) {
+      report.error = std::current_exception();
+    }
+    this->report(std::move(report));
+  }
+
+  // Issuing thread: waits for the next report and takes it in. A node's end frees its list and
+  // issues the signals it did not fire (fired at its end, as elsewhere).
+  void take_report() {
+    WorkerReport report;
+    {
+      std::unique_lock<std::mutex> lock(reports_mutex);
+      reports_changed.wait(lock, [&] { return !reports.empty(); });
+      report = std::move(reports.front());
+      reports.pop_front();
+    }
+    if (report.signal >= 0) {
+      issued[report.signal] = 1;
+      return;
+    }
+    --on_workers;
+    const Node& node = graph.node(report.node);
+    busy[static_cast<int>(plan.stream_of[node.id])] = false;
+    if (report.error) {
+      if (!error) error = report.error;
+      return;
+    }
+    issued[node.id] = 1;
+    if (report.completion) completions.push_back(std::move(report.completion));
+    for (NodeId dependent : node.dependents) {
+      if (graph.node(dependent).signal_of == node.id) issue_signal(dependent);
+    }
+  }
+
+  // Issuing thread: lets every node handed to a host worker end (they use this step's state).
+  void wait_for_workers() {
+    while (on_workers > 0) take_report();
+  }
+
   // Issues list s as far as completed issues allow; returns whether it moved.
   bool advance(int s) {
-    if (busy[s]) return false;
+    if (busy[s] || error) return false;
     const StreamClass stream = kAllStreamClasses[s];
     const auto& list = plan.streams[s];
     bool moved = false;
@@ -356,6 +453,12 @@ struct CudaStep {
         continue;
       }
       busy[s] = true;
+      if (node.blocks_host && host_workers[s] != nullptr) {
+        // The list stays busy until the worker's report: its next instruction comes after this node.
+        ++on_workers;
+        host_workers[s]->post([this, id, s] { run_on_worker(id, s); });
+        break;
+      }
       {
         cuda::StreamGuard guard(device, streams[s]);
         // Host-side issue of the node's work, named on the NVTX timeline; its kernels run later.
@@ -407,6 +510,16 @@ Executor::InFlight Executor::issue_cuda(const StepGraph& graph, const ExecutionP
     if (!state.joins[s]) state.joins[s] = std::make_unique<cuda::Event>(false);
     step.streams[s] = state.streams[s]->get();
   }
+  for (int s = 0; s < kStreamClassCount; ++s) {
+    const bool blocks = std::any_of(plan.streams[s].begin(), plan.streams[s].end(), [&](const Instruction& instruction) {
+      return instruction.op == Instruction::Op::kRun && graph.node(instruction.node).blocks_host;
+    });
+    if (!blocks) continue;
+    if (!state.host_workers[s]) {
+      state.host_workers[s] = std::make_unique<Worker>(std::string("weft host ") + stream_class_name(kAllStreamClasses[s]));
+    }
+    step.host_workers[s] = state.host_workers[s].get();
+  }
   step.start_events.resize(graph.size());
   step.end_events.resize(graph.size());
   for (NodeId id = 0; id < graph.size(); ++id) {
@@ -427,7 +540,13 @@ Executor::InFlight Executor::issue_cuda(const StepGraph& graph, const ExecutionP
     }
   };
   try {
-    step.drive();
+    // Issue what can be issued; then wait for a host worker's report and go on from there.
+    for (;;) {
+      step.drive();
+      if (step.on_workers == 0) break;
+      step.take_report();
+    }
+    if (step.error) std::rethrow_exception(step.error);
     for (int s = 0; s < kStreamClassCount; ++s) {
       WEFT_CHECK(step.position[s] == plan.streams[s].size(), "Executor: stream ",
                  stream_class_name(kAllStreamClasses[s]), " cannot proceed past instruction ", step.position[s],
@@ -435,7 +554,8 @@ Executor::InFlight Executor::issue_cuda(const StepGraph& graph, const ExecutionP
     }
   } catch (...) {
     try {
-      join();  // leave no stream running ahead of the caller's
+      step.wait_for_workers();  // `step` lives on this frame
+      join();                   // leave no stream running ahead of the caller's
     } catch (...) {
     }
     throw;

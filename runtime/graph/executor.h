@@ -30,10 +30,21 @@
 // every comm stream at the end, so a step is ordered like one kernel on the caller's stream.
 // A Completion returned by CUDA work is kept until the step's end, then synchronize()d (to surface
 // its failure); the work must have ordered itself on the given stream.
+// Host-blocking nodes (NodeSpec::blocks_host: a pipeline receive waits in MPI for another rank)
+// would hold that one thread, and with it every list, while the peer may be waiting for work still
+// to be issued here (a send after a backward): a deadlock across ranks. The executor hands such a
+// node to a host worker of its list (a thread per stream class, kept across steps, with the device
+// and the list's stream current), marks the list busy, and goes on issuing the other lists; when
+// no list can move it waits for a worker's report, and the node's end event is recorded by the
+// worker after its work, so the node's list and its dependents are ordered exactly as before. A
+// signal such a node fires is recorded by the worker and reported. The work of a blocks_host node
+// runs beside the issuing thread: it may touch only what no node issued meanwhile touches (a
+// receive writes its own message's tensor) and must not call a collective of a group the issuing
+// thread may be calling at the same time.
 //
 // Errors: the first exception a node throws (or its Completion's synchronize() rethrows) stops every
 // stream at its next instruction (a stream blocked in `wait` wakes up), and issue() rethrows it
-// on the caller's thread after all streams have stopped. Work that never returns (a collective
+// on the caller's thread after all streams (and, on CUDA, all host workers) have stopped. Work that never returns (a collective
 // whose peer died) is parallel/'s to time out; the executor does not interrupt running work.
 //
 // NVTX (runtime/nvtx_range.h): every node's work runs inside a range named after the node, on the

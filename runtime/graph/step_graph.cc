@@ -194,6 +194,7 @@ std::string StepGraph::to_json() const {
     out << "]";
     if (node.is_signal()) out << ", \"signal_of\": " << node.signal_of;
     if (node.peer >= 0) out << ", \"peer\": " << node.peer << ", \"tag\": " << node.tag;
+    if (node.blocks_host) out << ", \"blocks_host\": true";
     out << "}";
   }
   out << "\n  ],\n  \"edges\": [";

@@ -122,6 +122,11 @@ struct NodeSpec {
   // so that a plan's point-to-point pairs can be matched across ranks without running it; -1 otherwise.
   int peer = -1;
   int64_t tag = -1;
+  // The work waits on the host for another rank (a pipeline receive: an MPI wait, then the copy to
+  // the device). The CUDA executor calls it on a thread of its own, so that the one thread issuing
+  // every stream's list is never held by it (executor.h); the CPU executor gives each comm list a
+  // thread anyway. Ordering is unchanged: the node's list still waits for it, and so do its dependents.
+  bool blocks_host = false;
 };
 
 struct Node : NodeSpec {
@@ -153,7 +158,7 @@ class StepGraph {
   std::vector<NodeId> topological_order() const;
 
   // {"streams": [...], "nodes": [{id, name, kind, micro_batch, stream, bytes, dependencies,
-  // signal_of?}], "edges": [{"from", "to"}]}.
+  // signal_of?, peer? and tag?, blocks_host?}], "edges": [{"from", "to"}]}.
   std::string to_json() const;
   // Graphviz: one cluster per stream class, nodes shaped by kind, an edge per dependency.
   std::string to_dot() const;

@@ -331,7 +331,6 @@ TEST_F(ConfigTest, DumpConfigRoundTrips) {
   config.model.dropout = 0.1 + 0.2;  // not a short decimal: must still come back bit for bit
   config.model.seed = std::numeric_limits<uint64_t>::max();
   config.model.options = {{"rank", "16"}, {"note", "a: b # not a comment"}, {"empty", ""}, {"tilde", "~"}};
-  // The CPU: an auto-mode pipeline (below) is refused on GPUs (docs/architecture.md).
   config.train.device = "cpu";
   config.train.dtype = "bf16";
   config.train.batch_size = 12;

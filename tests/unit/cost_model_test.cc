@@ -170,28 +170,6 @@ TEST(StepSimulator, PipelineBubbleFollowsTheSchedule) {
   EXPECT_LT(predict_step(workload, zero_bubble, model, 8).bubble, one_f_one_b.bubble);
 }
 
-// weft-train refuses auto-mode pipelines on GPUs, so weft-plan predicts a GPU pipeline in the
-// manual mode whatever the config says; the other layouts keep the config's mode.
-TEST(LayoutSearch, GpuPipelinesArePredictedInTheManualMode) {
-  const Workload workload = small_gpt();
-  LayoutSearchOptions options;
-  options.ranks = 4;
-  options.comm_mode = "auto";
-  for (const bool gpu : {true, false}) {
-    options.gpu = gpu;
-    int pipelines = 0, others = 0;
-    for (const LayoutCandidate& candidate : search_layouts(workload, model_with(0.05, 1e5), options).candidates) {
-      const bool pipeline = candidate.layout.pp > 1;
-      (pipeline ? pipelines : others) += 1;
-      EXPECT_EQ(candidate.layout.comm_mode, pipeline && gpu ? "manual" : "auto")
-          << (gpu ? "gpu" : "cpu") << " dp " << candidate.layout.dp << " tp " << candidate.layout.tp << " pp "
-          << candidate.layout.pp;
-    }
-    EXPECT_GT(pipelines, 0);
-    EXPECT_GT(others, 0);
-  }
-}
-
 TEST(StepSimulator, AutoHidesWhatManualWaitsFor) {
   const Workload workload = small_gpt();
   const CostModel model = model_with(0.05, 1e5);

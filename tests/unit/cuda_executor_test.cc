@@ -1,15 +1,20 @@
 // Executor on CUDA streams: cross-stream dependencies are honoured through events (data checks),
 // a copy on a comm stream overlaps matmuls on the compute stream in the auto mode and not in the
 // manual mode, a signal fired inside a node lets a comm stream start before the node ends, and an
-// exception in a node leaves execute() and the executor usable, and two steps in flight run
-// ahead of the host and read back their own values. Skipped without a GPU.
+// exception in a node leaves execute() and the executor usable, two steps in flight run ahead of
+// the host and read back their own values, and a node that blocks the host (a pipeline receive)
+// runs off the issuing thread. Skipped without a GPU.
 //
 // "Compute" is a chain of bf16 matmuls on the compute stream; "communication" is a host<->device
 // copy through pinned memory on a comm stream (a DMA engine, so it can truly run beside kernels).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "runtime/error.h"
@@ -260,6 +265,123 @@ TEST(CudaExecutor, DestroyedWithAStepInFlightLeavesTheDeviceUsable) {
   EXPECT_EQ(counter.to(Device::cpu()).to_vector(), std::vector<double>(1024, 3.0));
   Executor executor(kGpu);
   EXPECT_GT(executor.execute(graph, plan).step_ms, 0.0);
+}
+
+// A pipeline stage in miniature: "recv" (p2p, blocks_host) waits on the host for a message that
+// only "send" (compute, issued after the compute list has waited for "posted" on p2p) produces, as
+// a receive waits for a peer that needs this rank's send first. Issued from one thread the step
+// would hang in "recv" before reaching "send"; the executor runs "recv" on a host worker. The
+// receive then writes the message to the device on its stream and fires "message in", which the
+// dp_comm download waits for; "consume" on compute waits for the whole receive and reads the
+// second buffer it wrote after the signal. Both must see the values, and the receive's time on
+// the timeline covers its wait for the send.
+TEST(CudaExecutor, AHostBlockingNodeRunsOffTheIssuingThread) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  Buffers buffers;
+  constexpr size_t kBytes = 16 << 20;
+  Tensor second = Tensor::zeros({1024}, kFloat32, kGpu);  // [1024] f32
+  std::vector<float> downloaded(1024, 0.0f);
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool sent = false;
+  std::thread::id receive_thread;
+  StepGraph graph;
+  const NodeId warm = graph.add_node(node_spec(NodeKind::kForward, "forward", StreamClass::kCompute,
+                                               task([&] { matmuls(buffers.a, 20); })));
+  const NodeId posted = graph.add_node(node_spec(NodeKind::kOther, "posted", StreamClass::kP2p, nullptr));
+  NodeId message_in = -1;
+  graph::NodeSpec receive_spec = node_spec(
+      NodeKind::kRecv, "recv", StreamClass::kP2p, [&](const NodeContext& ctx) -> CompletionPtr {
+        receive_thread = std::this_thread::get_id();
+        {
+          std::unique_lock<std::mutex> lock(mutex);
+          if (!changed.wait_for(lock, std::chrono::seconds(20), [&] { return sent; })) {
+            throw std::runtime_error("recv: the send never came (the issuing thread is held)");
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the message's transfer
+        WEFT_CUDA_CHECK(cudaMemsetAsync(buffers.device, 5, kBytes, ctx.cuda_stream()));
+        ctx.fire(message_in);
+        second.fill_(9.0);  // on the current stream: the p2p stream
+        return nullptr;
+      });
+  receive_spec.blocks_host = true;
+  const NodeId receive = graph.add_node(std::move(receive_spec), {posted});
+  message_in = graph.add_signal("message in", receive);
+  const NodeId send = graph.add_node(node_spec(NodeKind::kSend, "send", StreamClass::kCompute, task([&] {
+                                                 {
+                                                   std::lock_guard<std::mutex> lock(mutex);
+                                                   sent = true;
+                                                 }
+                                                 changed.notify_all();
+                                               })),
+                                     {warm, posted});
+  const NodeId download = graph.add_node(
+      node_spec(NodeKind::kCollective, "download", StreamClass::kDpComm, [&](const NodeContext& ctx) -> CompletionPtr {
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(buffers.host.data(), buffers.device, kBytes, cudaMemcpyDeviceToHost,
+                                        ctx.cuda_stream()));
+        return nullptr;
+      }),
+      {message_in});
+  const NodeId consume = graph.add_node(
+      node_spec(NodeKind::kBackward, "consume", StreamClass::kCompute, [&](const NodeContext& ctx) -> CompletionPtr {
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(downloaded.data(), second.raw_data(), 1024 * sizeof(float),
+                                        cudaMemcpyDeviceToHost, ctx.cuda_stream()));
+        return nullptr;
+      }),
+      {receive, send});
+  graph.add_node(node_spec(NodeKind::kOptimizer, "optimizer", StreamClass::kCompute, nullptr), {download, consume});
+  const ExecutionPlan plan = Scheduler::plan(graph, CommMode::kAuto);
+  // The plan makes one issuing thread meet the receive first: compute waits for "posted" before
+  // "send", so the loop has gone over to the p2p list, whose next node is the receive.
+  const std::vector<Instruction>& compute = plan.list(StreamClass::kCompute);
+  ASSERT_GE(compute.size(), 3u);
+  EXPECT_EQ(compute[1].op, Instruction::Op::kWait);
+  EXPECT_EQ(compute[1].node, posted);
+  Executor executor(kGpu);
+  for (int round = 0; round < 2; ++round) {  // the worker is kept across steps
+    sent = false;
+    std::memset(buffers.host.data(), 1, kBytes);
+    second.fill_(0.0);
+    WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+    const StepTimeline timeline = executor.execute(graph, plan);
+    const auto* bytes = buffers.host.data_as<unsigned char>();
+    size_t wrong = 0;
+    for (size_t i = 0; i < kBytes; ++i) wrong += bytes[i] != 5;
+    EXPECT_EQ(wrong, 0u);
+    EXPECT_EQ(std::vector<double>(downloaded.begin(), downloaded.end()), std::vector<double>(1024, 9.0));
+    EXPECT_NE(receive_thread, std::this_thread::get_id());
+    const auto& t = timeline.nodes;
+    EXPECT_GE(t[download].start_ms, t[message_in].end_ms - 0.01);
+    EXPECT_GE(t[consume].start_ms, t[receive].end_ms - 0.01);
+    EXPECT_GT(t[receive].duration_ms(), 15.0);  // the wait and the transfer's 20 ms
+    std::printf("round %d: recv [%.2f, %.2f], message in %.2f, send [%.2f, %.2f], consume %.2f, step %.2f ms\n",
+                round, t[receive].start_ms, t[receive].end_ms, t[message_in].start_ms, t[send].start_ms,
+                t[send].end_ms, t[consume].start_ms, timeline.step_ms);
+  }
+}
+
+// A host-blocking node that throws: execute() rethrows it once the other lists have stopped, and
+// the executor (and its host worker) runs the next step.
+TEST(CudaExecutor, AHostBlockingNodeThatThrowsLeavesTheExecutorUsable) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  Buffers buffers;
+  bool fail = true;
+  StepGraph graph;
+  graph.add_node(node_spec(NodeKind::kForward, "forward", StreamClass::kCompute, task([&] { matmuls(buffers.a, 5); })));
+  graph::NodeSpec receive = node_spec(NodeKind::kRecv, "recv", StreamClass::kP2p, task([&] {
+                                        if (fail) throw std::runtime_error("the peer is gone");
+                                      }));
+  receive.blocks_host = true;
+  const NodeId received = graph.add_node(std::move(receive));
+  graph.add_node(node_spec(NodeKind::kBackward, "backward", StreamClass::kCompute, task([&] { matmuls(buffers.a, 5); })),
+                 {received});
+  const ExecutionPlan plan = Scheduler::plan(graph, CommMode::kAuto);
+  Executor executor(kGpu);
+  EXPECT_THROW(executor.execute(graph, plan), std::runtime_error);
+  fail = false;
+  EXPECT_GT(executor.execute(graph, plan).step_ms, 0.0);
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 #else

@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 
+#include "parallel/data/reducer.h"
 #include "parallel/pipeline/pipeline_step_builder.h"
 #include "runtime/error.h"
 #include "runtime/graph/scheduler.h"
@@ -26,6 +29,8 @@ using graph::NodeKind;
 using graph::StepGraph;
 
 struct StagePlan {
+  std::unique_ptr<Reducer> reducer;  // with_tied_exchange only
+  std::set<std::string> exchanging_nodes;  // the names of its buckets' nodes that exchange
   StepState state;
   StepGraph graph;
   ExecutionPlan plan;
@@ -49,8 +54,28 @@ std::vector<int> even_cut(int segments, int virtual_stages) {
   return first;
 }
 
+// The reducer of a stage holding `held` segments, as the data-parallel strategy makes it for a
+// tied embedding: one bucket per held segment, in backward order, each with one parameter; the
+// buckets of segment 0 (the embedding) and of the last segment (the head that reads it) exchange
+// their gradient with the other stage first. The simulator treats the node of such a bucket
+// ("reduce bucket b", named in StagePlan::exchanging_nodes) as a collective of the first and the
+// last stage.
+std::unique_ptr<Reducer> tied_exchange_reducer(const std::vector<int>& held, int segments, CommMode mode) {
+  BucketReductions reductions;
+  reductions.operation = "reduce";
+  for (auto segment = held.rbegin(); segment != held.rend(); ++segment) {
+    reductions.bucket_of_parameter.push_back(reductions.ready_segment.size());
+    reductions.final_segment.push_back(*segment);
+    reductions.ready_segment.push_back(*segment);
+    reductions.bytes.push_back(4);
+    reductions.exchanges_with_stage.push_back(*segment == 0 || *segment == segments - 1);
+  }
+  if (mode == CommMode::kManual) return std::make_unique<ManualReducer>(std::move(reductions));
+  return std::make_unique<OverlappedReducer>(std::move(reductions));
+}
+
 std::vector<std::unique_ptr<StagePlan>> plan_stages(PipelineSchedule schedule, int stages, int micro_batches,
-                                                    int chunks, CommMode mode) {
+                                                    int chunks, CommMode mode, bool with_tied_exchange = false) {
   const int segments = stages * chunks + 2;
   std::vector<std::unique_ptr<StagePlan>> plans;
   for (int stage = 0; stage < stages; ++stage) {
@@ -64,6 +89,18 @@ std::vector<std::unique_ptr<StagePlan>> plan_stages(PipelineSchedule schedule, i
     recipe.placement = {stage, stages, chunks, even_cut(segments, stages * chunks)};
     recipe.schedule = schedule;
     recipe.post_receives_early = mode == CommMode::kAuto;
+    if (with_tied_exchange) {
+      std::vector<int> held;
+      for (int segment = 0; segment < segments; ++segment) {
+        if (recipe.placement.holds(segment)) held.push_back(segment);
+      }
+      plan->reducer = tied_exchange_reducer(held, segments, mode);
+      for (size_t bucket = 0; bucket < held.size(); ++bucket) {
+        const int segment = held[held.size() - 1 - bucket];
+        if (segment == 0 || segment == segments - 1) plan->exchanging_nodes.insert(str("reduce bucket ", bucket));
+      }
+      recipe.step.reducer = plan->reducer.get();
+    }
     PipelineStepGraph built = build_pipeline_step_graph(recipe, plan->state);
     plan->graph = std::move(built.graph);
     plan->actions = built.actions;
@@ -78,12 +115,17 @@ bool is_stage_collective(const graph::Node& node) {
   return node.kind == NodeKind::kOptimizer || (node.kind == NodeKind::kCollective && node.name == "all_reduce loss");
 }
 
+// How a stage's host issues its lists, in the simulator below.
+enum class Issuing {
+  kThreadPerList,  // the CPU executor: a thread per list; a receive waiting holds only its list
+  kOneThread,      // the CUDA executor: one thread issues every list in stream-class order and runs
+                   // blocks_host nodes on host workers; any other node that waits on the host (the
+                   // tied gradient's exchange) holds every list of its stage until it completes
+  kOneThreadNoWorkers,  // the same without host workers (weft before 2026-12-04): receives hold all
+};
+
 // Runs every stage's plan at once until all is done or nothing can move; returns "" or what is stuck.
-// By default each stream of a stage moves on its own, as the CPU executor's threads do: a receive
-// whose message has not come holds only its own list. With `single_issuing_thread`, a stage's
-// lists are issued as the CUDA executor does, by one host thread in stream-class order, and a
-// receive (an MPI wait on the host) holds every list of its stage until its message comes.
-std::string simulate(const std::vector<std::unique_ptr<StagePlan>>& plans, bool single_issuing_thread = false) {
+std::string simulate(const std::vector<std::unique_ptr<StagePlan>>& plans, Issuing issuing = Issuing::kThreadPerList) {
   const int stages = static_cast<int>(plans.size());
   std::vector<std::vector<char>> done(stages);
   std::vector<std::array<size_t, graph::kStreamClassCount>> position(stages);
@@ -93,47 +135,74 @@ std::string simulate(const std::vector<std::unique_ptr<StagePlan>>& plans, bool 
     done[r].assign(plans[r]->graph.size(), 0);
     position[r].fill(0);
   }
-  // single_issuing_thread: the list whose receive holds the stage's host thread (-1: none). The
-  // thread goes on from there once the message is in, and only then reaches the other lists.
+  // One issuing thread: the list whose node holds the stage's host thread (-1: none). The thread
+  // goes on from there once the node completes, and only then reaches the other lists.
+  const bool one_thread = issuing != Issuing::kThreadPerList;
   std::vector<int> held_in(stages, -1);
-  for (bool moved = true; moved;) {
+  std::vector<std::array<bool, graph::kStreamClassCount>> busy(stages);  // a producer's list, re-entered
+  for (auto& lists : busy) lists.fill(false);
+  bool moved = true;
+  // Runs list s of stage r until it waits, is held, or ends.
+  std::function<void(int, int)> run_list = [&](int r, int s) {
+    if (busy[r][s]) return;
+    const std::vector<Instruction>& list = plans[r]->plan.streams[s];
+    while (position[r][s] < list.size() && held_in[r] < 0) {
+      const Instruction& instruction = list[position[r][s]];
+      const graph::Node& node = plans[r]->graph.node(instruction.node);
+      std::vector<NodeId> signals;
+      for (NodeId dependent : node.dependents) {
+        if (plans[r]->graph.node(dependent).signal_of == node.id) signals.push_back(dependent);
+      }
+      if (instruction.op == Instruction::Op::kWait) {
+        if (!done[r][instruction.node]) break;
+      } else if (node.kind == NodeKind::kRecv) {
+        if (!sent.count({node.peer, r, node.tag})) {
+          const bool on_worker = issuing == Issuing::kOneThread && node.blocks_host;
+          if (one_thread && !on_worker) held_in[r] = s;
+          break;
+        }
+        done[r][node.id] = 1;
+      } else if (node.kind == NodeKind::kSend) {
+        EXPECT_TRUE(sent.insert({r, node.peer, node.tag}).second) << "stage " << r << " sends tag " << node.tag
+                                                                   << " twice";
+        done[r][node.id] = 1;
+      } else if (is_stage_collective(node) || plans[r]->exchanging_nodes.count(node.name)) {
+        // Arrive once; complete when every stage (an exchange: the first and the last) has arrived.
+        const bool exchange = !is_stage_collective(node);
+        int& arrivals = collective_arrivals[exchange ? "exchange" : node.name];
+        if (done[r][node.id] == 0) {
+          done[r][node.id] = 2;  // arrived, not complete
+          ++arrivals;
+        }
+        if (arrivals < (exchange ? 2 : stages)) {
+          // The exchange waits on the host (an MPI receive inside the bucket's reduce).
+          if (exchange && one_thread) held_in[r] = s;
+          break;
+        }
+        done[r][node.id] = 1;
+      } else if (one_thread && !signals.empty()) {
+        // The CUDA executor fires a producer's signals from inside its work and, re-entering its
+        // loop there, issues the lists that waited for them before the rest of the producer: a
+        // node there that holds the host holds the producer, and its list, too.
+        for (NodeId signal : signals) done[r][signal] = 1;
+        busy[r][s] = true;
+        for (int other = 0; other < graph::kStreamClassCount && held_in[r] < 0; ++other) run_list(r, other);
+        busy[r][s] = false;
+        if (held_in[r] >= 0) break;  // the producer is taken up again once the thread is let go
+        done[r][node.id] = 1;
+      } else {
+        done[r][node.id] = 1;
+      }
+      ++position[r][s];
+      moved = true;
+    }
+  };
+  while (moved) {
     moved = false;
     for (int r = 0; r < stages; ++r) {
       const int first_list = held_in[r] >= 0 ? held_in[r] : 0;
       held_in[r] = -1;
-      for (int s = first_list; s < graph::kStreamClassCount && held_in[r] < 0; ++s) {
-        const std::vector<Instruction>& list = plans[r]->plan.streams[s];
-        while (position[r][s] < list.size()) {
-          const Instruction& instruction = list[position[r][s]];
-          const graph::Node& node = plans[r]->graph.node(instruction.node);
-          if (instruction.op == Instruction::Op::kWait) {
-            if (!done[r][instruction.node]) break;
-          } else if (node.kind == NodeKind::kRecv) {
-            if (!sent.count({node.peer, r, node.tag})) {
-              if (single_issuing_thread) held_in[r] = s;
-              break;
-            }
-            done[r][node.id] = 1;
-          } else if (node.kind == NodeKind::kSend) {
-            EXPECT_TRUE(sent.insert({r, node.peer, node.tag}).second) << "stage " << r << " sends tag " << node.tag
-                                                                       << " twice";
-            done[r][node.id] = 1;
-          } else if (is_stage_collective(node)) {
-            // Arrive once; complete when every stage has arrived.
-            int& arrivals = collective_arrivals[node.name];
-            if (done[r][node.id] == 0) {
-              done[r][node.id] = 2;  // arrived, not complete
-              ++arrivals;
-            }
-            if (arrivals < stages) break;
-            done[r][node.id] = 1;
-          } else {
-            done[r][node.id] = 1;
-          }
-          ++position[r][s];
-          moved = true;
-        }
-      }
+      for (int s = first_list; s < graph::kStreamClassCount && held_in[r] < 0; ++s) run_list(r, s);
     }
   }
   std::string stuck;
@@ -200,24 +269,44 @@ TEST(PipelineStepGraph, EverySchedulePlansWithoutDeadlockInBothModes) {
   EXPECT_GT(checked, 150);
 }
 
-// The CUDA executor issues every list of a stage from one host thread, where a pipeline receive
-// blocks the thread (docs/architecture.md, "Pipelines on GPUs"). The manual mode's plans, which
-// GPU pipelines run, never deadlock that way; the auto mode's receives posted early do (1F1B at
-// pp 2: stage 1 waits for activation 1 before it has issued the backward that stage 0 waits for),
-// which is why weft refuses them on GPUs. Whoever lets the executor wait for receives elsewhere can
-// turn the second half into "no auto plan deadlocks" and lift the refusal.
-TEST(PipelineStepGraph, ManualPlansNeverDeadlockOneIssuingThreadAutoPlansCan) {
-  int auto_deadlocks = 0;
+// The CUDA executor issues every list of a stage from one host thread (docs/architecture.md,
+// "Pipelines on GPUs"). A pipeline receive waits on the host, so it runs on a host worker
+// (blocks_host); the tied gradient's exchange, which waits on the host too, is ordered after the
+// stage's last send. With both, no plan of any schedule deadlocks, in either mode, with a tied
+// embedding. Without the workers the auto mode's receives posted early do (1F1B at pp 2: stage 1
+// waits for activation 1 before it has issued the backward that stage 0 waits for).
+TEST(PipelineStepGraph, NoPlanDeadlocksTheCudaExecutorsOneIssuingThread) {
+  int deadlocks_without_workers = 0;
+  int exchanges = 0;
   for (const Case& c : cases()) {
-    SCOPED_TRACE(str(pipeline_schedule_name(c.schedule), " pp ", c.stages, " m ", c.micro_batches, " chunks ",
-                     c.chunks));
-    EXPECT_EQ(simulate(plan_stages(c.schedule, c.stages, c.micro_batches, c.chunks, CommMode::kManual), true), "");
-    auto_deadlocks += !simulate(plan_stages(c.schedule, c.stages, c.micro_batches, c.chunks, CommMode::kAuto), true)
-                           .empty();
+    for (CommMode mode : {CommMode::kManual, CommMode::kAuto}) {
+      SCOPED_TRACE(str(pipeline_schedule_name(c.schedule), " pp ", c.stages, " m ", c.micro_batches, " chunks ",
+                       c.chunks, " ", graph::comm_mode_name(mode)));
+      const auto plans = plan_stages(c.schedule, c.stages, c.micro_batches, c.chunks, mode, true);
+      expect_matched(plans);
+      EXPECT_EQ(simulate(plans, Issuing::kThreadPerList), "");
+      EXPECT_EQ(simulate(plans, Issuing::kOneThread), "");
+      deadlocks_without_workers += !simulate(plans, Issuing::kOneThreadNoWorkers).empty();
+      for (const auto& stage : plans) {
+        NodeId last_send = -1;
+        for (const graph::Node& node : stage->graph.nodes()) {
+          if (node.kind == NodeKind::kRecv) EXPECT_TRUE(node.blocks_host) << node.name;
+          if (node.kind == NodeKind::kSend) last_send = node.id;
+        }
+        for (const graph::Node& node : stage->graph.nodes()) {
+          if (!stage->exchanging_nodes.count(node.name)) continue;
+          ASSERT_GE(last_send, 0);
+          EXPECT_NE(std::find(node.dependencies.begin(), node.dependencies.end(), last_send), node.dependencies.end())
+              << node.name << " does not wait for " << stage->graph.node(last_send).name;
+          ++exchanges;
+        }
+      }
+    }
   }
-  EXPECT_GT(auto_deadlocks, 0);
-  const std::string stuck =
-      simulate(plan_stages(PipelineSchedule::kOneForwardOneBackward, 2, 8, 1, CommMode::kAuto), true);
+  EXPECT_GT(exchanges, 0);
+  EXPECT_GT(deadlocks_without_workers, 0);
+  const std::string stuck = simulate(plan_stages(PipelineSchedule::kOneForwardOneBackward, 2, 8, 1, CommMode::kAuto),
+                                     Issuing::kOneThreadNoWorkers);
   EXPECT_NE(stuck.find("recv activation 1"), std::string::npos) << stuck;
 }
 
