@@ -1,5 +1,6 @@
 #include "parallel/comm/process_group.h"
 
+#include "parallel/comm/host_staged_process_group.h"
 #include "parallel/comm/local_process_group.h"
 #include "parallel/mesh.h"
 #include "parallel/comm/mpi_environment.h"
@@ -33,6 +34,10 @@ namespace {
 std::shared_ptr<ProcessGroup> make_group_over(MPI_Comm comm, const std::string& name, std::vector<int> world_ranks,
                                               Device device) {
   if (device.is_cpu()) return std::make_shared<MpiProcessGroup>(comm, name, std::move(world_ranks));
+  if (gpu_collectives_through_host()) {
+    return std::make_shared<HostStagedProcessGroup>(std::make_shared<MpiProcessGroup>(comm, name, std::move(world_ranks)),
+                                                    device);
+  }
 #if WEFT_HAVE_CUDA && WEFT_HAVE_NCCL
   return std::make_shared<NcclProcessGroup>(comm, name, std::move(world_ranks), device.index);
 #else

@@ -12,6 +12,8 @@
 # tolerance. The start-up log names the cut and the
 # schedule, and every step reports the bubble next to the schedule's theory and each stage's memory.
 #   usage: pipeline_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR DP TP PP SCHEDULE CHUNKS MODEL LAYERS ZERO [MPIRUN...]
+#   WEFT_TEST_SETTINGS (environment): more weft-train arguments for every run (tools/device/shared-gpu-pass:
+#   "--set train.device=cuda:0"); WEFT_TEST_PYTHON: the interpreter of the checks (default /usr/bin/python3)
 set -euo pipefail
 weft_train=$1 compare=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 chunks=$8 model=$9 layers=${10} zero=${11}
 shift 11
@@ -25,6 +27,8 @@ common=("$work/run.yaml" --set model.type="$model" --set model.layers="$layers" 
         --set train.lr=0.5 --set train.grad_clip=1.0 --set data.train="$work/text.txt" --set data.val_every=3
         --set log.progress=plain)
 [ "$model" = llama ] && common+=(--set model.kv_heads=2)
+read -ra extra_settings <<< "${WEFT_TEST_SETTINGS:-}"
+common+=("${extra_settings[@]}")
 
 "$weft_train" "${common[@]}" --set checkpoint.dir="$work/single" --set log.metrics_file="$work/single.jsonl" >/dev/null
 for mode in manual auto; do
@@ -41,7 +45,7 @@ grep -q "bubble" "$work/auto.log" || { echo "FAIL: the steps do not report the b
 [ "$(grep -c '"pipeline bubble"' "$work/auto.trace.json")" -eq $((6 * ranks)) ] ||
   { echo "FAIL: the trace does not hold a bubble counter per step and rank"; exit 1; }
 
-/usr/bin/python3 - "$work" "$tp" "$pp" "$(dirname "$0")/../support" <<'PYTHON'
+"${WEFT_TEST_PYTHON:-/usr/bin/python3}" - "$work" "$tp" "$pp" "$(dirname "$0")/../support" <<'PYTHON'
 import sys
 work, tp, pp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 sys.path.insert(0, sys.argv[4])

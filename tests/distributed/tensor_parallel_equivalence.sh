@@ -15,6 +15,8 @@
 # parallelism (4e-8 relative, seen on the 2026-12-02 development machine, before and after the
 # pipeline work), so a Llama is compared to tolerance; a GPT bitwise.
 #   usage: tensor_parallel_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR RANKS TP SP MODEL [MPIRUN...]
+#   WEFT_TEST_SETTINGS (environment): more weft-train arguments for every run (tools/device/shared-gpu-pass:
+#   "--set train.device=cuda:0"); WEFT_TEST_PYTHON: the interpreter of the checks (default /usr/bin/python3)
 #   MODEL: gpt (learned positions, layer norm, GELU, tied, biases) or llama (rope, RMSNorm, SwiGLU,
 #   grouped-query attention, untied)
 set -euo pipefail
@@ -29,6 +31,8 @@ common=("$work/run.yaml" --set model.type="$model" --set model.layers=2 --set mo
         --set train.steps=6 --set train.warmup_steps=2 --set train.optimizer=sgd --set train.lr=0.5
         --set train.grad_clip=1.0 --set data.train="$work/text.txt" --set data.val_every=3 --set log.progress=plain)
 [ "$model" = llama ] && common+=(--set model.kv_heads="$kv_heads")
+read -ra extra_settings <<< "${WEFT_TEST_SETTINGS:-}"
+common+=("${extra_settings[@]}")
 
 "$weft_train" "${common[@]}" --set checkpoint.dir="$work/single" --set log.metrics_file="$work/single.jsonl" >/dev/null
 for mode in manual auto; do
@@ -39,7 +43,7 @@ done
 grep -q "tp $tp" "$work/manual.log" || { echo "FAIL: the start-up log does not report tp $tp"; exit 1; }
 grep -q "tensor-parallel plan" "$work/auto.log" || { echo "FAIL: the auto mode did not log its plan"; exit 1; }
 
-/usr/bin/python3 - "$work" "$sp" "$model" "$(dirname "$0")/../support" <<'PYTHON'
+"${WEFT_TEST_PYTHON:-/usr/bin/python3}" - "$work" "$sp" "$model" "$(dirname "$0")/../support" <<'PYTHON'
 import sys
 work, sp, model = sys.argv[1], sys.argv[2] == "true", sys.argv[3]
 sys.path.insert(0, sys.argv[4])

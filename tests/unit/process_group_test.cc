@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
+#include "parallel/comm/host_staged_process_group.h"
 #include "parallel/comm/local_process_group.h"
 #include "parallel/mesh.h"
 #include "parallel/comm/process_group.h"
@@ -201,6 +203,28 @@ TEST(CollectiveHandle, IsACompletionForTheStepGraph) {
   CompletionPtr failing = stream.enqueue("failing", [] { WEFT_FAIL("injected"); });
   EXPECT_THROW(failing->synchronize(), Error);
   EXPECT_TRUE(failing->is_done());
+}
+
+// WEFT_GPU_COLLECTIVES picks NCCL (unset, empty, "nccl") or the host (mpi: ranks may share a GPU,
+// tools/device/shared-gpu-pass); anything else stops with the values it takes.
+TEST(GpuCollectives, TheVariableChoosesNcclOrTheHostAndRefusesOtherValues) {
+  const char* saved = std::getenv("WEFT_GPU_COLLECTIVES");
+  const std::string previous = saved ? saved : "";
+  unsetenv("WEFT_GPU_COLLECTIVES");
+  EXPECT_FALSE(gpu_collectives_through_host());
+  setenv("WEFT_GPU_COLLECTIVES", "nccl", 1);
+  EXPECT_FALSE(gpu_collectives_through_host());
+  setenv("WEFT_GPU_COLLECTIVES", "mpi", 1);
+  EXPECT_TRUE(gpu_collectives_through_host());
+  setenv("WEFT_GPU_COLLECTIVES", "gloo", 1);
+  testing::expect_contains(testing::error_message([] { gpu_collectives_through_host(); }),
+                           {"WEFT_GPU_COLLECTIVES='gloo' is not a collective backend",
+                            "expected WEFT_GPU_COLLECTIVES=nccl (the default) or =mpi"});
+  if (saved) {
+    setenv("WEFT_GPU_COLLECTIVES", previous.c_str(), 1);
+  } else {
+    unsetenv("WEFT_GPU_COLLECTIVES");
+  }
 }
 
 }  // namespace
