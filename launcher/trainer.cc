@@ -29,6 +29,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/comm/gpu_assignment.h"
+#include "parallel/comm/host_staged_process_group.h"
 #include "parallel/comm/mpi_environment.h"
 #include "parallel/mesh.h"
 #include "parallel/step/fault_injection.h"
@@ -145,9 +146,13 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   const Mesh mesh(static_cast<int>(config_.parallel.dp), static_cast<int>(config_.parallel.pp),
                   static_cast<int>(config_.parallel.tp), s.world_size);
   s.device = Device::parse(config_.train.device);
-  if (config_.train.device == "cuda" && MpiEnvironment::current() != nullptr) {
-    // One GPU per rank of a host: local_rank % visible GPUs, refused where two ranks would share one.
-    s.device = Device::cuda(gpu_of_this_rank());
+  if (s.device.is_cuda() && MpiEnvironment::current() != nullptr) {
+    // One GPU per rank of a host: local_rank % visible GPUs (or the cuda:N named), refused where two
+    // ranks would share one, unless the collectives go through the host.
+    GpuAssignmentOptions gpus;
+    if (config_.train.device != "cuda") gpus.device = s.device.index;
+    gpus.sharing_allowed = gpu_collectives_through_host();
+    s.device = Device::cuda(gpu_of_this_rank(gpus));
   }
   s.compute_dtype = parse_dtype(config_.train.dtype);
   const ModelConfig& model_config = config_.model;

@@ -21,7 +21,7 @@ int gpu_index_for_local_rank(int local_rank, int visible_gpus) {
 }
 
 std::vector<int> assign_gpus_to_local_ranks(const std::vector<VisibleGpus>& visible_of_local_rank,
-                                            const std::string& host) {
+                                            const std::string& host, const GpuAssignmentOptions& options) {
   const int ranks = static_cast<int>(visible_of_local_rank.size());
   std::set<std::string> host_gpus;  // every physical GPU some rank of the host sees
   for (const VisibleGpus& visible : visible_of_local_rank) host_gpus.insert(visible.begin(), visible.end());
@@ -33,10 +33,23 @@ std::vector<int> assign_gpus_to_local_ranks(const std::vector<VisibleGpus>& visi
     WEFT_CHECK(!visible.empty(), "host '", host, "': local rank ", rank,
                " sees no CUDA device (train.device: cuda); check CUDA_VISIBLE_DEVICES and, under Slurm, that the "
                "job asks for GPUs (--gpus-per-task=1 or --gpus-per-node)");
-    const int index = gpu_index_for_local_rank(rank, static_cast<int>(visible.size()));
+    WEFT_CHECK(options.device < static_cast<int>(visible.size()), "train.device: cuda:", options.device,
+               ", but local rank ", rank, " of host '", host, "' sees ", visible.size(), " CUDA device",
+               visible.size() == 1 ? "" : "s", " (0 to ", visible.size() - 1,
+               "); name a device it sees, or set train.device: cuda to give each rank its own");
+    const int index =
+        options.device >= 0 ? options.device : gpu_index_for_local_rank(rank, static_cast<int>(visible.size()));
     indices[static_cast<size_t>(rank)] = index;
     const std::string& uuid = visible[static_cast<size_t>(index)];
     const auto [previous, inserted] = taken_by.emplace(uuid, rank);
+    if (!inserted && options.sharing_allowed) continue;
+    if (!inserted && options.device >= 0) {
+      WEFT_FAIL("train.device: cuda:", options.device, " puts local ranks ", previous->second, " and ", rank,
+                " of host '", host, "' on the same GPU ", uuid, ", which NCCL refuses (and which would halve each "
+                "rank's memory): set train.device: cuda, and each rank takes a GPU of its own (visible device "
+                "local_rank % visible devices); to test several ranks on one GPU, WEFT_GPU_COLLECTIVES=mpi runs the "
+                "collectives through the host (tools/device/shared-gpu-pass)");
+    }
     if (!inserted) {
       WEFT_FAIL("host '", host, "' runs ", ranks, " ranks but has ", gpus, " GPU", gpus == 1 ? "" : "s",
                 " visible to them: local ranks ", previous->second, " and ", rank, " would share GPU ", uuid,
@@ -87,7 +100,7 @@ std::vector<unsigned char> visible_gpu_uuids() {
 
 }  // namespace
 
-int gpu_of_this_rank() {
+int gpu_of_this_rank(const GpuAssignmentOptions& options) {
   const std::vector<unsigned char> mine = visible_gpu_uuids();
   std::vector<VisibleGpus> visible_of_local_rank;
   std::string host = "localhost";
@@ -125,12 +138,12 @@ int gpu_of_this_rank() {
       }
     }
   }
-  return assign_gpus_to_local_ranks(visible_of_local_rank, host)[static_cast<size_t>(local_rank)];
+  return assign_gpus_to_local_ranks(visible_of_local_rank, host, options)[static_cast<size_t>(local_rank)];
 }
 
 #else
 
-int gpu_of_this_rank() {
+int gpu_of_this_rank(const GpuAssignmentOptions&) {
   WEFT_FAIL("train.device: cuda, but weft was built without CUDA; rebuild with the CUDA toolkit installed "
             "(tools/build finds nvcc) or set train.device: cpu");
 }

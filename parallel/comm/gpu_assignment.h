@@ -10,6 +10,11 @@
 // one of them stops with the same message saying how many ranks and GPUs the host has and how to
 // launch instead.
 //
+// `train.device: cuda:N` (GpuAssignmentOptions::device) gives every rank visible device N instead,
+// checked the same way: several ranks of a host on one GPU stop with a message unless the
+// collectives go through the host (WEFT_GPU_COLLECTIVES=mpi: GpuAssignmentOptions::sharing_allowed,
+// a test mode, parallel/comm/host_staged_process_group.h), where sharing is the point.
+//
 // assign_gpus_to_local_ranks is the rule, pure (unit-tested); gpu_of_this_rank runs it on what the
 // ranks of this host see (CUDA and MPI), collective over the world.
 #pragma once
@@ -26,17 +31,23 @@ using VisibleGpus = std::vector<std::string>;
 // The visible device a rank takes: local_rank % visible_gpus (visible_gpus > 0).
 int gpu_index_for_local_rank(int local_rank, int visible_gpus);
 
+struct GpuAssignmentOptions {
+  int device = -1;               // >= 0: every rank takes this visible device (train.device: cuda:N)
+  bool sharing_allowed = false;  // ranks may share a physical GPU (collectives through the host)
+};
+
 // The device index of every rank of a host (indexed by local rank), from what each of them sees.
-// Throws weft::Error naming `host` when a rank sees no GPU, or when two ranks would take the same
-// physical GPU (then: how many ranks and GPUs the host has, which ranks collide, and the mpirun and
-// Slurm options that start one rank per GPU).
+// Throws weft::Error naming `host` when a rank sees no GPU or not options.device, or when two ranks
+// would take the same physical GPU and sharing is not allowed (then: how many ranks and GPUs the
+// host has, which ranks collide, and the mpirun and Slurm options, or the train.device, that give
+// each rank a GPU of its own).
 std::vector<int> assign_gpus_to_local_ranks(const std::vector<VisibleGpus>& visible_of_local_rank,
-                                            const std::string& host);
+                                            const std::string& host, const GpuAssignmentOptions& options = {});
 
 // This rank's CUDA device index: asks CUDA for the UUIDs of the visible GPUs, gathers every rank's
 // list within the host (MPI_COMM_TYPE_SHARED) and applies assign_gpus_to_local_ranks. Collective over
 // the world (every rank calls it once, early); without MPI, a single process. Throws weft::Error in a
 // build without CUDA.
-int gpu_of_this_rank();
+int gpu_of_this_rank(const GpuAssignmentOptions& options = {});
 
 }  // namespace weft

@@ -1,7 +1,8 @@
 // The rank-to-GPU rule (parallel/comm/gpu_assignment.h): local_rank % visible GPUs on hosts of 1,
 // 2, 4 and 8 GPUs, with every rank seeing every GPU (mpirun -npernode G) or one GPU each (Slurm's
 // --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank), and the refusal when two ranks of a host would
-// share one physical GPU.
+// share one physical GPU; a device named in train.device, and sharing where the collectives go
+// through the host.
 #include "parallel/comm/gpu_assignment.h"
 
 #include <string>
@@ -94,6 +95,36 @@ TEST(GpuAssignment, RankWithoutGpuIsNamed) {
   const std::vector<VisibleGpus> visible = {{uuid(0)}, {}};
   testing::expect_contains(testing::error_message([&] { assign_gpus_to_local_ranks(visible, "n2"); }),
                            {"host 'n2': local rank 1 sees no CUDA device", "CUDA_VISIBLE_DEVICES"});
+}
+
+// train.device: cuda:N gives every rank device N: fine with one rank a GPU (each rank sees its
+// own GPU as device 0), refused where ranks of a host land on one physical GPU (naming train.device
+// and the two ways out), and a device a rank does not see is named.
+TEST(GpuAssignment, ANamedDeviceIsCheckedLikeTheRule) {
+  GpuAssignmentOptions device_zero;
+  device_zero.device = 0;
+  EXPECT_EQ(assign_gpus_to_local_ranks(one_gpu_per_rank(4), "n3", device_zero), (std::vector<int>{0, 0, 0, 0}));
+  testing::expect_contains(
+      testing::error_message([&] { assign_gpus_to_local_ranks(every_rank_sees_all(2, 1), "n3", device_zero); }),
+      {"train.device: cuda:0 puts local ranks 0 and 1 of host 'n3' on the same GPU " + uuid(0),
+       "which NCCL refuses", "set train.device: cuda", "WEFT_GPU_COLLECTIVES=mpi"});
+  GpuAssignmentOptions device_two;
+  device_two.device = 2;
+  EXPECT_EQ(assign_gpus_to_local_ranks(every_rank_sees_all(1, 4), "n3", device_two), (std::vector<int>{2}));
+  testing::expect_contains(
+      testing::error_message([&] { assign_gpus_to_local_ranks(one_gpu_per_rank(2), "n3", device_two); }),
+      {"train.device: cuda:2, but local rank 0 of host 'n3' sees 1 CUDA device (0 to 0)"});
+}
+
+// Collectives through the host (WEFT_GPU_COLLECTIVES=mpi): ranks may share a GPU, with the rule or
+// with a named device.
+TEST(GpuAssignment, SharingIsAllowedWhenTheCollectivesGoThroughTheHost) {
+  GpuAssignmentOptions shared;
+  shared.sharing_allowed = true;
+  EXPECT_EQ(assign_gpus_to_local_ranks(every_rank_sees_all(4, 1), "n4", shared), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(assign_gpus_to_local_ranks(every_rank_sees_all(3, 2), "n4", shared), (std::vector<int>{0, 1, 0}));
+  shared.device = 0;
+  EXPECT_EQ(assign_gpus_to_local_ranks(every_rank_sees_all(8, 1), "n4", shared), std::vector<int>(8, 0));
 }
 
 }  // namespace
