@@ -57,7 +57,8 @@ case $mode in
 resume)
   steps=300
   "${launch[@]}" "${common[@]}" --set train.steps=$steps --set checkpoint.dir="$work/straight" \
-    --set log.metrics_file="$work/straight.jsonl" > /dev/null
+    --set log.metrics_file="$work/straight.jsonl" > "$work/straight.log" 2>&1 ||
+    { tail -20 "$work/straight.log"; fail "the uninterrupted run failed"; }
 
   "${launch[@]}" "${common[@]}" --set train.steps=$steps --set checkpoint.dir="$work/stopped" \
     --set log.metrics_file="$work/stopped.jsonl" > "$work/stopped.log" 2>&1 &
@@ -78,7 +79,8 @@ resume)
     fail "latest is $(cat "$work/stopped/latest"), not the stop step $stop_step"
 
   "${launch[@]}" "${common[@]}" --set train.steps=$steps --set checkpoint.dir="$work/stopped" \
-    --set log.metrics_file="$work/stopped.jsonl" --set checkpoint.resume=latest > "$work/resumed.log"
+    --set log.metrics_file="$work/stopped.jsonl" --set checkpoint.resume=latest > "$work/resumed.log" 2>&1 ||
+    { tail -20 "$work/resumed.log"; fail "the resumed run failed"; }
   grep -q "resumed from .* at step $stop_step" "$work/resumed.log" || fail "the run did not resume at step $stop_step"
   /usr/bin/python3 - "$work/straight.jsonl" "$work/stopped.jsonl" "$stop_step" <<'PYTHON'
 import json, sys
@@ -115,7 +117,7 @@ every-minutes)
   steps=12
   # 1e-5 minutes is 0.6 ms, less than one step: every step's boundary finds a save due.
   "${launch[@]}" "${common[@]}" --set train.steps=$steps --set checkpoint.dir="$work/checkpoints" \
-    --set checkpoint.every_minutes=1e-5 > "$work/run.log"
+    --set checkpoint.every_minutes=1e-5 > "$work/run.log" 2>&1 || { tail -20 "$work/run.log"; fail "the run failed"; }
   saved=$(find "$work/checkpoints" -maxdepth 1 -name 'step_*' | wc -l)
   echo "$saved checkpoints in $steps steps"
   ((saved >= steps - 1)) || fail "only $saved checkpoints in $steps steps with checkpoint.every_minutes=1e-5"
