@@ -29,14 +29,16 @@ common=("$work/run.yaml" --set model.layers=1 --set model.dim=32 --set model.hea
 
 fail() { echo "FAIL: $*"; exit 1; }
 
-# Waits (up to 30 s) until the metrics file shows step $2 of the run whose launcher is $1.
+# Waits (up to 30 s) until the metrics file shows step $2 of the run whose launcher is $1; on
+# failure shows the end of the run's log $4.
 wait_for_step() {
-  local launcher=$1 step=$2 metrics=$3
+  local launcher=$1 step=$2 metrics=$3 log=$4
   for _ in $(seq 1 600); do
     grep -q "\"step\":$step," "$metrics" 2>/dev/null && return 0
-    kill -0 "$launcher" 2>/dev/null || fail "the run ended before step $step"
+    kill -0 "$launcher" 2>/dev/null || { tail -20 "$log"; fail "the run ended before step $step"; }
     sleep 0.05
   done
+  tail -20 "$log"
   fail "no step $step in $metrics after 30 s"
 }
 
@@ -63,8 +65,9 @@ resume)
   "${launch[@]}" "${common[@]}" --set train.steps=$steps --set checkpoint.dir="$work/stopped" \
     --set log.metrics_file="$work/stopped.jsonl" > "$work/stopped.log" 2>&1 &
   launcher=$!
-  wait_for_step "$launcher" 3 "$work/stopped.jsonl"
-  target=$(rank_pid "$launcher" $((ranks - 1)))
+  wait_for_step "$launcher" 3 "$work/stopped.jsonl" "$work/stopped.log"
+  # (A failure inside $(...) only ends the subshell: say it, with the run's log, out here.)
+  target=$(rank_pid "$launcher" $((ranks - 1))) || { cat "$work/stopped.log"; fail "${target#FAIL: }"; }
   kill -TERM "$target"
   status=0
   wait "$launcher" || status=$?
@@ -98,8 +101,8 @@ second-signal)
     --set train.batch_size=16 --set train.steps=20 --set checkpoint.dir="$work/checkpoints" \
     --set log.metrics_file="$work/metrics.jsonl" > "$work/run.log" 2>&1 &
   launcher=$!
-  wait_for_step "$launcher" 1 "$work/metrics.jsonl"
-  target=$(rank_pid "$launcher" $((ranks - 1)))
+  wait_for_step "$launcher" 1 "$work/metrics.jsonl" "$work/run.log"
+  target=$(rank_pid "$launcher" $((ranks - 1))) || { cat "$work/run.log"; fail "${target#FAIL: }"; }
   kill -TERM "$target"
   sleep 0.3  # the first signal is handled (standard signals do not queue: a second one sent at once could merge)
   kill -INT "$target"
