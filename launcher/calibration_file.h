@@ -1,5 +1,7 @@
 // Calibration files: a cost model (parallel/cost/cost_model.h) as JSON, so that figures measured
-// on one machine plan a run on another (weft-plan --calibration, comm.calibration_file).
+// on one machine plan a run on another (weft-plan --calibration, comm.calibration_file), and so that
+// a resumed run chooses as the run it continues did (weft-train keeps the same JSON in each
+// checkpoint's state.json, "cost_model").
 //
 //   {"format": "weft-calibration", "version": 1, "device": "cuda", "dtype": "bf16",
 //    "source": "...", "ranks_per_host": 8,
@@ -15,6 +17,7 @@
 
 #include <string>
 
+#include "nlohmann/json.hpp"
 #include "parallel/cost/cost_model.h"
 
 namespace weft {
@@ -23,5 +26,13 @@ namespace weft {
 // that is not a positive number) and how to make a new one.
 CostModel read_calibration_file(const std::string& path, CostModel defaults);
 void write_calibration_file(const std::string& path, const CostModel& model);
+
+// The file's JSON object, and back: calibration_from_json(calibration_json(m), ...) gives m's
+// figures bit for bit (doubles are written with enough digits to round-trip). `origin` names the
+// object in messages ("calibration file PATH"); `default_source` is the model's source when the
+// object has none.
+nlohmann::json calibration_json(const CostModel& model);
+CostModel calibration_from_json(const nlohmann::json& json, CostModel defaults, const std::string& origin,
+                                const std::string& default_source);
 
 }  // namespace weft

@@ -468,6 +468,14 @@ std::string latest_checkpoint(const std::string& dir) {
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path_or_latest_dir) {
+  LoadedCheckpoint checkpoint = load_checkpoint_state(path_or_latest_dir);
+  checkpoint.tensors = TensorFileReader((fs::path(checkpoint.path) / "tensors.bin").string(), checkpoint.step,
+                                        resume_advice(checkpoint.path, checkpoint.step))
+                           .read_all();
+  return checkpoint;
+}
+
+LoadedCheckpoint load_checkpoint_state(const std::string& path_or_latest_dir) {
   std::error_code error;
   const fs::path given(path_or_latest_dir);
   WEFT_CHECK(fs::is_directory(given, error), "load_checkpoint: no such checkpoint folder '", path_or_latest_dir,
@@ -496,10 +504,6 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_latest_dir) {
                  checkpoint.state["step"].is_number_integer(),
              "load_checkpoint: '", state_path, "' has no integer \"step\"");
   checkpoint.step = checkpoint.state["step"].get<int64_t>();
-
-  checkpoint.tensors = TensorFileReader((fs::path(folder) / "tensors.bin").string(), checkpoint.step,
-                                        resume_advice(folder, checkpoint.step))
-                           .read_all();
   return checkpoint;
 }
 

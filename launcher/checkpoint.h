@@ -84,6 +84,9 @@ struct LoadedCheckpoint {
 
 // Loads a step folder, or the step that `latest` names when given a checkpoint folder.
 LoadedCheckpoint load_checkpoint(const std::string& path_or_latest_dir);
+// The same checks and state, without reading tensors.bin (its tensors are left empty): what a run
+// needs to know of the checkpoint it resumes before it builds anything.
+LoadedCheckpoint load_checkpoint_state(const std::string& path_or_latest_dir);
 
 // The step folder `dir/latest` names, or "" when `dir` or `dir/latest` does not exist (nothing
 // saved yet). Throws weft::Error when `latest` names a folder that is missing.

@@ -13,7 +13,8 @@
 
 namespace weft {
 
-CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank) {
+CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank,
+                                  const nlohmann::json* resumed_state) {
   CostModelSetup setup;
   setup.host_ids = world_host_ids();
   const CommConfig& comm = config.comm;
@@ -22,11 +23,29 @@ CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType 
     CostModel model = read_calibration_file(file, default_cost_model(device));
     setup.lines.push_back(absl::StrFormat("cost model: figures from %s (%s)", file, model.source));
     for (const std::string& line : model.describe()) setup.lines.push_back("  " + line);
+    if (!file.empty() && world_rank == 0) {  // a file that existed was read above
+      write_calibration_file(file, model);
+      setup.lines.push_back("cost model: written to " + file);
+    }
     setup.model = std::make_shared<const CostModel>(std::move(model));
     return setup;
   }
   const bool measure = comm.calibrate == "on" || (comm.calibrate == "auto" && comm.mode == "auto");
   if (!measure) return setup;
+  if (comm.calibrate == "auto" && resumed_state != nullptr && resumed_state->contains("cost_model")) {
+    CostModel model = calibration_from_json(resumed_state->at("cost_model"), default_cost_model(device),
+                                            "the resumed checkpoint's cost_model (state.json)", "a resumed checkpoint");
+    setup.lines.push_back(absl::StrFormat("cost model: the figures of the run being resumed (%s), not measured again, "
+                                          "so that this run chooses as it did (comm.calibrate: on measures anew)",
+                                          model.source));
+    for (const std::string& line : model.describe()) setup.lines.push_back("  " + line);
+    if (!file.empty() && world_rank == 0) {  // a file that existed was read above
+      write_calibration_file(file, model);
+      setup.lines.push_back("cost model: written to " + file);
+    }
+    setup.model = std::make_shared<const CostModel>(std::move(model));
+    return setup;
+  }
   CalibrationResult result = calibrate(device, dtype, calibration_shapes(config, config.parallel.tp), setup.host_ids);
   const std::string anchor = anchor_compute(config, device, dtype, setup.host_ids, result.model);
   setup.lines.push_back("cost model: " + result.model.source);

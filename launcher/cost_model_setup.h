@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "launcher/run_config.h"
+#include "nlohmann/json.hpp"
 #include "parallel/cost/calibration.h"
 #include "parallel/cost/cost_model.h"
 #include "parallel/cost/step_simulator.h"
@@ -28,7 +29,15 @@ struct CostModelSetup {
 // comm.calibrate and comm.calibration_file decide (config_options.cc's help says how): read the
 // file when it exists (unless calibrate is on), else measure when calibrate is on, or auto in
 // comm.mode auto; a measurement is written to the file by world rank 0. Collective over the world.
-CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank);
+//
+// `resumed_state`: the state.json of the checkpoint this run resumes, or null. Where the run would
+// measure because calibrate is auto (not on) and that state holds the figures the run it continues
+// chose by ("cost_model", saved by weft-train), those figures are taken instead, on every rank.
+// Why: a measurement repeats only to its noise, so a new one can tip a choice made from it (the auto
+// mode's bucket size); a different bucket layout sums the gradient norm's f32 squares on a GPU in
+// another order, and the resumed run would then not be bitwise the run it continues.
+CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank,
+                                  const nlohmann::json* resumed_state = nullptr);
 
 // Tokens of one micro-batch on one dp rank: batch_size / dp / micro_batches sequences of seq_len.
 int64_t micro_batch_tokens(const RunConfig& config);

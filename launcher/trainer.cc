@@ -9,6 +9,7 @@
 #include <cmath>
 #include <deque>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -16,6 +17,7 @@
 #include "launcher/checkpoint_staging.h"
 #include "launcher/checkpoint_writer.h"
 #include "launcher/config_loader.h"
+#include "launcher/calibration_file.h"
 #include "launcher/dataset.h"
 #include "launcher/cost_model_setup.h"
 #include "launcher/cpu_threads.h"
@@ -185,7 +187,12 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
 
   // Measured now (every rank at once) or read from comm.calibration_file; the auto mode chooses
   // from it, and each step's predicted time comes from it.
-  s.cost = prepare_cost_model(config_, s.device, s.compute_dtype, s.world_rank);
+  // A resumed run takes the figures the run it continues chose by, where it would measure again.
+  const std::string resume_path = resolve_resume_path(config_);
+  std::optional<LoadedCheckpoint> resumed;
+  if (!resume_path.empty()) resumed = load_checkpoint_state(resume_path);
+  s.cost = prepare_cost_model(config_, s.device, s.compute_dtype, s.world_rank,
+                              resumed.has_value() ? &resumed->state : nullptr);
 
   // The one-process model, or (tp > 1) this rank's part of it in the comm mode's form.
   // train.recompute reaches the layers that own the activations through the config they are built from.
@@ -273,7 +280,6 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
                latest_checkpoint(config_.checkpoint.dir), "); set checkpoint.resume: latest to continue that run, "
                "or choose another folder");
   }
-  const std::string resume_path = resolve_resume_path(config_);
   if (!resume_path.empty()) {
     LoadedCheckpoint checkpoint = load_checkpoint(resume_path);
     // Checkpoints hold full tensors: any dp, tp and ZeRO stage resumes them (the strategy shards).
@@ -407,6 +413,8 @@ TrainResult Trainer::run() {
                               {"parallel_tp", config_.parallel.tp},
                               {"parallel_pp", config_.parallel.pp},
                               {"config", dump_config(config_)}};
+      // The figures this run chose by, so that a resumed run chooses the same (prepare_cost_model).
+      if (s.cost.model != nullptr) state["cost_model"] = calibration_json(*s.cost.model);
       log_saved(writer.submit([tensors = std::move(tensors), state = std::move(state), step,
                                checkpoint = config_.checkpoint, fault = s.fault, rank = s.world_rank]() -> std::string {
         try {

@@ -55,6 +55,10 @@ CollectiveHandlePtr HostStagedProcessGroup::staged(
   host_work(host_inputs, host_outputs);
   for (size_t i = 0; i < outputs.size(); ++i) Tensor(outputs[i]).copy_(host_outputs[i]);
   handle->record_end();
+  // The copies back may be asynchronous: wait for them here, so that neither the host copies (freed
+  // on return) nor the outputs (which a caller may drop with the handle) are reused while in flight.
+  // This group is a test mode, not a fast path; the wait costs it nothing that matters.
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   return handle;
 #else
   WEFT_FAIL(description, ": this build of weft has no CUDA");

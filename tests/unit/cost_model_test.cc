@@ -384,6 +384,41 @@ TEST(CalibrationFile, RoundTripsAndRejectsDamage) {
   std::filesystem::remove(path);
 }
 
+// What weft-train keeps in a checkpoint's state.json, and a resumed run chooses by: every figure
+// must come back bit for bit through the text, or the resumed run could choose otherwise.
+TEST(CalibrationFile, TheJsonObjectRoundTripsEveryFigureBitForBit) {
+  CostModel model = model_with(1.0 / 3.0, 7.123456789012345e5, 0.1 + 0.2);
+  model.fits[2][1].latency_ms = 2.0 / 7.0;
+  model.fits[2][1].bytes_per_ms = 1e-3 / 3.0;
+  model.measured[2][1] = true;
+  model.compute.attention_flops_per_ms = 123456789.98765432;
+  model.compute.memory_bytes_per_ms = 3.0e12 / 7.0;
+  model.compute.op_overhead_ms = 1.0 / 9.0;
+  model.compute.scale = 1.4142135623730951;
+  model.compute_slots_per_host = 2.5;
+  model.loaded_waits = {{2, 1.0 / 7.0}, {8, 0.3}};
+  const nlohmann::json text = nlohmann::json::parse(calibration_json(model).dump(2));
+  const CostModel back = calibration_from_json(text, default_cost_model(Device::cpu()), "test", "unused");
+  for (size_t kind = 0; kind < model.fits.size(); ++kind) {
+    for (size_t link = 0; link < model.fits[kind].size(); ++link) {
+      EXPECT_EQ(back.fits[kind][link].latency_ms, model.fits[kind][link].latency_ms);
+      EXPECT_EQ(back.fits[kind][link].bytes_per_ms, model.fits[kind][link].bytes_per_ms);
+      EXPECT_EQ(back.measured[kind][link], model.measured[kind][link]);
+    }
+  }
+  EXPECT_EQ(back.compute.matmul_flops_per_ms, model.compute.matmul_flops_per_ms);
+  EXPECT_EQ(back.compute.attention_flops_per_ms, model.compute.attention_flops_per_ms);
+  EXPECT_EQ(back.compute.memory_bytes_per_ms, model.compute.memory_bytes_per_ms);
+  EXPECT_EQ(back.compute.op_overhead_ms, model.compute.op_overhead_ms);
+  EXPECT_EQ(back.compute.scale, model.compute.scale);
+  EXPECT_EQ(back.compute_slots_per_host, model.compute_slots_per_host);
+  ASSERT_EQ(back.loaded_waits.size(), 2u);
+  EXPECT_EQ(back.loaded_waits[0].wait_ms, model.loaded_waits[0].wait_ms);
+  EXPECT_EQ(back.loaded_waits[1].ranks, 8);
+  EXPECT_EQ(back.device, model.device);
+  EXPECT_EQ(back.source, model.source);
+}
+
 TEST(Calibration, OneProcessMeasuresCompute) {
   CalibrationShapes shapes;
   const CalibrationResult result = calibrate(Device::cpu(), kFloat32, shapes, {0});
