@@ -13,6 +13,33 @@
 
 namespace weft {
 
+namespace {
+
+// Why the figures saved in a resumed checkpoint do not fit this run ("" when they do): they were
+// measured on another kind of device or dtype, or for another layout, whose shapes and groups they
+// describe. Such a run cannot continue bit for bit anyway, and a measurement describes it better.
+std::string why_not_resumed_figures(const nlohmann::json& state, const RunConfig& config, Device device, DType dtype) {
+  const nlohmann::json& figures = state.at("cost_model");
+  if (!figures.is_object()) return "";  // calibration_from_json names the damage
+  const std::string device_kind = device.is_cpu() ? "cpu" : "cuda";
+  const std::string saved_device = figures.value("device", std::string());
+  const std::string saved_dtype = figures.value("dtype", std::string());
+  if (saved_device != device_kind || saved_dtype != dtype_name(dtype)) {
+    return absl::StrFormat("measured on %s in %s, this run is on %s in %s", saved_device, saved_dtype, device_kind,
+                           dtype_name(dtype));
+  }
+  const ParallelConfig& parallel = config.parallel;
+  const int64_t dp = state.value("parallel_dp", int64_t{0}), tp = state.value("parallel_tp", int64_t{0}),
+                pp = state.value("parallel_pp", int64_t{0});
+  if (dp != parallel.dp || tp != parallel.tp || pp != parallel.pp) {
+    return absl::StrFormat("saved at dp %d tp %d pp %d, this run is at dp %d tp %d pp %d", dp, tp, pp, parallel.dp,
+                           parallel.tp, parallel.pp);
+  }
+  return "";
+}
+
+}  // namespace
+
 CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType dtype, int world_rank,
                                   const nlohmann::json* resumed_state) {
   CostModelSetup setup;
@@ -23,16 +50,14 @@ CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType 
     CostModel model = read_calibration_file(file, default_cost_model(device));
     setup.lines.push_back(absl::StrFormat("cost model: figures from %s (%s)", file, model.source));
     for (const std::string& line : model.describe()) setup.lines.push_back("  " + line);
-    if (!file.empty() && world_rank == 0) {  // a file that existed was read above
-      write_calibration_file(file, model);
-      setup.lines.push_back("cost model: written to " + file);
-    }
     setup.model = std::make_shared<const CostModel>(std::move(model));
     return setup;
   }
   const bool measure = comm.calibrate == "on" || (comm.calibrate == "auto" && comm.mode == "auto");
   if (!measure) return setup;
-  if (comm.calibrate == "auto" && resumed_state != nullptr && resumed_state->contains("cost_model")) {
+  const bool saved = resumed_state != nullptr && resumed_state->contains("cost_model");
+  const std::string unfit = saved ? why_not_resumed_figures(*resumed_state, config, device, dtype) : "";
+  if (comm.calibrate == "auto" && saved && unfit.empty()) {
     CostModel model = calibration_from_json(resumed_state->at("cost_model"), default_cost_model(device),
                                             "the resumed checkpoint's cost_model (state.json)", "a resumed checkpoint");
     setup.lines.push_back(absl::StrFormat("cost model: the figures of the run being resumed (%s), not measured again, "
@@ -45,6 +70,9 @@ CostModelSetup prepare_cost_model(const RunConfig& config, Device device, DType 
     }
     setup.model = std::make_shared<const CostModel>(std::move(model));
     return setup;
+  }
+  if (comm.calibrate == "auto" && saved) {
+    setup.lines.push_back("cost model: the resumed checkpoint's figures are not used (" + unfit + "): measured anew");
   }
   CalibrationResult result = calibrate(device, dtype, calibration_shapes(config, config.parallel.tp), setup.host_ids);
   const std::string anchor = anchor_compute(config, device, dtype, setup.host_ids, result.model);

@@ -32,7 +32,9 @@ struct CostModelSetup {
 //
 // `resumed_state`: the state.json of the checkpoint this run resumes, or null. Where the run would
 // measure because calibrate is auto (not on) and that state holds the figures the run it continues
-// chose by ("cost_model", saved by weft-train), those figures are taken instead, on every rank.
+// chose by ("cost_model", saved by weft-train), those figures are taken instead, on every rank, if
+// they were measured on this kind of device in this dtype and saved at this run's dp, tp and pp
+// (otherwise the run measures, and its log says why).
 // Why: a measurement repeats only to its noise, so a new one can tip a choice made from it (the auto
 // mode's bucket size); a different bucket layout sums the gradient norm's f32 squares on a GPU in
 // another order, and the resumed run would then not be bitwise the run it continues.

@@ -5,7 +5,8 @@
 # (comm.calibration_file: collectives without latency, compute a thousand times slower than
 # measured) under which the cost model picks 64 KB buckets, where figures measured here pick larger
 # ones; it saves at step 2. Resumed from step 2 without the file, the run must say it took the
-# checkpoint's figures, pick 64 KB again and end with the first run's weights bit for bit. A
+# checkpoint's figures, pick 64 KB again and end with the first run's weights bit for bit. The file
+# the first run read is left as it was; a run resumed at another layout measures and says why; a
 # damaged "cost_model" in state.json is refused with a message naming it.
 #   usage: resume_keeps_cost_model.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR [MPIRUN...]
 set -euo pipefail
@@ -35,9 +36,11 @@ figures["source"] = "made up by resume_keeps_cost_model.sh"
 json.dump(figures, open(sys.argv[2], "w"))
 PYTHON
 
+cp "$work/made_up.json" "$work/made_up.copy.json"
 "${mpirun[@]}" -np 2 "$weft_train" "${common[@]}" --set comm.calibration_file="$work/made_up.json" \
   --set checkpoint.dir="$work/straight" --set checkpoint.every=2 > "$work/straight.log" 2>&1 ||
   { cat "$work/straight.log"; fail "the first run failed"; }
+cmp -s "$work/made_up.json" "$work/made_up.copy.json" || fail "a calibration file that was read was written over"
 grep -q "cost model: bucket 64 KB" "$work/straight.log" ||
   { grep "cost model" "$work/straight.log"; fail "the made-up figures did not choose 64 KB buckets"; }
 "${mpirun[@]}" -np 2 "$weft_train" "${common[@]}" --set checkpoint.dir="$work/resumed" \
@@ -55,6 +58,13 @@ grep -q "cost model: bucket 64 KB" "$work/resumed.log" ||
   { cat "$work/remeasured.log"; fail "the resumed run with comm.calibrate: on failed"; }
 grep -q "cost model: measured on 2 rank(s)" "$work/remeasured.log" ||
   { grep "cost model" "$work/remeasured.log"; fail "comm.calibrate: on did not measure on resume"; }
+
+# Figures saved for another layout are not used: a run resumed at dp 1 measures, and says why.
+"$weft_train" "${common[@]}" --set parallel.dp=1 --set parallel.zero=0 --set checkpoint.dir="$work/dp1" \
+  --set checkpoint.resume="$work/straight/step_00000002" > "$work/dp1.log" 2>&1 ||
+  { cat "$work/dp1.log"; fail "the run resumed at dp 1 failed"; }
+grep -q "cost model: the resumed checkpoint's figures are not used (saved at dp 2 tp 1 pp 1, this run is at dp 1 tp 1 pp 1): measured anew" \
+  "$work/dp1.log" || { grep "cost model" "$work/dp1.log"; fail "the run resumed at dp 1 did not say why it measured"; }
 
 # A damaged cost_model is named.
 cp -r "$work/straight/step_00000002" "$work/damaged"
