@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "launcher/calibration_file.h"
 #include "launcher/checkpoint.h"
 #include "launcher/checkpoint_staging.h"
 #include "launcher/checkpoint_writer.h"
 #include "launcher/config_loader.h"
-#include "launcher/calibration_file.h"
 #include "launcher/dataset.h"
 #include "launcher/cost_model_setup.h"
 #include "launcher/cpu_threads.h"
