@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "parallel/comm/hierarchical_all_reduce.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/world_exchange.h"
 #include "parallel/cost/bucket_choice.h"
 #include "parallel/cost/host_topology.h"
 #include "parallel/data/data_parallel_strategy.h"
@@ -140,7 +141,18 @@ std::unique_ptr<Strategy> make_strategy(const Mesh& mesh, int world_rank, Langua
                           trained, options.pipeline.seq_len, options.micro_batch_tokens, *options.cost_model),
         *options.cost_model, kind, data_group->size(), link);
     options.bucket_bytes = choice.bucket_bytes;
-    options.notes.push_back("cost model: " + choice.explanation);
+    if (pipeline == nullptr) {
+      options.notes.push_back("cost model: " + choice.explanation);
+    } else {
+      // Each stage's dp group chooses for its own gradients, and only rank 0 logs: it says every
+      // stage's choice. (Collective over the world: every rank takes this branch, as dp and pp are
+      // the same on every rank.)
+      const std::vector<std::string> choices = gather_text_to_rank_zero(choice.explanation);
+      for (int stage = 0; stage < static_cast<int>(choices.size()) && stage < mesh.pp(); ++stage) {
+        const std::string& text = choices[static_cast<size_t>(mesh.rank_of({0, stage, 0}))];
+        options.notes.push_back(str("cost model, stage ", stage, ": ", text));
+      }
+    }
   }
   if (options.bucket_bytes == 0) options.bucket_bytes = default_bucket_bytes(device);
   choose_dp_all_reduce(mesh, world_rank, *data_group, pipeline != nullptr ? pipeline->local_parameters(parameters) : parameters,

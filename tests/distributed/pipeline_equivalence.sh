@@ -42,6 +42,12 @@ grep -q "pp $pp" "$work/manual.log" || { echo "FAIL: the start-up log does not r
 grep -q "pipeline schedule $schedule" "$work/auto.log" || { echo "FAIL: the start-up log does not name the schedule"; exit 1; }
 grep -q "^stage 0" "$work/auto.log" || grep -q "stage 0" "$work/auto.log" || { echo "FAIL: the cut is not logged"; exit 1; }
 grep -q "bubble" "$work/auto.log" || { echo "FAIL: the steps do not report the bubble"; exit 1; }
+# With dp > 1 the auto mode chooses a bucket size per stage (each stage's dp group for its own
+# gradients): the log names every stage's choice.
+if [ "$dp" -gt 1 ] && [[ "${WEFT_TEST_SETTINGS:-}" != *comm.calibrate=off* ]]; then
+  [ "$(grep -c "cost model, stage [0-9]*: bucket" "$work/auto.log")" -eq "$pp" ] ||
+    { grep "cost model" "$work/auto.log"; echo "FAIL: the log does not name the bucket size of each of the $pp stages"; exit 1; }
+fi
 [ "$(grep -c '"pipeline bubble"' "$work/auto.trace.json")" -eq $((6 * ranks)) ] ||
   { echo "FAIL: the trace does not hold a bubble counter per step and rank"; exit 1; }
 
