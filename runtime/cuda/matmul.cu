@@ -17,8 +17,8 @@
 // State per device: one cublasLt handle, created lazily; one 32 MiB workspace per (device, stream),
 // allocated through weft (a device Tensor) so that two streams never share a workspace; the chosen
 // algorithm cached per problem key (shape, ops, leading dims, batch strides, alignments, epilogue):
-// the heuristic's first, or with WEFT_MATMUL_AUTOTUNE=1 (every product) or =epilogues (products
-// with an epilogue) the fastest of its first few, timed on the key's first product (autotuning, below).
+// the fastest of the heuristic's first few that writes the same bits as its first, timed on the key's
+// first product (autotuning, below; WEFT_MATMUL_AUTOTUNE=0: the heuristic's first).
 // Workspaces are keyed by the stream's process-unique id, not its handle (CUDA reuses a destroyed
 // stream's handle, and a new stream must not share the old one's workspace while the old one's
 // matmuls may still run), and dropped when weft destroys their stream (runtime/stream_retirement.h).
@@ -26,12 +26,16 @@
 // run).
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -205,34 +209,53 @@ struct Problem {
 // --- Autotuning ----------------------------------------------------------------------------------
 
 // cuBLASLt's heuristic ranks algorithms by a model; the first is not always the fastest at a
-// training run's shapes. With autotuning (WEFT_MATMUL_AUTOTUNE=1; off by default: on the H200 it
-// bought 1.9% on GPT-2 124M and 0.3% on Llama 1B, about the run-to-run spread, docs/performance.md),
-// the first product of each problem key times up to kAutotuneCandidates of the heuristic's
-// algorithms on the real operands and keeps the fastest for the rest of the process. That costs the
-// first step a few milliseconds per shape and a synchronization; a run's later products, and every
-// product of one key in one process, use one algorithm. Two processes may choose differently where
-// two algorithms are within the timing noise, so with autotuning GPU results are not bitwise
-// reproducible across runs (the CPU is unaffected). WEFT_MATMUL_AUTOTUNE=epilogues times only the
-// products with an epilogue (bias, GELU, DGELU), where the heuristic's first is furthest from the
-// fastest: at GPT 1.3B's MLP the GELU product took 396 µs autotuned against 470, yet the whole step
-// gained only 0.2% at the H200's power cap (GPT-2 124M 0.5-1.0%; docs/performance.md, 2026-12-04).
+// training run's shapes. With autotuning (by default, and WEFT_MATMUL_AUTOTUNE=1: every product;
+// =epilogues: the products with an epilogue, bias, GELU, DGELU; =0: none), the first product of each
+// problem key times up to kAutotuneCandidates of the heuristic's algorithms on the real operands and
+// keeps the fastest for the rest of the process (products issued while a stream is captured into a
+// CUDA graph take the heuristic's first: timing cannot run there).
+//
+// Autotuning keeps the heuristic's bits: the heuristic's first algorithm runs first and a 64-bit
+// fingerprint of its output is taken on the device; every other candidate's output (and GELU's
+// pre-activation output) is fingerprinted likewise, and only a candidate that wrote the same bits
+// (the same fingerprint; another output gives another except with a chance of about 2^-64) may be
+// chosen.
+// Two algorithms that add a dot product's terms in another order (split-K, stream-K, another
+// K tile) give other bits on real data and are passed over, so which candidate wins the timing,
+// which varies between processes and ranks, never changes a result: a tuned run computes what an
+// untuned one does, bit for bit, and a resumed run continues it exactly. That costs the first
+// step a few milliseconds per shape and a synchronization.
 constexpr int kAutotuneCandidates = 8;
 constexpr int kAutotuneRuns = 3;
+constexpr float kAutotuneMargin = 0.02f;  // how much faster than the heuristic's first a candidate must be
 
-// WEFT_MATMUL_AUTOTUNE: "1" every product; "epilogues" only products with an epilogue.
-int autotune_setting() {
-  static const int setting = [] {
+// 0 off, 1 every product (the default), 2 products with an epilogue. From WEFT_MATMUL_AUTOTUNE ("0",
+// "1", "epilogues"), or set_matmul_autotune_for_testing.
+std::atomic<int>& autotune_setting() {
+  static std::atomic<int> setting = [] {
     const char* value = std::getenv("WEFT_MATMUL_AUTOTUNE");
-    if (value == nullptr) return 0;
-    if (std::string_view(value) == "1") return 1;
-    return std::string_view(value) == "epilogues" ? 2 : 0;
+    if (value == nullptr) return 1;
+    const std::string_view text(value);
+    if (text == "0") return 0;
+    if (text == "1") return 1;
+    if (text == "epilogues") return 2;
+    std::fprintf(stderr, "weft: WEFT_MATMUL_AUTOTUNE=%s is not one of 0, 1, epilogues; using 1\n", value);
+    return 1;
   }();
   return setting;
 }
 
 bool autotune_enabled(cublasLtEpilogue_t epilogue) {
-  const int setting = autotune_setting();
+  const int setting = autotune_setting().load();
   return setting == 1 || (setting == 2 && epilogue != CUBLASLT_EPILOGUE_DEFAULT);
+}
+
+bool autotune_verbose() {
+  static const bool verbose = [] {
+    const char* value = std::getenv("WEFT_MATMUL_AUTOTUNE_VERBOSE");
+    return value != nullptr && std::string_view(value) == "1";
+  }();
+  return verbose;
 }
 
 bool stream_is_capturing(cudaStream_t stream) {
@@ -254,9 +277,72 @@ cublasStatus_t launch(const Problem& p, const LaunchDescriptors& d, const cublas
                         out, d.cd, &algorithm, d.workspace, kWorkspaceBytes, p.stream);
 }
 
-// The candidate of `candidates` that runs `p` fastest, timed on p's stream. A product that
-// accumulates (beta != 0) writes into a scratch output while timed, so that p.out is left as it
-// was; otherwise the timing runs write p.out itself, which the real product then overwrites.
+// sum[0] += a fingerprint of `count` 16-bit words: the wrapping sum over every word w at index i of
+// splitmix64's finalizer applied to (i << 16 | w) + salt. Any change of bits changes the sum except
+// with a chance of about 2^-64, and the order in which threads add (atomics) does not change it.
+__global__ void fingerprint_kernel(const uint16_t* words, int64_t count, uint64_t salt, unsigned long long* sum) {
+  unsigned long long mine = 0;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += step) {
+    uint64_t z = ((static_cast<uint64_t>(i) << 16) | words[i]) + salt;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    mine += z ^ (z >> 31);
+  }
+  atomicAdd(sum, mine);
+}
+
+// The fingerprint of a product's outputs (the product, and GELU's pre-activation output where the
+// epilogue writes one) as they are now: how candidates' outputs are compared with the heuristic's
+// first without keeping a copy of them (the logits of a language model's head are gigabytes).
+class OutputFingerprint {
+ public:
+  OutputFingerprint(const Problem& p, std::vector<void*> outputs) : stream_(p.stream), outputs_(std::move(outputs)) {
+    const int64_t element = p.type == CUDA_R_32F ? 4 : 2;
+    words_ = p.batch * p.m * p.n * element / 2;
+    sum_ = Tensor::empty({1}, kInt64, Device::cuda(p.device));
+  }
+  // Synchronizes the stream.
+  uint64_t take() {
+    WEFT_CUDA_CHECK(cudaMemsetAsync(sum_.raw_data(), 0, sizeof(unsigned long long), stream_));
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(1024, (words_ + 255) / 256));
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      fingerprint_kernel<<<static_cast<unsigned int>(blocks), 256, 0, stream_>>>(
+          static_cast<const uint16_t*>(outputs_[i]), words_, 0x9e3779b97f4a7c15ull * (i + 1),
+          static_cast<unsigned long long*>(sum_.raw_data()));
+      WEFT_CUDA_CHECK_LAUNCH();
+    }
+    unsigned long long sum = 0;
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(&sum, sum_.raw_data(), sizeof(sum), cudaMemcpyDeviceToHost, stream_));
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return sum;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<void*> outputs_;
+  int64_t words_ = 0;
+  Tensor sum_;
+};
+
+bool epilogue_writes_aux(cublasLtEpilogue_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+std::mutex& autotune_records_mutex() {
+  static auto* mutex = new std::mutex;  // leaked on purpose (see the file comment)
+  return *mutex;
+}
+
+std::vector<MatmulAutotuneRecord>& autotune_records() {
+  static auto* records = new std::vector<MatmulAutotuneRecord>;
+  return *records;
+}
+
+// The fastest candidate of `candidates` that writes exactly the bits the first (the heuristic's
+// choice) writes, timed on p's stream. A product that accumulates (beta != 0) writes into a scratch
+// output while timed, so that p.out is left as it was; otherwise the timing runs write p.out
+// itself, which the real product then overwrites (and GELU_AUX's pre-activation output likewise).
 // Candidates whose state or launch fails are skipped; the first wins ties.
 cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors& d,
                                        const cublasLtMatmulHeuristicResult_t* candidates, int count) {
@@ -267,16 +353,31 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
     scratch = Tensor::empty({p.batch * p.m * p.n}, dtype, Device::cuda(p.device));
     out = scratch.raw_data();
   }
+  std::vector<void*> outputs = {out};
+  if (p.aux != nullptr && epilogue_writes_aux(p.epilogue)) outputs.push_back(p.aux);
+  OutputFingerprint fingerprint(p, outputs);
+  uint64_t reference = 0;  // the heuristic's first's fingerprint
+
+  MatmulAutotuneRecord record;
+  record.batch = p.batch;
+  record.m = p.m;
+  record.n = p.n;
+  record.k = p.k;
+  record.epilogue = static_cast<int>(p.epilogue);
   cudaEvent_t start = nullptr, stop = nullptr;
   WEFT_CUDA_CHECK(cudaEventCreate(&start));
   WEFT_CUDA_CHECK(cudaEventCreate(&stop));
   cublasLtMatmulAlgo_t best = candidates[0].algo;
-  float best_ms = 0.f;
+  float best_ms = 0.f, reference_ms = 0.f;
   bool timed_any = false;
   for (int i = 0; i < count; ++i) {
     if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
     const cublasLtMatmulAlgo_t& candidate = candidates[i].algo;
-    if (launch(p, d, candidate, out) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up, and the launch check
+    if (launch(p, d, candidate, out) != CUBLAS_STATUS_SUCCESS) {  // warm-up, and the launch check
+      if (i == 0) break;  // nothing to compare with: the heuristic's choice stands
+      continue;
+    }
+    if (i == 0) reference = fingerprint.take();
     WEFT_CUDA_CHECK(cudaEventRecord(start, p.stream));
     bool launched = true;
     for (int run = 0; run < kAutotuneRuns && launched; ++run) {
@@ -284,16 +385,46 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
     }
     WEFT_CUDA_CHECK(cudaEventRecord(stop, p.stream));
     WEFT_CUDA_CHECK(cudaEventSynchronize(stop));
+    if (!launched) {
+      if (i == 0) break;
+      continue;
+    }
     float elapsed_ms = 0.f;
     WEFT_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
-    if (launched && (!timed_any || elapsed_ms < best_ms)) {
+    // For the first candidate this checks that its repeated runs agree with its first (an
+    // algorithm that is not deterministic leaves nothing to keep bits with: it stays, untuned).
+    const bool same_bits = fingerprint.take() == reference;
+    record.candidates.push_back({i, elapsed_ms * 1000.f / kAutotuneRuns, same_bits});
+    if (i == 0 && !same_bits) break;
+    if (same_bits && (!timed_any || elapsed_ms < best_ms)) {
       best = candidate;
       best_ms = elapsed_ms;
+      record.chosen = i;
       timed_any = true;
     }
+    if (i == 0) reference_ms = elapsed_ms;
+  }
+  // A candidate within the timing's noise of the heuristic's first does not replace it: three runs
+  // on a GPU whose clock moves with its power draw rank near-equal algorithms at random.
+  if (timed_any && record.chosen != 0 && best_ms > reference_ms * (1.0f - kAutotuneMargin)) {
+    best = candidates[0].algo;
+    record.chosen = 0;
   }
   WEFT_CUDA_CHECK(cudaEventDestroy(start));
   WEFT_CUDA_CHECK(cudaEventDestroy(stop));
+  if (autotune_verbose()) {
+    std::string line;
+    for (const MatmulAutotuneRecord::Candidate& c : record.candidates) {
+      line += " " + std::to_string(c.index) + ":" + std::to_string(static_cast<int>(c.microseconds + 0.5f)) + "us" +
+              (c.same_bits ? "" : "(other bits)");
+    }
+    std::fprintf(stderr, "weft: matmul autotuned [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d:%s kept %d\n",
+                 static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
+                 static_cast<long long>(p.k), static_cast<long long>(p.n), record.epilogue, line.c_str(),
+                 record.chosen);
+  }
+  std::lock_guard<std::mutex> lock(autotune_records_mutex());
+  autotune_records().push_back(std::move(record));
   return best;
 }
 
@@ -500,6 +631,19 @@ void matmul_bias_add(const Tensor& a, const Tensor& bm, const Tensor& bias, cons
   p.c = addend.raw_data();
   p.beta = 1.f;
   run_problem(p, "matmul_bias_add");
+}
+
+std::vector<MatmulAutotuneRecord> matmul_autotune_records() {
+  std::lock_guard<std::mutex> lock(autotune_records_mutex());
+  return autotune_records();
+}
+
+int set_matmul_autotune_for_testing(int setting) { return autotune_setting().exchange(setting); }
+
+void forget_matmul_algorithms_for_testing() {
+  LtState& state = lt_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.algorithms.clear();
 }
 
 void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) {

@@ -8,6 +8,8 @@
 // of out's dtype (f32, bf16 or f16). GELU is the tanh form (UnaryOp::kGelu), as cuBLASLt computes it.
 #pragma once
 
+#include <vector>
+
 #include "runtime/tensor.h"
 
 namespace weft::cuda {
@@ -27,5 +29,30 @@ void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, con
 // out = gelu'(pre_gelu) * (a @ bm): the backward of a GELU linear through the product after it
 // (pre_gelu [B, M, N] contiguous, out's dtype, N a multiple of 8, as matmul_bias_gelu wrote it).
 void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out);
+
+// What autotuning (WEFT_MATMUL_AUTOTUNE, matmul.cu) found for one problem key: each candidate timed,
+// in the heuristic's order (index 0 is its first choice, the reference), its time per product and
+// whether it wrote exactly the reference's bits; `chosen` is the index kept (only a candidate with
+// the same bits may be). For WEFT_MATMUL_AUTOTUNE_VERBOSE=1's lines and for tests.
+struct MatmulAutotuneRecord {
+  struct Candidate {
+    int index = 0;
+    float microseconds = 0.f;
+    bool same_bits = false;
+  };
+  int64_t batch = 0, m = 0, n = 0, k = 0;  // the product as cuBLASLt runs it (a batch folded into m)
+  int epilogue = 0;                       // cublasLtEpilogue_t
+  std::vector<Candidate> candidates;
+  int chosen = 0;
+};
+
+// Every key autotuned so far in this process, in the order they were tuned.
+std::vector<MatmulAutotuneRecord> matmul_autotune_records();
+
+// Tests only: the autotuning setting (0 off, 1 every product, 2 products with an epilogue), and
+// forgetting every algorithm chosen so far, so that the next product of each key chooses again.
+// The setter returns the setting it replaced.
+int set_matmul_autotune_for_testing(int setting);
+void forget_matmul_algorithms_for_testing();
 
 }  // namespace weft::cuda

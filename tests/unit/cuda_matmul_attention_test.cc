@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -200,6 +201,95 @@ TEST(CudaMatmul, MatmulBiasMatchesCpu) {
       EXPECT_LE(relative_l2_error(got, expected), tolerance) << "batch " << batch;
     }
   }
+}
+
+// Autotuning keeps the heuristic's bits (matmul.cu): every product autotuned gives exactly what the
+// heuristic's first algorithm gives, for a plain product with a long K (where cuBLASLt offers
+// split-K algorithms, whose other order of sums gives other bits), an accumulating one, and the bias,
+// GELU (with its pre-activation output), GELU-backward and residual epilogues. The records say each
+// key was timed against its reference, and that other bits were seen and passed over.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.dtype() == y.dtype() && x.numel() == y.numel() &&
+         std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel() * x.element_size())) == 0;
+}
+
+TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  const DType dtype = kBFloat16;
+  Backend& gpu = backend_for(kGpu);
+  const Tensor long_a = Tensor::normal({1, 128, 8192}, 31, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor long_b = Tensor::normal({1, 8192, 128}, 32, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor x = Tensor::normal({1, 1024, 768}, 33, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor w = Tensor::normal({3072, 768}, 34, 0, 0.0, 0.05, dtype).to(kGpu).unsqueeze(0).transpose(1, 2);
+  const Tensor bias = Tensor::normal({3072}, 35, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor dy = Tensor::normal({1, 1024, 768}, 36, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor w_down = Tensor::normal({768, 3072}, 37, 0, 0.0, 0.05, dtype).to(kGpu).unsqueeze(0);  // dY W
+  const Tensor start = Tensor::normal({1, 128, 128}, 38, 0, 0.0, 1.0, dtype).to(kGpu);
+
+  // Every output of one pass over the products, in a fixed order.
+  auto products = [&] {
+    std::vector<Tensor> outputs;
+    Tensor plain = poisoned({1, 128, 128}, dtype);
+    gpu.matmul(long_a, long_b, plain, 1.0, 0.0);
+    outputs.push_back(plain);
+    Tensor accumulated = start.clone();
+    gpu.matmul(long_a, long_b, accumulated, 1.0, 1.0);
+    outputs.push_back(accumulated);
+    Tensor gelu = poisoned({1, 1024, 3072}, dtype), pre_gelu = poisoned({1, 1024, 3072}, dtype);
+    cuda::matmul_bias_gelu(x, w, bias, gelu, pre_gelu);
+    outputs.push_back(gelu);
+    outputs.push_back(pre_gelu);
+    Tensor biased = poisoned({1, 1024, 3072}, dtype);
+    cuda::matmul_bias(x, w, bias, biased);
+    outputs.push_back(biased);
+    Tensor gelu_backward = poisoned({1, 1024, 3072}, dtype);
+    cuda::matmul_gelu_backward(dy, w_down, pre_gelu, gelu_backward);
+    outputs.push_back(gelu_backward);
+    Tensor residual = poisoned({1, 1024, 3072}, dtype);
+    cuda::matmul_bias_add(x, w, bias, biased, residual);
+    outputs.push_back(residual);
+    return outputs;
+  };
+
+  const int before = cuda::set_matmul_autotune_for_testing(0);
+  cuda::forget_matmul_algorithms_for_testing();
+  const std::vector<Tensor> heuristic = products();
+  const size_t records_before = cuda::matmul_autotune_records().size();
+  cuda::set_matmul_autotune_for_testing(1);
+  cuda::forget_matmul_algorithms_for_testing();
+  const std::vector<Tensor> tuned = products();
+  const std::vector<Tensor> tuned_again = products();  // the kept choices, from the cache
+  cuda::set_matmul_autotune_for_testing(before);
+  cuda::forget_matmul_algorithms_for_testing();
+
+  ASSERT_EQ(tuned.size(), heuristic.size());
+  for (size_t i = 0; i < heuristic.size(); ++i) {
+    EXPECT_TRUE(same_bits(tuned[i], heuristic[i])) << "output " << i << " of the autotuned pass";
+    EXPECT_TRUE(same_bits(tuned_again[i], heuristic[i])) << "output " << i << " of the cached pass";
+  }
+  const std::vector<cuda::MatmulAutotuneRecord> records = cuda::matmul_autotune_records();
+  ASSERT_GE(records.size(), records_before + 6) << "every product key is autotuned once";
+  int other_bits = 0;
+  for (size_t r = records_before; r < records.size(); ++r) {
+    const cuda::MatmulAutotuneRecord& record = records[r];
+    SCOPED_TRACE("[" + std::to_string(record.m) + ", " + std::to_string(record.k) + "] @ [" +
+                 std::to_string(record.k) + ", " + std::to_string(record.n) + "] epilogue " +
+                 std::to_string(record.epilogue));
+    ASSERT_FALSE(record.candidates.empty());
+    EXPECT_EQ(record.candidates[0].index, 0);
+    EXPECT_TRUE(record.candidates[0].same_bits) << "the heuristic's algorithm repeats itself";
+    bool chosen_seen = false;
+    for (const cuda::MatmulAutotuneRecord::Candidate& candidate : record.candidates) {
+      if (!candidate.same_bits) ++other_bits;
+      if (candidate.index == record.chosen) {
+        chosen_seen = true;
+        EXPECT_TRUE(candidate.same_bits) << "candidate " << candidate.index << " was kept with other bits";
+      }
+    }
+    EXPECT_TRUE(chosen_seen) << "the kept candidate " << record.chosen << " was timed";
+  }
+  EXPECT_GT(other_bits, 0) << "no candidate wrote other bits: the comparison may not compare";
 }
 
 // --- Attention ----------------------------------------------------------------------------------
