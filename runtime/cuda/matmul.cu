@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/clock.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/matmul.h"
@@ -211,9 +213,11 @@ struct Problem {
 // cuBLASLt's heuristic ranks algorithms by a model; the first is not always the fastest at a
 // training run's shapes. With autotuning (by default, and WEFT_MATMUL_AUTOTUNE=1: every product;
 // =epilogues: the products with an epilogue, bias, GELU, DGELU; =0: none), the first product of each
-// problem key times up to kAutotuneCandidates of the heuristic's algorithms on the real operands and
-// keeps the fastest for the rest of the process (products issued while a stream is captured into a
-// CUDA graph take the heuristic's first: timing cannot run there).
+// problem key times candidate algorithms on the real operands and keeps the fastest for the rest of
+// the process: the heuristic's first eight, then the best few configurations of every algorithm id
+// (candidate_algorithms; at GPT-2's shapes 33 in all, whose best took 2-10% less time than the best
+// of the eight on weight-gradient products). Products issued while a stream is captured into a CUDA
+// graph take the heuristic's first: timing cannot run there.
 //
 // Autotuning keeps the heuristic's bits: the heuristic's first algorithm runs first and a 64-bit
 // fingerprint of its output is taken on the device; every other candidate's output (and GELU's
@@ -224,8 +228,10 @@ struct Problem {
 // K tile) give other bits on real data and are passed over, so which candidate wins the timing,
 // which varies between processes and ranks, never changes a result: a tuned run computes what an
 // untuned one does, bit for bit, and a resumed run continues it exactly. That costs the first
-// step a few milliseconds per shape and a synchronization.
-constexpr int kAutotuneCandidates = 8;
+// step up to a few hundred milliseconds per shape (a language model's head) and a synchronization.
+constexpr int kHeuristicCandidates = 8;   // the heuristic's own ranking
+constexpr int kConfigurationsPerId = 4;   // then the best few configurations of every algorithm id
+constexpr int kMaxCandidates = 64;
 constexpr int kAutotuneRuns = 3;
 constexpr float kAutotuneMargin = 0.02f;  // how much faster than the heuristic's first a candidate must be
 
@@ -280,15 +286,29 @@ cublasStatus_t launch(const Problem& p, const LaunchDescriptors& d, const cublas
 // sum[0] += a fingerprint of `count` 16-bit words: the wrapping sum over every word w at index i of
 // splitmix64's finalizer applied to (i << 16 | w) + salt. Any change of bits changes the sum except
 // with a chance of about 2^-64, and the order in which threads add (atomics) does not change it.
+__device__ __forceinline__ unsigned long long fingerprint_term(int64_t index, uint16_t word, uint64_t salt) {
+  uint64_t z = ((static_cast<uint64_t>(index) << 16) | word) + salt;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 __global__ void fingerprint_kernel(const uint16_t* words, int64_t count, uint64_t salt, unsigned long long* sum) {
   unsigned long long mine = 0;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += step) {
-    uint64_t z = ((static_cast<uint64_t>(i) << 16) | words[i]) + salt;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    mine += z ^ (z >> 31);
+  // Eight words (16 bytes) per load where the buffer allows: a head's logits are gigabytes.
+  const int64_t packs = reinterpret_cast<uintptr_t>(words) % 16 == 0 ? count / 8 : 0;
+  for (int64_t pack = thread; pack < packs; pack += step) {
+    const uint4 bits = reinterpret_cast<const uint4*>(words)[pack];
+    const uint32_t halves[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      mine += fingerprint_term(8 * pack + 2 * j, static_cast<uint16_t>(halves[j] & 0xffffu), salt);
+      mine += fingerprint_term(8 * pack + 2 * j + 1, static_cast<uint16_t>(halves[j] >> 16), salt);
+    }
   }
+  for (int64_t i = 8 * packs + thread; i < count; i += step) mine += fingerprint_term(i, words[i], salt);
   atomicAdd(sum, mine);
 }
 
@@ -428,6 +448,68 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
   return best;
 }
 
+struct Alignments {
+  int64_t a = 0, b = 0, cd = 0;  // bytes, as alignment_of found them
+};
+
+// The search preferences every heuristic query of a problem shares.
+void set_search_limits(Preference& preference, const Alignments& alignments) {
+  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(alignments.a));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(alignments.b));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(alignments.cd));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(alignments.cd));
+}
+
+// Fills `results` (kMaxCandidates entries) with the algorithms to try and returns how many: the
+// heuristic's first alone, or when tuning its first kHeuristicCandidates and then, for every
+// algorithm id the library has for these types, the heuristic's best kConfigurationsPerId
+// configurations of that id (CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID), leaving out repeats. The
+// heuristic's first stays first: it is the reference whose bits every other must write.
+int candidate_algorithms(cublasLtHandle_t handle, cudaDataType_t type, cublasLtMatmulDesc_t desc,
+                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t cd,
+                         const Alignments& alignments, bool tune, cublasLtMatmulHeuristicResult_t* results) {
+  Preference preference;
+  set_search_limits(preference, alignments);
+  int found = 0;
+  WEFT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, cd, cd, preference.pref,
+                                                   tune ? kHeuristicCandidates : 1, results, &found));
+  if (!tune || found == 0 || results[0].state != CUBLAS_STATUS_SUCCESS) return found;
+  auto known = [&](const cublasLtMatmulAlgo_t& algorithm) {
+    for (int i = 0; i < found; ++i) {
+      if (std::memcmp(&results[i].algo, &algorithm, sizeof(algorithm)) == 0) return true;
+    }
+    return false;
+  };
+  std::array<int, 256> ids = {};
+  int id_count = 0;
+  WEFT_CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, type, type, type, type,
+                                             static_cast<int>(ids.size()), ids.data(), &id_count));
+  Preference by_id;
+  set_search_limits(by_id, alignments);
+  by_id.set(CUBLASLT_MATMUL_PREF_SEARCH_MODE, static_cast<uint32_t>(CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID));
+  for (int i = 0; i < id_count && found < kMaxCandidates; ++i) {
+    std::array<cublasLtMatmulHeuristicResult_t, kConfigurationsPerId> configurations = {};
+    bool initialized = true;
+    for (cublasLtMatmulHeuristicResult_t& configuration : configurations) {
+      initialized = initialized && cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, type, type, type,
+                                                          type, ids[i], &configuration.algo) == CUBLAS_STATUS_SUCCESS;
+    }
+    int count = 0;
+    // An id the heuristic cannot configure for this problem is not an error: it is left out.
+    if (!initialized || cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, cd, cd, by_id.pref, kConfigurationsPerId,
+                                                       configurations.data(), &count) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    for (int c = 0; c < count && found < kMaxCandidates; ++c) {
+      if (configurations[c].state == CUBLAS_STATUS_SUCCESS && !known(configurations[c].algo)) {
+        results[found++] = configurations[c];
+      }
+    }
+  }
+  return found;
+}
+
 void run_problem(const Problem& p, std::string_view op) {
   const int64_t element = p.type == CUDA_R_32F ? 4 : 2;
   // cuBLASLt: D'[n, m] (col-major, ld n) = op(A')[n, k] @ op(B')[k, m]; A' from bm, B' from a.
@@ -482,24 +564,25 @@ void run_problem(const Problem& p, std::string_view op) {
     }
   }
   if (!cached) {
-    const int wanted = autotune_enabled(p.epilogue) && !stream_is_capturing(p.stream) ? kAutotuneCandidates : 1;
-    Preference preference;
-    preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
-    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(align_a));
-    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(align_b));
-    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(align_cd));
-    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(align_cd));
-    std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results = {};
-    int found = 0;
-    WEFT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc,
-                                                     layout_cd.desc, preference.pref, wanted, results.data(), &found));
+    const bool tune = autotune_enabled(p.epilogue) && !stream_is_capturing(p.stream);
+    const Alignments alignments{align_a, align_b, align_cd};
+    std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results = {};
+    const double search_start_ms = clock_ms();
+    const int found = candidate_algorithms(handle, p.type, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc,
+                                           alignments, tune, results.data());
+    const double search_ms = clock_ms() - search_start_ms;
     WEFT_CHECK(found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS, op, ": cuBLASLt found no algorithm for [",
                p.batch, ", ", p.m, ", ", p.k, "] @ [", p.batch, ", ", p.k, ", ", p.n, "] (epilogue ",
                static_cast<int>(p.epilogue), ", alignments ", align_a, "/", align_b, "/", align_cd, " bytes)");
     algorithm = results[0].algo;
     if (found > 1) {
       const LaunchDescriptors descriptors{handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc, workspace};
+      const double timing_start_ms = clock_ms();
       algorithm = fastest_algorithm(p, descriptors, results.data(), found);
+      if (autotune_verbose()) {
+        std::fprintf(stderr, "weft: matmul autotuning took %.0f ms (the candidates' search %.0f ms)\n",
+                     clock_ms() - timing_start_ms + search_ms, search_ms);
+      }
     }
     LtState& state = lt_state();
     std::lock_guard<std::mutex> lock(state.mutex);
