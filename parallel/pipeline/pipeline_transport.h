@@ -22,7 +22,8 @@
 // to know nothing of its neighbours' layers: a custom segment may hand on any shape.
 //
 // CUDA tensors travel through host memory: the transport copies them to the host before sending
-// and to the device after receiving. (NCCL's own send/recv is the multi-GPU issue's to add.)
+// and to the device after receiving. (NCCL's own send/recv is the multi-GPU issue's to add; what
+// it would need of the plans is in docs/architecture.md, "Pipelines on GPUs".)
 //
 // Thread safety: post_send, receive and finish_sends may be called from several threads at once
 // (the executor's compute and p2p threads).

@@ -2,11 +2,13 @@
 // in both comm modes, and the plans of all stages are run together by a small simulator of the
 // executor (stream lists, waits, sends that never wait, receives that wait for their send,
 // step-wide collectives over the stages) to show that no schedule deadlocks and that every send
-// meets exactly one receive, for pp up to 8 and many micro-batch counts.
+// meets exactly one receive, for pp up to 8 and many micro-batch counts; and under NCCL's rules
+// (in-order pairing, sends and receives that wait for each other), what an NCCL transport needs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
@@ -124,9 +126,72 @@ enum class Issuing {
   kOneThreadNoWorkers,  // the same without host workers (weft before 2026-12-04): receives hold all
 };
 
+// How a send meets its receive, in the simulator below.
+enum class Matching {
+  kTagged,       // weft's transport (MPI): a receive takes the message with its tag whenever it was
+                 // sent, and a send never waits for its receiver
+  kInOrderRendezvous,  // NCCL's ncclSend / ncclRecv: the k-th send from A to B meets the k-th receive
+                       // on B from A, and each waits until the other has been reached on its stream
+};
+
+// The ordinal of each send among the stage's sends to the same peer, and of each receive among
+// its receives from the same peer, in the order the stage's lists hold them (node id -> ordinal).
+// Sends to one peer (or receives from one) spread over two lists have no one order: "" otherwise
+// names them.
+std::string pairing_ordinals(const StagePlan& stage, std::map<NodeId, int>& ordinal) {
+  std::map<std::pair<int, int>, int> count;       // (send 1 / receive 0, peer) -> how many so far
+  std::map<std::pair<int, int>, int> list_of;     // (send 1 / receive 0, peer) -> the list holding them
+  for (int s = 0; s < graph::kStreamClassCount; ++s) {
+    for (const Instruction& instruction : stage.plan.streams[s]) {
+      const graph::Node& node = stage.graph.node(instruction.node);
+      if (instruction.op != Instruction::Op::kRun || (node.kind != NodeKind::kSend && node.kind != NodeKind::kRecv)) {
+        continue;
+      }
+      const std::pair<int, int> key = {node.kind == NodeKind::kSend ? 1 : 0, node.peer};
+      const auto [where, inserted] = list_of.emplace(key, s);
+      if (!inserted && where->second != s) return str(node.name, " is on another list than its peer's others");
+      ordinal[node.id] = count[key]++;
+    }
+  }
+  return "";
+}
+
 // Runs every stage's plan at once until all is done or nothing can move; returns "" or what is stuck.
-std::string simulate(const std::vector<std::unique_ptr<StagePlan>>& plans, Issuing issuing = Issuing::kThreadPerList) {
+std::string simulate(const std::vector<std::unique_ptr<StagePlan>>& plans, Issuing issuing = Issuing::kThreadPerList,
+                     Matching matching = Matching::kTagged) {
   const int stages = static_cast<int>(plans.size());
+  // In-order matching: (from, to, ordinal) -> {the send reached, the receive reached}.
+  std::vector<std::map<NodeId, int>> ordinal(stages);
+  std::map<std::tuple<int, int, int>, std::array<bool, 2>> reached;
+  if (matching == Matching::kInOrderRendezvous) {
+    std::map<std::tuple<int, int, int>, int64_t> send_tags;
+    for (int r = 0; r < stages; ++r) {
+      const std::string ambiguous = pairing_ordinals(*plans[r], ordinal[r]);
+      if (!ambiguous.empty()) return str("stage ", r, ": ", ambiguous);
+      for (const graph::Node& node : plans[r]->graph.nodes()) {
+        if (node.kind == NodeKind::kSend) send_tags[{r, node.peer, ordinal[r][node.id]}] = node.tag;
+      }
+    }
+    for (int r = 0; r < stages; ++r) {
+      for (const graph::Node& node : plans[r]->graph.nodes()) {
+        if (node.kind != NodeKind::kRecv) continue;
+        const int k = ordinal[r][node.id];
+        if (send_tags[{node.peer, r, k}] != node.tag) {
+          return str("stage ", r, "'s receive ", k, " from stage ", node.peer, " (", node.name,
+                     ") would meet a send of another message");
+        }
+      }
+    }
+  }
+  // Whether node (a send or a receive) of stage r has met its partner; marks it reached.
+  auto rendezvous = [&](int r, const graph::Node& node) {
+    const bool is_send = node.kind == NodeKind::kSend;
+    const std::tuple<int, int, int> key = is_send ? std::make_tuple(r, node.peer, ordinal[r][node.id])
+                                                  : std::make_tuple(node.peer, r, ordinal[r][node.id]);
+    std::array<bool, 2>& both = reached[key];
+    both[is_send ? 0 : 1] = true;
+    return both[0] && both[1];
+  };
   std::vector<std::vector<char>> done(stages);
   std::vector<std::array<size_t, graph::kStreamClassCount>> position(stages);
   std::set<std::tuple<int, int, int64_t>> sent;  // (from, to, tag)
@@ -155,6 +220,10 @@ std::string simulate(const std::vector<std::unique_ptr<StagePlan>>& plans, Issui
       }
       if (instruction.op == Instruction::Op::kWait) {
         if (!done[r][instruction.node]) break;
+      } else if (matching == Matching::kInOrderRendezvous &&
+                 (node.kind == NodeKind::kRecv || node.kind == NodeKind::kSend)) {
+        if (!rendezvous(r, node)) break;  // its stream waits in the kernel for the partner
+        done[r][node.id] = 1;
       } else if (node.kind == NodeKind::kRecv) {
         if (!sent.count({node.peer, r, node.tag})) {
           const bool on_worker = issuing == Issuing::kOneThread && node.blocks_host;
@@ -308,6 +377,52 @@ TEST(PipelineStepGraph, NoPlanDeadlocksTheCudaExecutorsOneIssuingThread) {
   const std::string stuck = simulate(plan_stages(PipelineSchedule::kOneForwardOneBackward, 2, 8, 1, CommMode::kAuto),
                                      Issuing::kOneThreadNoWorkers);
   EXPECT_NE(stuck.find("recv activation 1"), std::string::npos) << stuck;
+}
+
+// What NCCL's point-to-point would need of the plans (docs/architecture.md, "Pipelines on GPUs"):
+// ncclSend / ncclRecv pair the k-th send from A to B with the k-th receive on B from A, and each
+// waits on its stream until the other is reached. Every plan pairs its messages in order (the
+// sends to a peer and the receives from it each lie on one list, in the same order as the peer's),
+// and in the auto mode, whose receives run on the p2p stream (a stream waiting in a receive never
+// holds the compute that makes the peer's next message; posting them early or not), no plan
+// deadlocks under those waits. The manual mode's plans, which wait for each receive on the
+// compute stream where it is written, deadlock from pp 2 in every schedule that has a steady state
+// (1F1B: stage 0 sends activation k while stage 1 sends gradient k - 1, each waiting for the
+// other's receive): an NCCL transport would have to group such a send with the receive beside it,
+// as Megatron-LM's send_forward_recv_backward does.
+TEST(PipelineStepGraph, NcclStylePairingKeepsTheAutoModesPlansLive) {
+  int auto_checked = 0, manual_checked = 0, manual_deadlocks = 0;
+  std::map<std::string, int> manual_deadlocks_by_schedule;
+  for (const Case& c : cases()) {
+    for (CommMode mode : {CommMode::kManual, CommMode::kAuto}) {
+      SCOPED_TRACE(str(pipeline_schedule_name(c.schedule), " pp ", c.stages, " m ", c.micro_batches, " chunks ",
+                       c.chunks, " ", graph::comm_mode_name(mode)));
+      const auto plans = plan_stages(c.schedule, c.stages, c.micro_batches, c.chunks, mode);
+      const std::string stuck = simulate(plans, Issuing::kThreadPerList, Matching::kInOrderRendezvous);
+      EXPECT_EQ(stuck.find("another"), std::string::npos) << stuck;  // pairs in order, from one list each
+      if (mode == CommMode::kAuto) {
+        EXPECT_EQ(stuck, "");
+        ++auto_checked;
+      } else {
+        ++manual_checked;
+        if (!stuck.empty()) {
+          ++manual_deadlocks;
+          ++manual_deadlocks_by_schedule[pipeline_schedule_name(c.schedule)];
+        }
+      }
+    }
+  }
+  EXPECT_GT(auto_checked, 75);
+  EXPECT_EQ(manual_deadlocks_by_schedule.count("gpipe"), 0u) << "all forwards, then all backwards, pair as they come";
+  EXPECT_GT(manual_deadlocks_by_schedule["1f1b"], 0);
+  const std::string stuck = simulate(plan_stages(PipelineSchedule::kOneForwardOneBackward, 2, 4, 1, CommMode::kManual),
+                                     Issuing::kThreadPerList, Matching::kInOrderRendezvous);
+  EXPECT_NE(stuck.find("stage 0 compute at run send activation"), std::string::npos) << stuck;
+  EXPECT_NE(stuck.find("stage 1 compute at run send gradient"), std::string::npos) << stuck;
+  std::string summary;
+  for (const auto& [schedule, count] : manual_deadlocks_by_schedule) summary += str(schedule, " ", count, "; ");
+  std::printf("manual mode under in-order rendezvous: %d of %d plans stick (%s)\n", manual_deadlocks, manual_checked,
+              summary.c_str());
 }
 
 TEST(PipelineStepGraph, TheComputeOrderIsTheSchedule) {
