@@ -483,8 +483,11 @@ int candidate_algorithms(cublasLtHandle_t handle, cudaDataType_t type, cublasLtM
   };
   std::array<int, 256> ids = {};
   int id_count = 0;
-  WEFT_CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, type, type, type, type,
-                                             static_cast<int>(ids.size()), ids.data(), &id_count));
+  // Without the ids the heuristic's own candidates are still there to tune among.
+  if (cublasLtMatmulAlgoGetIds(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, type, type, type, type,
+                               static_cast<int>(ids.size()), ids.data(), &id_count) != CUBLAS_STATUS_SUCCESS) {
+    return found;
+  }
   Preference by_id;
   set_search_limits(by_id, alignments);
   by_id.set(CUBLASLT_MATMUL_PREF_SEARCH_MODE, static_cast<uint32_t>(CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID));
