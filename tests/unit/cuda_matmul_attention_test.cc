@@ -207,8 +207,8 @@ TEST(CudaMatmul, MatmulBiasMatchesCpu) {
 // heuristic's first algorithm gives, for a plain product with a long K (where cuBLASLt offers
 // split-K algorithms, whose other order of sums gives other bits), an accumulating one, and the bias,
 // GELU (with its pre-activation output), GELU-backward and residual epilogues, and a product of an
-// odd number of 16-bit elements. The records say each
-// key was timed against its reference, and that other bits were seen and passed over.
+// odd number of 16-bit elements. The records say each key was timed against its reference, and that
+// other bits were seen and passed over.
 bool same_bits(const Tensor& a, const Tensor& b) {
   const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
   return x.dtype() == y.dtype() && x.numel() == y.numel() &&
@@ -252,7 +252,7 @@ TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
     Tensor residual = poisoned({1, 1024, 3072}, dtype);
     cuda::matmul_bias_add(x, w, bias, biased, residual);
     outputs.push_back(residual);
-    Tensor odd = poisoned({1, 3, 5}, dtype);  // 15 bf16 elements: the fingerprint's last half-word
+    Tensor odd = poisoned({1, 3, 5}, dtype);  // 15 bf16 elements: words past the fingerprint's 16-byte loads
     gpu.matmul(odd_a, odd_b, odd, 1.0, 0.0);
     outputs.push_back(odd);
     return outputs;
