@@ -43,16 +43,21 @@ wait_for_step() {
 }
 
 # The process id of world rank $2 of the run whose launcher is $1: the launcher itself in one
-# process, otherwise the child of mpirun whose environment says that rank.
+# process, otherwise the child of mpirun whose environment says that rank. Looked for again for up
+# to 2 s: once, in a CI run with other tests beside it, a single look found no such child while
+# the run went on.
 rank_pid() {
   local launcher=$1 rank=$2
   if ((ranks == 1)); then echo "$launcher"; return; fi
-  for child in $(pgrep -P "$launcher"); do
-    if tr '\0' '\n' < "/proc/$child/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
-      echo "$child"; return
-    fi
+  for _ in $(seq 1 40); do
+    for child in $(pgrep -P "$launcher"); do
+      if tr '\0' '\n' < "/proc/$child/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+        echo "$child"; return
+      fi
+    done
+    sleep 0.05
   done
-  fail "no process of rank $rank under mpirun (pid $launcher)"
+  fail "no process of rank $rank under mpirun (pid $launcher; children: $(pgrep -P "$launcher" | tr '\n' ' '))"
 }
 
 case $mode in
