@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -67,6 +68,12 @@ std::string describe(absl::Span<const int64_t> shape, DType dtype) {
 }
 
 double tolerance_for(DType dtype) { return dtype == kBFloat16 || dtype == kFloat16 ? 1e-2 : 1e-5; }
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.dtype() == y.dtype() && x.numel() == y.numel() &&
+         std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel() * x.element_size())) == 0;
+}
 
 double relative_l2_error(const Tensor& actual, const Tensor& expected, NonFinite non_finite) {
   const std::vector<double> a = actual.to_vector(), e = expected.to_vector();

@@ -67,6 +67,9 @@ struct Comparison {
   NonFinite non_finite = NonFinite::kFails;
 };
 
+// Whether a and b (either device, any strides) hold the same dtype, element count and bits.
+bool bitwise_equal(const Tensor& a, const Tensor& b);
+
 // ||actual - expected|| / ||expected|| over all elements. A different element count adds a test
 // failure (and the common prefix is compared).
 double relative_l2_error(const Tensor& actual, const Tensor& expected, NonFinite non_finite = NonFinite::kFails);

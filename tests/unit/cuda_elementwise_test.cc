@@ -11,7 +11,6 @@
 // every test is skipped with a message.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -29,6 +28,7 @@
 namespace weft {
 namespace {
 
+using testing::bitwise_equal;
 using testing::expect_close;
 using testing::poisoned;
 using testing::relative_l2_error;
@@ -55,12 +55,6 @@ Backend& cpu() { return backend_for(kHost); }
 Tensor random_host(absl::Span<const int64_t> shape, DType dtype, double low = -2.0, double high = 2.0) {
   static uint64_t seed = 20261130;
   return Tensor::uniform(shape, ++seed, 0, low, high, dtype, kHost);
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(kHost).contiguous(), y = b.to(kHost).contiguous();
-  return x.dtype() == y.dtype() && x.numel() == y.numel() &&
-         std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel() * x.element_size())) == 0;
 }
 
 // A view of `base` (same on either device): the kinds of views ops pass to kernels.

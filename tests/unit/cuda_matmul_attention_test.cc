@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,6 +26,7 @@ namespace {
 
 #ifdef WEFT_HAVE_CUDA
 
+using testing::bitwise_equal;
 using testing::poisoned;
 using testing::relative_l2_error;
 using testing::tolerance_for;
@@ -209,12 +209,6 @@ TEST(CudaMatmul, MatmulBiasMatchesCpu) {
 // GELU (with its pre-activation output), GELU-backward and residual epilogues, and a product of an
 // odd number of 16-bit elements. The records say each key was timed against its reference, and that
 // other bits were seen and passed over.
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
-  return x.dtype() == y.dtype() && x.numel() == y.numel() &&
-         std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel() * x.element_size())) == 0;
-}
-
 TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
   const DType dtype = kBFloat16;
@@ -271,8 +265,8 @@ TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
 
   ASSERT_EQ(tuned.size(), heuristic.size());
   for (size_t i = 0; i < heuristic.size(); ++i) {
-    EXPECT_TRUE(same_bits(tuned[i], heuristic[i])) << "output " << i << " of the autotuned pass";
-    EXPECT_TRUE(same_bits(tuned_again[i], heuristic[i])) << "output " << i << " of the cached pass";
+    EXPECT_TRUE(bitwise_equal(tuned[i], heuristic[i])) << "output " << i << " of the autotuned pass";
+    EXPECT_TRUE(bitwise_equal(tuned_again[i], heuristic[i])) << "output " << i << " of the cached pass";
   }
   const std::vector<cuda::MatmulAutotuneRecord> records = cuda::matmul_autotune_records();
   ASSERT_GE(records.size(), records_before + 6) << "every product key with several candidates is autotuned once";
