@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,6 +46,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/matmul.h"
+#include "runtime/cuda/matmul_tuning_cache.h"
 #include "runtime/cuda/stream.h"
 
 namespace weft {
@@ -60,6 +62,9 @@ struct LtState {
   std::map<int, cublasLtHandle_t> handles;
   std::map<StreamKey, Tensor> workspaces;
   std::map<std::array<int64_t, 24>, cublasLtMatmulAlgo_t> algorithms;
+  // Tuned choices kept across processes (matmul_tuning_cache.h), read on the first tuned product.
+  std::unique_ptr<MatmulTuningCache> tuning_cache;
+  std::map<int, std::string> device_signatures;
 };
 
 LtState& lt_state() {
@@ -228,12 +233,33 @@ struct Problem {
 // K tile) give other bits on real data and are passed over, so which candidate wins the timing,
 // which varies between processes and ranks, never changes a result: a tuned run computes what an
 // untuned one does, bit for bit, and a resumed run continues it exactly. That costs the first
-// step up to a few hundred milliseconds per shape (a language model's head) and a synchronization.
-constexpr int kHeuristicCandidates = 8;   // the heuristic's own ranking
-constexpr int kConfigurationsPerId = 4;   // then the best few configurations of every algorithm id
-constexpr int kMaxCandidates = 64;
+// step up to a few hundred milliseconds per shape (a language model's head) and a synchronization;
+// a candidate whose first run is far slower than the reference stops after it (kAutotuneCutoff).
+// The choices are kept in a file (matmul_tuning_cache.h) keyed by the device's kind, cuBLASLt's
+// version and the problem key, so a later process skips the timing of every shape it finds there.
+constexpr int kHeuristicCandidates = 8;      // the heuristic's own ranking
+constexpr int kMaxConfigurationsPerId = 16;  // then the best few configurations of every algorithm id
+constexpr int kMaxCandidates = 160;
 constexpr int kAutotuneRuns = 3;
 constexpr float kAutotuneMargin = 0.02f;  // how much faster than the heuristic's first a candidate must be
+// A candidate whose first timed run takes this much longer than the reference's runs do on average
+// cannot come out 2% faster over three: its other runs and its fingerprint are skipped.
+constexpr float kAutotuneCutoff = 1.25f;
+
+// How many configurations of each algorithm id are timed: WEFT_MATMUL_AUTOTUNE_CONFIGURATIONS (1 to
+// kMaxConfigurationsPerId), 4 by default.
+int configurations_per_id() {
+  static const int count = [] {
+    const char* value = std::getenv("WEFT_MATMUL_AUTOTUNE_CONFIGURATIONS");
+    if (value == nullptr) return 4;
+    const int parsed = std::atoi(value);
+    if (parsed >= 1 && parsed <= kMaxConfigurationsPerId) return parsed;
+    std::fprintf(stderr, "weft: WEFT_MATMUL_AUTOTUNE_CONFIGURATIONS=%s is not 1 to %d; using 4\n", value,
+                 kMaxConfigurationsPerId);
+    return 4;
+  }();
+  return count;
+}
 
 // 0 off, 1 every product (the default), 2 products with an epilogue. From WEFT_MATMUL_AUTOTUNE ("0",
 // "1", "epilogues"), or set_matmul_autotune_for_testing.
@@ -398,19 +424,32 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
       continue;
     }
     if (i == 0) reference = fingerprint.take();
+    // The first run is timed alone: a candidate far slower than the reference stops there.
     WEFT_CUDA_CHECK(cudaEventRecord(start, p.stream));
-    bool launched = true;
-    for (int run = 0; run < kAutotuneRuns && launched; ++run) {
-      launched = launch(p, d, candidate, out) == CUBLAS_STATUS_SUCCESS;
-    }
+    bool launched = launch(p, d, candidate, out) == CUBLAS_STATUS_SUCCESS;
     WEFT_CUDA_CHECK(cudaEventRecord(stop, p.stream));
     WEFT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed_ms = 0.f;
+    if (launched) WEFT_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
+    if (launched && i > 0 && elapsed_ms > kAutotuneCutoff * reference_ms / kAutotuneRuns) {
+      record.candidates.push_back({i, elapsed_ms * 1000.f, false, true});
+      continue;
+    }
+    if (launched) {
+      WEFT_CUDA_CHECK(cudaEventRecord(start, p.stream));
+      for (int run = 1; run < kAutotuneRuns && launched; ++run) {
+        launched = launch(p, d, candidate, out) == CUBLAS_STATUS_SUCCESS;
+      }
+      WEFT_CUDA_CHECK(cudaEventRecord(stop, p.stream));
+      WEFT_CUDA_CHECK(cudaEventSynchronize(stop));
+    }
     if (!launched) {
       if (i == 0) break;
       continue;
     }
-    float elapsed_ms = 0.f;
-    WEFT_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
+    float rest_ms = 0.f;
+    WEFT_CUDA_CHECK(cudaEventElapsedTime(&rest_ms, start, stop));
+    elapsed_ms += rest_ms;
     // For the first candidate this checks that its repeated runs agree with its first (an
     // algorithm that is not deterministic leaves nothing to keep bits with: it stays, untuned).
     const bool same_bits = fingerprint.take() == reference;
@@ -436,7 +475,7 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
     std::string line;
     for (const MatmulAutotuneRecord::Candidate& c : record.candidates) {
       line += " " + std::to_string(c.index) + ":" + std::to_string(static_cast<int>(c.microseconds + 0.5f)) + "us" +
-              (c.same_bits ? "" : "(other bits)");
+              (c.cut_short ? "(slow)" : c.same_bits ? "" : "(other bits)");
     }
     std::fprintf(stderr, "weft: matmul autotuned [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d:%s kept %d\n",
                  static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
@@ -463,7 +502,7 @@ void set_search_limits(Preference& preference, const Alignments& alignments) {
 
 // Fills `results` (kMaxCandidates entries) with the algorithms to try and returns how many: the
 // heuristic's first alone, or when tuning its first kHeuristicCandidates and then, for every
-// algorithm id the library has for these types, the heuristic's best kConfigurationsPerId
+// algorithm id the library has for these types, the heuristic's best configurations_per_id()
 // configurations of that id (CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID), leaving out repeats. The
 // heuristic's first stays first: it is the reference whose bits every other must write.
 int candidate_algorithms(cublasLtHandle_t handle, cudaDataType_t type, cublasLtMatmulDesc_t desc,
@@ -491,16 +530,18 @@ int candidate_algorithms(cublasLtHandle_t handle, cudaDataType_t type, cublasLtM
   Preference by_id;
   set_search_limits(by_id, alignments);
   by_id.set(CUBLASLT_MATMUL_PREF_SEARCH_MODE, static_cast<uint32_t>(CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID));
+  const int per_id = configurations_per_id();
   for (int i = 0; i < id_count && found < kMaxCandidates; ++i) {
-    std::array<cublasLtMatmulHeuristicResult_t, kConfigurationsPerId> configurations = {};
+    std::array<cublasLtMatmulHeuristicResult_t, kMaxConfigurationsPerId> configurations = {};
     bool initialized = true;
-    for (cublasLtMatmulHeuristicResult_t& configuration : configurations) {
+    for (int c = 0; c < per_id; ++c) {
+      cublasLtMatmulHeuristicResult_t& configuration = configurations[c];
       initialized = initialized && cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, type, type, type,
                                                           type, ids[i], &configuration.algo) == CUBLAS_STATUS_SUCCESS;
     }
     int count = 0;
     // An id the heuristic cannot configure for this problem is not an error: it is left out.
-    if (!initialized || cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, cd, cd, by_id.pref, kConfigurationsPerId,
+    if (!initialized || cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, cd, cd, by_id.pref, per_id,
                                                        configurations.data(), &count) != CUBLAS_STATUS_SUCCESS) {
       continue;
     }
@@ -511,6 +552,56 @@ int candidate_algorithms(cublasLtHandle_t handle, cudaDataType_t type, cublasLtM
     }
   }
   return found;
+}
+
+// The device's kind and its cuBLASLt, as the tuning cache names them: a choice from the file is
+// reused only where both are the ones it was tuned on. Called under state.mutex.
+const std::string& device_signature(LtState& state, int device) {
+  auto found = state.device_signatures.find(device);
+  if (found != state.device_signatures.end()) return found->second;
+  cudaDeviceProp properties{};
+  WEFT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  std::string name = properties.name;
+  for (char& c : name) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') c = '_';
+  }
+  const std::string signature = name + "/sm" + std::to_string(properties.major) + std::to_string(properties.minor) +
+                                "/" + std::to_string(properties.multiProcessorCount) + "sms/cublasLt" +
+                                std::to_string(cublasLtGetVersion());
+  return state.device_signatures.emplace(device, signature).first->second;
+}
+
+// Called under state.mutex.
+MatmulTuningCache& tuning_cache(LtState& state) {
+  if (!state.tuning_cache) {
+    state.tuning_cache = std::make_unique<MatmulTuningCache>(MatmulTuningCache::path_from_environment());
+  }
+  return *state.tuning_cache;
+}
+
+// A choice the tuning cache holds for this problem, if cuBLASLt still accepts it here.
+bool remembered_algorithm(const Problem& p, const LaunchDescriptors& d, const MatmulTuningCache::Key& key,
+                          cublasLtMatmulAlgo_t& algorithm) {
+  static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(MatmulTuningCache::Algorithm));
+  std::optional<MatmulTuningCache::Algorithm> remembered;
+  {
+    LtState& state = lt_state();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    remembered = tuning_cache(state).find(device_signature(state, p.device), key);
+  }
+  if (!remembered) return false;
+  std::memcpy(&algorithm, remembered->data(), sizeof(algorithm));
+  cublasLtMatmulHeuristicResult_t check = {};
+  return cublasLtMatmulAlgoCheck(d.handle, d.desc, d.a, d.b, d.cd, d.cd, &algorithm, &check) == CUBLAS_STATUS_SUCCESS &&
+         check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= kWorkspaceBytes;
+}
+
+void remember_algorithm(const Problem& p, const MatmulTuningCache::Key& key, const cublasLtMatmulAlgo_t& algorithm) {
+  MatmulTuningCache::Algorithm bytes;
+  std::memcpy(bytes.data(), &algorithm, sizeof(algorithm));
+  LtState& state = lt_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  tuning_cache(state).add(device_signature(state, p.device), key, bytes);
 }
 
 void run_problem(const Problem& p, std::string_view op) {
@@ -566,8 +657,22 @@ void run_problem(const Problem& p, std::string_view op) {
       cached = true;
     }
   }
+  const LaunchDescriptors descriptors{handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc, workspace};
+  const bool tune = !cached && autotune_enabled(p.epilogue) && !stream_is_capturing(p.stream);
+  MatmulTuningCache::Key file_key = key;
+  file_key[0] = 0;  // the device's kind, not its index, is in the file's signature
+  if (tune && remembered_algorithm(p, descriptors, file_key, algorithm)) {
+    cached = true;
+    if (autotune_verbose()) {
+      std::fprintf(stderr, "weft: matmul [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d: the tuning cache's choice\n",
+                   static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
+                   static_cast<long long>(p.k), static_cast<long long>(p.n), static_cast<int>(p.epilogue));
+    }
+    LtState& state = lt_state();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.algorithms.emplace(key, algorithm);
+  }
   if (!cached) {
-    const bool tune = autotune_enabled(p.epilogue) && !stream_is_capturing(p.stream);
     const Alignments alignments{align_a, align_b, align_cd};
     std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results = {};
     const double search_start_ms = clock_ms();
@@ -579,9 +684,9 @@ void run_problem(const Problem& p, std::string_view op) {
                static_cast<int>(p.epilogue), ", alignments ", align_a, "/", align_b, "/", align_cd, " bytes)");
     algorithm = results[0].algo;
     if (found > 1) {
-      const LaunchDescriptors descriptors{handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc, workspace};
       const double timing_start_ms = clock_ms();
       algorithm = fastest_algorithm(p, descriptors, results.data(), found);
+      remember_algorithm(p, file_key, algorithm);
       if (autotune_verbose()) {
         std::fprintf(stderr, "weft: matmul autotuning took %.0f ms (the candidates' search %.0f ms)\n",
                      clock_ms() - timing_start_ms + search_ms, search_ms);
@@ -730,6 +835,12 @@ void forget_matmul_algorithms_for_testing() {
   LtState& state = lt_state();
   std::lock_guard<std::mutex> lock(state.mutex);
   state.algorithms.clear();
+}
+
+void set_matmul_tuning_cache_for_testing(const std::string& path) {
+  LtState& state = lt_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.tuning_cache = std::make_unique<MatmulTuningCache>(path);
 }
 
 void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out) {

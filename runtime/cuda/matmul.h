@@ -8,6 +8,7 @@
 // of out's dtype (f32, bf16 or f16). GELU is the tanh form (UnaryOp::kGelu), as cuBLASLt computes it.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -39,6 +40,7 @@ struct MatmulAutotuneRecord {
     int index = 0;
     float microseconds = 0.f;
     bool same_bits = false;
+    bool cut_short = false;  // its first run was too slow to win: not run again nor fingerprinted
   };
   int64_t batch = 0, m = 0, n = 0, k = 0;  // the product as cuBLASLt runs it (a batch folded into m)
   int epilogue = 0;                       // cublasLtEpilogue_t
@@ -54,5 +56,7 @@ std::vector<MatmulAutotuneRecord> matmul_autotune_records();
 // The setter returns the setting it replaced.
 int set_matmul_autotune_for_testing(int setting);
 void forget_matmul_algorithms_for_testing();
+// Tests only: the tuning cache's file from now on (matmul_tuning_cache.h; empty: none), read anew.
+void set_matmul_tuning_cache_for_testing(const std::string& path);
 
 }  // namespace weft::cuda

@@ -17,7 +17,12 @@
 
 #ifdef WEFT_HAVE_CUDA
 #include "runtime/cuda/caching_allocator.h"
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "runtime/cuda/matmul.h"
+#include "runtime/cuda/matmul_tuning_cache.h"
 #include "runtime/cuda/stream.h"
 #endif
 
@@ -252,6 +257,7 @@ TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
     return outputs;
   };
 
+  cuda::set_matmul_tuning_cache_for_testing("");  // every key is timed here, none read from a file
   const int before = cuda::set_matmul_autotune_for_testing(0);
   cuda::forget_matmul_algorithms_for_testing();
   const std::vector<Tensor> heuristic = products();
@@ -281,15 +287,66 @@ TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
     EXPECT_TRUE(record.candidates[0].same_bits) << "the heuristic's algorithm repeats itself";
     bool chosen_seen = false;
     for (const cuda::MatmulAutotuneRecord::Candidate& candidate : record.candidates) {
-      if (!candidate.same_bits) ++other_bits;
+      if (!candidate.same_bits && !candidate.cut_short) ++other_bits;
       if (candidate.index == record.chosen) {
         chosen_seen = true;
         EXPECT_TRUE(candidate.same_bits) << "candidate " << candidate.index << " was kept with other bits";
+        EXPECT_FALSE(candidate.cut_short) << "candidate " << candidate.index << " was kept after one run";
       }
     }
     EXPECT_TRUE(chosen_seen) << "the kept candidate " << record.chosen << " was timed";
   }
   EXPECT_GT(other_bits, 0) << "no candidate wrote other bits: the comparison may not compare";
+}
+
+// The tuning cache (matmul_tuning_cache.h): a process that finds a shape's choice in the file takes
+// it without timing (no record is added) and computes the same bits as the process that tuned it
+// and as the heuristic's first; a process without the file tunes again. The head-like product is
+// large enough that cuBLASLt offers many candidates.
+TEST(CudaMatmul, TuningCacheSkipsTheTimingAndKeepsTheBits) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  const DType dtype = kBFloat16;
+  Backend& gpu = backend_for(kGpu);
+  const Tensor a = Tensor::normal({1, 2048, 768}, 51, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor b = Tensor::normal({1, 768, 4096}, 52, 0, 0.0, 0.05, dtype).to(kGpu);
+  auto product = [&] {
+    Tensor out = poisoned({1, 2048, 4096}, dtype);
+    gpu.matmul(a, b, out, 1.0, 0.0);
+    return out;
+  };
+  const std::string path = ::testing::TempDir() + "/weft_matmul_tuning_" + std::to_string(::getpid()) + ".txt";
+  std::remove(path.c_str());
+
+  const int before = cuda::set_matmul_autotune_for_testing(0);
+  cuda::forget_matmul_algorithms_for_testing();
+  const Tensor heuristic = product();
+  cuda::set_matmul_autotune_for_testing(1);
+
+  cuda::set_matmul_tuning_cache_for_testing(path);  // as a first process: an empty file
+  cuda::forget_matmul_algorithms_for_testing();
+  size_t records = cuda::matmul_autotune_records().size();
+  const Tensor tuned = product();
+  EXPECT_EQ(cuda::matmul_autotune_records().size(), records + 1) << "the first process times the candidates";
+
+  cuda::set_matmul_tuning_cache_for_testing(path);  // as a second process: the file read anew
+  cuda::forget_matmul_algorithms_for_testing();
+  records = cuda::matmul_autotune_records().size();
+  const Tensor reused = product();
+  EXPECT_EQ(cuda::matmul_autotune_records().size(), records) << "the choice came from the file, untimed";
+
+  cuda::set_matmul_tuning_cache_for_testing("");  // no file: timed again
+  cuda::forget_matmul_algorithms_for_testing();
+  records = cuda::matmul_autotune_records().size();
+  const Tensor tuned_again = product();
+  EXPECT_EQ(cuda::matmul_autotune_records().size(), records + 1);
+
+  cuda::set_matmul_autotune_for_testing(before);
+  cuda::set_matmul_tuning_cache_for_testing(cuda::MatmulTuningCache::path_from_environment());
+  cuda::forget_matmul_algorithms_for_testing();
+  std::remove(path.c_str());
+  EXPECT_TRUE(bitwise_equal(tuned, heuristic));
+  EXPECT_TRUE(bitwise_equal(reused, heuristic));
+  EXPECT_TRUE(bitwise_equal(tuned_again, heuristic));
 }
 
 // --- Attention ----------------------------------------------------------------------------------
