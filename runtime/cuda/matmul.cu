@@ -237,29 +237,14 @@ struct Problem {
 // a candidate whose first run is far slower than the reference stops after it (kAutotuneCutoff).
 // The choices are kept in a file (matmul_tuning_cache.h) keyed by the device's kind, cuBLASLt's
 // version and the problem key, so a later process skips the timing of every shape it finds there.
-constexpr int kHeuristicCandidates = 8;      // the heuristic's own ranking
-constexpr int kMaxConfigurationsPerId = 16;  // then the best few configurations of every algorithm id
-constexpr int kMaxCandidates = 160;
+constexpr int kHeuristicCandidates = 8;   // the heuristic's own ranking
+constexpr int kConfigurationsPerId = 4;   // then the best few configurations of every algorithm id
+constexpr int kMaxCandidates = 64;
 constexpr int kAutotuneRuns = 3;
 constexpr float kAutotuneMargin = 0.02f;  // how much faster than the heuristic's first a candidate must be
-// A candidate whose first timed run takes this much longer than the reference's runs do on average
-// cannot come out 2% faster over three: its other runs and its fingerprint are skipped.
+// A candidate whose first timed run takes this much longer than the reference's first did cannot
+// come out 2% faster over three runs: its other runs and its fingerprint are skipped.
 constexpr float kAutotuneCutoff = 1.25f;
-
-// How many configurations of each algorithm id are timed: WEFT_MATMUL_AUTOTUNE_CONFIGURATIONS (1 to
-// kMaxConfigurationsPerId), 4 by default.
-int configurations_per_id() {
-  static const int count = [] {
-    const char* value = std::getenv("WEFT_MATMUL_AUTOTUNE_CONFIGURATIONS");
-    if (value == nullptr) return 4;
-    const int parsed = std::atoi(value);
-    if (parsed >= 1 && parsed <= kMaxConfigurationsPerId) return parsed;
-    std::fprintf(stderr, "weft: WEFT_MATMUL_AUTOTUNE_CONFIGURATIONS=%s is not 1 to %d; using 4\n", value,
-                 kMaxConfigurationsPerId);
-    return 4;
-  }();
-  return count;
-}
 
 // 0 off, 1 every product (the default), 2 products with an epilogue. From WEFT_MATMUL_AUTOTUNE ("0",
 // "1", "epilogues"), or set_matmul_autotune_for_testing.
@@ -385,6 +370,58 @@ std::vector<MatmulAutotuneRecord>& autotune_records() {
   return *records;
 }
 
+// Times runs of one candidate on p's stream, one event pair per run. Each timed run is issued
+// while the GPU is still busy (after the warm-up, or an untimed run), so that its time holds no
+// launch gap: the GPU is idle after each of the tuning's synchronizations. (Emptying the L2 cache
+// before each run, so that operands come from memory as in a training step, was measured and
+// chose no differently: docs/performance.md, 2026-12-04, fifth session.)
+class RunTimer {
+ public:
+  RunTimer(const Problem& p, const LaunchDescriptors& d, void* out) : p_(p), d_(d), out_(out) {
+    for (int r = 0; r < kAutotuneRuns; ++r) {
+      WEFT_CUDA_CHECK(cudaEventCreate(&starts_[r]));
+      WEFT_CUDA_CHECK(cudaEventCreate(&stops_[r]));
+    }
+  }
+  ~RunTimer() {
+    for (int r = 0; r < kAutotuneRuns; ++r) {
+      cudaEventDestroy(starts_[r]);
+      cudaEventDestroy(stops_[r]);
+    }
+  }
+  RunTimer(const RunTimer&) = delete;
+  RunTimer& operator=(const RunTimer&) = delete;
+
+  // Milliseconds of `runs` products (at most kAutotuneRuns), or -1 if a launch failed. Synchronizes.
+  // `busy`: the caller has just issued work that the GPU is still running (no untimed run needed).
+  float time(const cublasLtMatmulAlgo_t& algorithm, int runs, bool busy) {
+    if (!busy && launch(p_, d_, algorithm, out_) != CUBLAS_STATUS_SUCCESS) return -1.f;
+    for (int r = 0; r < runs; ++r) {
+      WEFT_CUDA_CHECK(cudaEventRecord(starts_[r], p_.stream));
+      const bool launched = launch(p_, d_, algorithm, out_) == CUBLAS_STATUS_SUCCESS;
+      WEFT_CUDA_CHECK(cudaEventRecord(stops_[r], p_.stream));
+      if (!launched) {
+        WEFT_CUDA_CHECK(cudaEventSynchronize(stops_[r]));
+        return -1.f;
+      }
+    }
+    WEFT_CUDA_CHECK(cudaEventSynchronize(stops_[runs - 1]));
+    float total_ms = 0.f;
+    for (int r = 0; r < runs; ++r) {
+      float run_ms = 0.f;
+      WEFT_CUDA_CHECK(cudaEventElapsedTime(&run_ms, starts_[r], stops_[r]));
+      total_ms += run_ms;
+    }
+    return total_ms;
+  }
+
+ private:
+  const Problem& p_;
+  const LaunchDescriptors& d_;
+  void* out_;
+  std::array<cudaEvent_t, kAutotuneRuns> starts_ = {}, stops_ = {};
+};
+
 // The fastest candidate of `candidates` that writes exactly the bits the first (the heuristic's
 // choice) writes, timed on p's stream. A product that accumulates (beta != 0) writes into a scratch
 // output while timed, so that p.out is left as it was; otherwise the timing runs write p.out
@@ -410,11 +447,9 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
   record.n = p.n;
   record.k = p.k;
   record.epilogue = static_cast<int>(p.epilogue);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  WEFT_CUDA_CHECK(cudaEventCreate(&start));
-  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
+  RunTimer timer(p, d, out);
   cublasLtMatmulAlgo_t best = candidates[0].algo;
-  float best_ms = 0.f, reference_ms = 0.f;
+  float best_ms = 0.f, reference_ms = 0.f, reference_first_ms = 0.f;
   bool timed_any = false;
   for (int i = 0; i < count; ++i) {
     if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -425,30 +460,18 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
     }
     if (i == 0) reference = fingerprint.take();
     // The first run is timed alone: a candidate far slower than the reference stops there.
-    WEFT_CUDA_CHECK(cudaEventRecord(start, p.stream));
-    bool launched = launch(p, d, candidate, out) == CUBLAS_STATUS_SUCCESS;
-    WEFT_CUDA_CHECK(cudaEventRecord(stop, p.stream));
-    WEFT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed_ms = 0.f;
-    if (launched) WEFT_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, start, stop));
-    if (launched && i > 0 && elapsed_ms > kAutotuneCutoff * reference_ms / kAutotuneRuns) {
+    float elapsed_ms = timer.time(candidate, 1, /*busy=*/i > 0);  // the warm-up is still running
+    const bool launched_first = elapsed_ms >= 0.f;
+    if (i == 0) reference_first_ms = elapsed_ms;
+    if (launched_first && i > 0 && elapsed_ms > kAutotuneCutoff * reference_first_ms) {
       record.candidates.push_back({i, elapsed_ms * 1000.f, false, true});
       continue;
     }
-    if (launched) {
-      WEFT_CUDA_CHECK(cudaEventRecord(start, p.stream));
-      for (int run = 1; run < kAutotuneRuns && launched; ++run) {
-        launched = launch(p, d, candidate, out) == CUBLAS_STATUS_SUCCESS;
-      }
-      WEFT_CUDA_CHECK(cudaEventRecord(stop, p.stream));
-      WEFT_CUDA_CHECK(cudaEventSynchronize(stop));
-    }
-    if (!launched) {
+    const float rest_ms = launched_first ? timer.time(candidate, kAutotuneRuns - 1, /*busy=*/false) : -1.f;
+    if (rest_ms < 0.f) {
       if (i == 0) break;
       continue;
     }
-    float rest_ms = 0.f;
-    WEFT_CUDA_CHECK(cudaEventElapsedTime(&rest_ms, start, stop));
     elapsed_ms += rest_ms;
     // For the first candidate this checks that its repeated runs agree with its first (an
     // algorithm that is not deterministic leaves nothing to keep bits with: it stays, untuned).
@@ -469,8 +492,6 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
     best = candidates[0].algo;
     record.chosen = 0;
   }
-  WEFT_CUDA_CHECK(cudaEventDestroy(start));
-  WEFT_CUDA_CHECK(cudaEventDestroy(stop));
   if (autotune_verbose()) {
     std::string line;
     for (const MatmulAutotuneRecord::Candidate& c : record.candidates) {
@@ -502,7 +523,7 @@ void set_search_limits(Preference& preference, const Alignments& alignments) {
 
 // Fills `results` (kMaxCandidates entries) with the algorithms to try and returns how many: the
 // heuristic's first alone, or when tuning its first kHeuristicCandidates and then, for every
-// algorithm id the library has for these types, the heuristic's best configurations_per_id()
+// algorithm id the library has for these types, the heuristic's best kConfigurationsPerId
 // configurations of that id (CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID), leaving out repeats. The
 // heuristic's first stays first: it is the reference whose bits every other must write.
 int candidate_algorithms(cublasLtHandle_t handle, cudaDataType_t type, cublasLtMatmulDesc_t desc,
@@ -530,18 +551,16 @@ int candidate_algorithms(cublasLtHandle_t handle, cudaDataType_t type, cublasLtM
   Preference by_id;
   set_search_limits(by_id, alignments);
   by_id.set(CUBLASLT_MATMUL_PREF_SEARCH_MODE, static_cast<uint32_t>(CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID));
-  const int per_id = configurations_per_id();
   for (int i = 0; i < id_count && found < kMaxCandidates; ++i) {
-    std::array<cublasLtMatmulHeuristicResult_t, kMaxConfigurationsPerId> configurations = {};
+    std::array<cublasLtMatmulHeuristicResult_t, kConfigurationsPerId> configurations = {};
     bool initialized = true;
-    for (int c = 0; c < per_id; ++c) {
-      cublasLtMatmulHeuristicResult_t& configuration = configurations[c];
+    for (cublasLtMatmulHeuristicResult_t& configuration : configurations) {
       initialized = initialized && cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, type, type, type,
                                                           type, ids[i], &configuration.algo) == CUBLAS_STATUS_SUCCESS;
     }
     int count = 0;
     // An id the heuristic cannot configure for this problem is not an error: it is left out.
-    if (!initialized || cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, cd, cd, by_id.pref, per_id,
+    if (!initialized || cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, cd, cd, by_id.pref, kConfigurationsPerId,
                                                        configurations.data(), &count) != CUBLAS_STATUS_SUCCESS) {
       continue;
     }
