@@ -373,8 +373,8 @@ std::vector<MatmulAutotuneRecord>& autotune_records() {
 // Times runs of one candidate on p's stream, one event pair per run. Each timed run is issued
 // while the GPU is still busy (after the warm-up, or an untimed run), so that its time holds no
 // launch gap: the GPU is idle after each of the tuning's synchronizations. (Emptying the L2 cache
-// before each run, so that operands come from memory as in a training step, was measured and
-// chose no differently: docs/performance.md, 2026-12-04, fifth session.)
+// before each run, so that operands come from memory as in a training step, was tried: the
+// throughput of the runs it tuned was the same; docs/performance.md, 2026-12-04, fifth session.)
 class RunTimer {
  public:
   RunTimer(const Problem& p, const LaunchDescriptors& d, void* out) : p_(p), d_(d), out_(out) {
