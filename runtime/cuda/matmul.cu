@@ -623,6 +623,46 @@ void remember_algorithm(const Problem& p, const MatmulTuningCache::Key& key, con
   tuning_cache(state).add(device_signature(state, p.device), key, bytes);
 }
 
+// A key's first product: the tuning cache's choice where it holds one for the key, else the
+// heuristic's first or, when tuning, the fastest candidate with its bits (then added to the cache).
+// Kept in lt_state().algorithms for the rest of the process.
+void choose_algorithm(const Problem& p, std::string_view op, const LaunchDescriptors& d,
+                      const Alignments& alignments, const std::array<int64_t, 24>& key,
+                      cublasLtMatmulAlgo_t& algorithm) {
+  const bool tune = autotune_enabled(p.epilogue) && !stream_is_capturing(p.stream);
+  MatmulTuningCache::Key file_key = key;
+  file_key[0] = 0;  // the device's kind, not its index, is in the file's signature
+  if (tune && remembered_algorithm(p, d, file_key, algorithm)) {
+    if (autotune_verbose()) {
+      std::fprintf(stderr, "weft: matmul [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d: the tuning cache's choice\n",
+                   static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
+                   static_cast<long long>(p.k), static_cast<long long>(p.n), static_cast<int>(p.epilogue));
+    }
+  } else {
+    std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results = {};
+    const double search_start_ms = clock_ms();
+    const int found = candidate_algorithms(d.handle, p.type, d.desc, d.a, d.b, d.cd, alignments, tune, results.data());
+    const double search_ms = clock_ms() - search_start_ms;
+    WEFT_CHECK(found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS, op, ": cuBLASLt found no algorithm for [",
+               p.batch, ", ", p.m, ", ", p.k, "] @ [", p.batch, ", ", p.k, ", ", p.n, "] (epilogue ",
+               static_cast<int>(p.epilogue), ", alignments ", alignments.a, "/", alignments.b, "/", alignments.cd,
+               " bytes)");
+    algorithm = results[0].algo;
+    if (found > 1) {
+      const double timing_start_ms = clock_ms();
+      algorithm = fastest_algorithm(p, d, results.data(), found);
+      remember_algorithm(p, file_key, algorithm);
+      if (autotune_verbose()) {
+        std::fprintf(stderr, "weft: matmul autotuning took %.0f ms (the candidates' search %.0f ms)\n",
+                     clock_ms() - timing_start_ms + search_ms, search_ms);
+      }
+    }
+  }
+  LtState& state = lt_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.algorithms.emplace(key, algorithm);
+}
+
 void run_problem(const Problem& p, std::string_view op) {
   const int64_t element = p.type == CUDA_R_32F ? 4 : 2;
   // cuBLASLt: D'[n, m] (col-major, ld n) = op(A')[n, k] @ op(B')[k, m]; A' from bm, B' from a.
@@ -676,44 +716,9 @@ void run_problem(const Problem& p, std::string_view op) {
       cached = true;
     }
   }
-  const LaunchDescriptors descriptors{handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc, workspace};
-  const bool tune = !cached && autotune_enabled(p.epilogue) && !stream_is_capturing(p.stream);
-  MatmulTuningCache::Key file_key = key;
-  file_key[0] = 0;  // the device's kind, not its index, is in the file's signature
-  if (tune && remembered_algorithm(p, descriptors, file_key, algorithm)) {
-    cached = true;
-    if (autotune_verbose()) {
-      std::fprintf(stderr, "weft: matmul [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d: the tuning cache's choice\n",
-                   static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
-                   static_cast<long long>(p.k), static_cast<long long>(p.n), static_cast<int>(p.epilogue));
-    }
-    LtState& state = lt_state();
-    std::lock_guard<std::mutex> lock(state.mutex);
-    state.algorithms.emplace(key, algorithm);
-  }
   if (!cached) {
-    const Alignments alignments{align_a, align_b, align_cd};
-    std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results = {};
-    const double search_start_ms = clock_ms();
-    const int found = candidate_algorithms(handle, p.type, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc,
-                                           alignments, tune, results.data());
-    const double search_ms = clock_ms() - search_start_ms;
-    WEFT_CHECK(found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS, op, ": cuBLASLt found no algorithm for [",
-               p.batch, ", ", p.m, ", ", p.k, "] @ [", p.batch, ", ", p.k, ", ", p.n, "] (epilogue ",
-               static_cast<int>(p.epilogue), ", alignments ", align_a, "/", align_b, "/", align_cd, " bytes)");
-    algorithm = results[0].algo;
-    if (found > 1) {
-      const double timing_start_ms = clock_ms();
-      algorithm = fastest_algorithm(p, descriptors, results.data(), found);
-      remember_algorithm(p, file_key, algorithm);
-      if (autotune_verbose()) {
-        std::fprintf(stderr, "weft: matmul autotuning took %.0f ms (the candidates' search %.0f ms)\n",
-                     clock_ms() - timing_start_ms + search_ms, search_ms);
-      }
-    }
-    LtState& state = lt_state();
-    std::lock_guard<std::mutex> lock(state.mutex);
-    state.algorithms.emplace(key, algorithm);
+    const LaunchDescriptors descriptors{handle, desc.desc, layout_a.desc, layout_b.desc, layout_cd.desc, workspace};
+    choose_algorithm(p, op, descriptors, {align_a, align_b, align_cd}, key, algorithm);
   }
   WEFT_CUBLAS_CHECK(cublasLtMatmul(handle, desc.desc, &p.alpha, p.b, layout_a.desc, p.a, layout_b.desc, &p.beta,
                                    p.c != nullptr ? p.c : p.out, layout_cd.desc, p.out, layout_cd.desc, &algorithm,
