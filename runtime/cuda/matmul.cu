@@ -62,6 +62,8 @@ struct LtState {
   std::map<int, cublasLtHandle_t> handles;
   std::map<StreamKey, Tensor> workspaces;
   std::map<std::array<int64_t, 24>, cublasLtMatmulAlgo_t> algorithms;
+  // Keys whose tuning was put off (the product changed nothing in its output), and how many times.
+  std::map<std::array<int64_t, 24>, int> inconclusive;
   // Tuned choices kept across processes (matmul_tuning_cache.h), read on the first tuned product.
   std::unique_ptr<MatmulTuningCache> tuning_cache;
   std::map<int, std::string> device_signatures;
@@ -237,6 +239,16 @@ struct Problem {
 // a candidate whose first run is far slower than the reference stops after it (kAutotuneCutoff).
 // The choices are kept in a file (matmul_tuning_cache.h) keyed by the device's kind, cuBLASLt's
 // version and the problem key, so a later process skips the timing of every shape it finds there.
+//
+// Bits compared on data that cannot tell algorithms apart prove nothing: where an operand is zero
+// (a layer initialised to zero, as LoRA's second factor is; a gradient that is zero at the first
+// step), every candidate writes the same output, and a choice made then would be kept in the file
+// although it writes other bits on real data. So before timing, the heuristic's first runs once
+// more with alpha 0: if the output is the same bits, the product contributed nothing to it, the
+// tuning is put off (this product takes the heuristic's first, nothing is remembered) and the key's
+// next product tries again, up to kInconclusiveLimit products, after which the heuristic's first
+// stays for the process (not in the file). An output that only a few products' entries change is
+// not detected; the zero operand is the case training meets.
 constexpr int kHeuristicCandidates = 8;   // the heuristic's own ranking
 constexpr int kConfigurationsPerId = 4;   // then the best few configurations of every algorithm id
 constexpr int kMaxCandidates = 64;
@@ -245,6 +257,7 @@ constexpr float kAutotuneMargin = 0.02f;  // how much faster than the heuristic'
 // A candidate whose first timed run takes this much longer than the reference's first did cannot
 // come out 2% faster over three runs: its other runs and its fingerprint are skipped.
 constexpr float kAutotuneCutoff = 1.25f;
+constexpr int kInconclusiveLimit = 8;  // products of a key put off before its heuristic's first stays
 
 // 0 off, 1 every product (the default), 2 products with an epilogue. From WEFT_MATMUL_AUTOTUNE ("0",
 // "1", "epilogues"), or set_matmul_autotune_for_testing.
@@ -426,8 +439,9 @@ class RunTimer {
 // choice) writes, timed on p's stream. A product that accumulates (beta != 0) writes into a scratch
 // output while timed, so that p.out is left as it was; otherwise the timing runs write p.out
 // itself, which the real product then overwrites (and GELU_AUX's pre-activation output likewise).
-// Candidates whose state or launch fails are skipped; the first wins ties.
-cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors& d,
+// Candidates whose state or launch fails are skipped; the first wins ties. std::nullopt: the
+// product changed nothing in its output (an operand is zero), so its bits cannot rank candidates.
+std::optional<cublasLtMatmulAlgo_t> fastest_algorithm(const Problem& p, const LaunchDescriptors& d,
                                        const cublasLtMatmulHeuristicResult_t* candidates, int count) {
   void* out = p.out;
   Tensor scratch;  // [batch * m * n] of the output's type, while an accumulating product is timed
@@ -458,7 +472,15 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
       if (i == 0) break;  // nothing to compare with: the heuristic's choice stands
       continue;
     }
-    if (i == 0) reference = fingerprint.take();
+    if (i == 0) {
+      reference = fingerprint.take();
+      Problem without_product = p;
+      without_product.alpha = 0.f;  // the output from C, the bias and the epilogue alone
+      if (launch(without_product, d, candidate, out) == CUBLAS_STATUS_SUCCESS && fingerprint.take() == reference) {
+        record.inconclusive = true;
+        break;
+      }
+    }
     // The first run is timed alone: a candidate far slower than the reference stops there.
     float elapsed_ms = timer.time(candidate, 1, /*busy=*/i > 0);  // the warm-up is still running
     const bool launched_first = elapsed_ms >= 0.f;
@@ -491,6 +513,18 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Problem& p, const LaunchDescriptors
   if (timed_any && record.chosen != 0 && best_ms > reference_ms * (1.0f - kAutotuneMargin)) {
     best = candidates[0].algo;
     record.chosen = 0;
+  }
+  if (record.inconclusive) {
+    if (autotune_verbose()) {
+      std::fprintf(stderr,
+                   "weft: matmul autotuning of [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d put off: the product "
+                   "changed nothing in its output (a zero operand)\n",
+                   static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
+                   static_cast<long long>(p.k), static_cast<long long>(p.n), record.epilogue);
+    }
+    std::lock_guard<std::mutex> lock(autotune_records_mutex());
+    autotune_records().push_back(std::move(record));
+    return std::nullopt;
   }
   if (autotune_verbose()) {
     std::string line;
@@ -650,11 +684,18 @@ void choose_algorithm(const Problem& p, std::string_view op, const LaunchDescrip
     algorithm = results[0].algo;
     if (found > 1) {
       const double timing_start_ms = clock_ms();
-      algorithm = fastest_algorithm(p, d, results.data(), found);
-      remember_algorithm(p, file_key, algorithm);
+      const std::optional<cublasLtMatmulAlgo_t> fastest = fastest_algorithm(p, d, results.data(), found);
       if (autotune_verbose()) {
         std::fprintf(stderr, "weft: matmul autotuning took %.0f ms (the candidates' search %.0f ms)\n",
                      clock_ms() - timing_start_ms + search_ms, search_ms);
+      }
+      if (fastest) {
+        algorithm = *fastest;
+        remember_algorithm(p, file_key, algorithm);
+      } else {
+        LtState& state = lt_state();
+        std::lock_guard<std::mutex> lock(state.mutex);
+        if (++state.inconclusive[key] < kInconclusiveLimit) return;  // this product only: the next tries again
       }
     }
   }
@@ -859,6 +900,7 @@ void forget_matmul_algorithms_for_testing() {
   LtState& state = lt_state();
   std::lock_guard<std::mutex> lock(state.mutex);
   state.algorithms.clear();
+  state.inconclusive.clear();
 }
 
 void set_matmul_tuning_cache_for_testing(const std::string& path) {

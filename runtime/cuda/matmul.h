@@ -46,13 +46,18 @@ struct MatmulAutotuneRecord {
   int epilogue = 0;                       // cublasLtEpilogue_t
   std::vector<Candidate> candidates;
   int chosen = 0;
+  // The product changed nothing in its output (an operand was zero): nothing timed, the tuning put
+  // off to the key's next product (candidates empty, chosen 0).
+  bool inconclusive = false;
 };
 
-// Every key autotuned so far in this process, in the order they were tuned.
+// Every key autotuned so far in this process, in the order they were tuned (a key whose tuning was
+// put off appears once for each product that put it off, then once more when tuned).
 std::vector<MatmulAutotuneRecord> matmul_autotune_records();
 
 // Tests only: the autotuning setting (0 off, 1 every product, 2 products with an epilogue), and
-// forgetting every algorithm chosen so far, so that the next product of each key chooses again.
+// forgetting every algorithm chosen so far (and every tuning put off), so that the next product of
+// each key chooses again.
 // The setter returns the setting it replaced.
 int set_matmul_autotune_for_testing(int setting);
 void forget_matmul_algorithms_for_testing();

@@ -349,6 +349,84 @@ TEST(CudaMatmul, TuningCacheSkipsTheTimingAndKeepsTheBits) {
   EXPECT_TRUE(bitwise_equal(tuned_again, heuristic));
 }
 
+// A product that changes nothing in its output (a zero operand: a layer initialised to zero, a zero
+// gradient) cannot rank candidates by their bits, so its tuning is put off to the key's next product
+// (matmul.cu), which times them on real data; after eight such products the heuristic's first stays.
+// Plain and accumulating (the residual's addend as C: the output is not zero, yet the product added
+// nothing to it). Every output is the heuristic's bits.
+TEST(CudaMatmul, AutotuningWaitsForAProductThatChangesItsOutput) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  const DType dtype = kBFloat16;
+  Backend& gpu = backend_for(kGpu);
+  const Tensor zero_a = Tensor::zeros({1, 2048, 768}, dtype, kGpu);
+  const Tensor real_a = Tensor::normal({1, 2048, 768}, 61, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor b = Tensor::normal({1, 768, 4096}, 62, 0, 0.0, 0.05, dtype).to(kGpu);
+  const Tensor w = Tensor::normal({4096, 768}, 63, 0, 0.0, 0.05, dtype).to(kGpu);  // used as w^T
+  const Tensor bias = Tensor::normal({4096}, 64, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor addend = Tensor::normal({1, 2048, 4096}, 65, 0, 0.0, 1.0, dtype).to(kGpu);
+  auto product = [&](const Tensor& a) {
+    Tensor out = poisoned({1, 2048, 4096}, dtype);
+    gpu.matmul(a, b, out, 1.0, 0.0);
+    return out;
+  };
+  auto residual = [&](const Tensor& a) {
+    Tensor out = poisoned({1, 2048, 4096}, dtype);
+    cuda::matmul_bias_add(a, w.unsqueeze(0).transpose(1, 2), bias, addend, out);
+    return out;
+  };
+  auto new_records = [](size_t since) {
+    const std::vector<cuda::MatmulAutotuneRecord> all = cuda::matmul_autotune_records();
+    return std::vector<cuda::MatmulAutotuneRecord>(all.begin() + static_cast<std::ptrdiff_t>(since), all.end());
+  };
+
+  const int before = cuda::set_matmul_autotune_for_testing(0);
+  cuda::set_matmul_tuning_cache_for_testing("");  // nothing from, nor into, a file
+  cuda::forget_matmul_algorithms_for_testing();
+  const Tensor heuristic_zero = product(zero_a), heuristic_real = product(real_a);
+  const Tensor heuristic_residual_zero = residual(zero_a), heuristic_residual_real = residual(real_a);
+  cuda::set_matmul_autotune_for_testing(1);
+
+  for (const bool accumulating : {false, true}) {
+    SCOPED_TRACE(accumulating ? "residual (beta 1)" : "plain");
+    auto run = [&](const Tensor& a) { return accumulating ? residual(a) : product(a); };
+    const Tensor& expected_zero = accumulating ? heuristic_residual_zero : heuristic_zero;
+    const Tensor& expected_real = accumulating ? heuristic_residual_real : heuristic_real;
+    cuda::forget_matmul_algorithms_for_testing();
+    size_t since = cuda::matmul_autotune_records().size();
+    const Tensor first_zero = run(zero_a), second_zero = run(zero_a);
+    std::vector<cuda::MatmulAutotuneRecord> records = new_records(since);
+    ASSERT_EQ(records.size(), 2u) << "each zero product puts the tuning off again";
+    for (const cuda::MatmulAutotuneRecord& record : records) {
+      EXPECT_TRUE(record.inconclusive);
+      EXPECT_TRUE(record.candidates.empty());
+    }
+    since = cuda::matmul_autotune_records().size();
+    const Tensor real = run(real_a), real_again = run(real_a);
+    records = new_records(since);
+    ASSERT_EQ(records.size(), 1u) << "the first real product tunes the key, once";
+    EXPECT_FALSE(records[0].inconclusive);
+    EXPECT_GT(records[0].candidates.size(), 1u);
+    EXPECT_TRUE(bitwise_equal(first_zero, expected_zero));
+    EXPECT_TRUE(bitwise_equal(second_zero, expected_zero));
+    EXPECT_TRUE(bitwise_equal(real, expected_real));
+    EXPECT_TRUE(bitwise_equal(real_again, expected_real));
+  }
+
+  // Eight zero products in a row: the heuristic's first stays, and real data tunes nothing more.
+  cuda::forget_matmul_algorithms_for_testing();
+  size_t since = cuda::matmul_autotune_records().size();
+  for (int i = 0; i < 8; ++i) product(zero_a);
+  EXPECT_EQ(new_records(since).size(), 8u);
+  since = cuda::matmul_autotune_records().size();
+  const Tensor settled = product(real_a);
+  EXPECT_TRUE(new_records(since).empty()) << "the key settled on the heuristic's first";
+  EXPECT_TRUE(bitwise_equal(settled, heuristic_real));
+
+  cuda::set_matmul_autotune_for_testing(before);
+  cuda::set_matmul_tuning_cache_for_testing(cuda::MatmulTuningCache::path_from_environment());
+  cuda::forget_matmul_algorithms_for_testing();
+}
+
 // --- Attention ----------------------------------------------------------------------------------
 
 struct AttentionCase {
