@@ -413,6 +413,7 @@ TEST(CudaMatmul, AutotuningWaitsForAProductThatChangesItsOutput) {
   }
 
   // Eight zero products in a row: the heuristic's first stays, and real data tunes nothing more.
+  cuda::set_matmul_tuning_cache_for_testing("");  // a new, empty cache: the loop above's choice forgotten
   cuda::forget_matmul_algorithms_for_testing();
   size_t since = cuda::matmul_autotune_records().size();
   for (int i = 0; i < 8; ++i) product(zero_a);
