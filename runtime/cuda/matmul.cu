@@ -247,8 +247,8 @@ struct Problem {
 // more with alpha 0: if the output is the same bits, the product contributed nothing to it, the
 // tuning is put off (this product takes the heuristic's first, nothing is remembered) and the key's
 // next product tries again, up to kInconclusiveLimit products, after which the heuristic's first
-// stays for the process (not in the file). An output that only a few products' entries change is
-// not detected; the zero operand is the case training meets.
+// stays for the process (not in the file). A product that changes only a few entries of its output
+// (an operand zero but for a few rows) is not detected; the zero operand is the case training meets.
 constexpr int kHeuristicCandidates = 8;   // the heuristic's own ranking
 constexpr int kConfigurationsPerId = 4;   // then the best few configurations of every algorithm id
 constexpr int kMaxCandidates = 64;
