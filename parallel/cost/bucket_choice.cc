@@ -92,6 +92,20 @@ BucketCandidate predict_buckets(const std::vector<BackwardSegment>& segments, in
   return candidate;
 }
 
+size_t chosen_candidate(const std::vector<BucketCandidate>& candidates) {
+  WEFT_CHECK(!candidates.empty(), "chosen_candidate: no candidates");
+  double least_ms = candidates.front().exposed_ms;
+  for (const BucketCandidate& candidate : candidates) least_ms = std::min(least_ms, candidate.exposed_ms);
+  // Ties are measured against the least, not against the best so far: a run of candidates each
+  // within 1% of the one before would otherwise carry the choice to one several percent worse.
+  size_t chosen = candidates.size();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const bool tie = candidates[i].exposed_ms <= least_ms * 1.01 + 1e-9;
+    if (tie && (chosen == candidates.size() || candidates[i].bucket_bytes > candidates[chosen].bucket_bytes)) chosen = i;
+  }
+  return chosen;  // the least's own index at worst: it ties with itself
+}
+
 BucketChoice choose_bucket_bytes(const std::vector<BackwardSegment>& segments, const CostModel& model,
                                  CollectiveKind kind, int ranks, LinkClass link) {
   WEFT_CHECK(!segments.empty(), "choose_bucket_bytes: no segments");
@@ -104,12 +118,8 @@ BucketChoice choose_bucket_bytes(const std::vector<BackwardSegment>& segments, c
   }
   sizes.push_back(std::max<int64_t>(total, 1));  // one bucket for everything
   BucketChoice choice;
-  const BucketCandidate* best = nullptr;
   for (int64_t size : sizes) choice.candidates.push_back(predict_buckets(segments, size, model, kind, ranks, link));
-  for (const BucketCandidate& candidate : choice.candidates) {
-    // Ties (within 1%) go to the larger bucket: fewer collectives for the same exposed time.
-    if (best == nullptr || candidate.exposed_ms <= best->exposed_ms * 1.01 + 1e-9) best = &candidate;
-  }
+  const BucketCandidate* best = &choice.candidates[chosen_candidate(choice.candidates)];
   choice.bucket_bytes = best->bucket_bytes;
   std::string others;
   for (const BucketCandidate& candidate : choice.candidates) {

@@ -7,8 +7,8 @@
 // and the previous reduction is done. The exposed time is how long the last reduction ends after
 // backward ends. Small buckets start early but pay a latency each; large ones pay few latencies but
 // start late. Among the candidates (powers of two from 64 KB to 256 MB, and everything in one
-// bucket) the one with the least predicted exposed time wins; a tie goes to the larger bucket,
-// which issues fewer collectives.
+// bucket) the one with the least predicted exposed time wins; a tie (within 1% of the least) goes
+// to the larger bucket, which issues fewer collectives.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +55,10 @@ std::vector<BackwardSegment> backward_segments(const std::vector<ModelSegment>& 
                                                const std::vector<NamedParameter>& all,
                                                const std::vector<NamedParameter>& trained, int64_t seq_len,
                                                int64_t tokens, const CostModel& model);
+
+// The index of the candidate choose_bucket_bytes keeps: the largest bucket whose exposed time is
+// within 1% of the least exposed time among `candidates` (not empty).
+size_t chosen_candidate(const std::vector<BucketCandidate>& candidates);
 
 // The predicted reduction of buckets of `bucket_bytes` over `segments` (backward order), reduced by
 // `kind` (all_reduce, or reduce_scatter for ZeRO) over `ranks` ranks on `link`.

@@ -253,7 +253,7 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     for (int i = partition.first_segment[stage + 1] - 1; i >= partition.first_segment[stage]; --i) {
       const SegmentWork& segment = segments[static_cast<size_t>(i)];
       work.backward_order.push_back({segment.backward_ms + segment.tp_exposed_ms / 2.0,
-                                     static_cast<int64_t>(segment.parameters * e)});
+                                     static_cast<int64_t>(segment.parameters * e), {}});  // bytes cut anywhere
     }
   }
   // Chunks of one rank run one after the other in the schedule, each a (1 / chunks) share.

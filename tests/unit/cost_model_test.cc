@@ -139,6 +139,25 @@ TEST(BucketChoice, ChoosesSmallBucketsForSlowLinksAndOneForFastOnes) {
   EXPECT_NE(latency.explanation.find("bucket 48 MB"), std::string::npos) << latency.explanation;
 }
 
+// Ties are within 1% of the least exposed time, not of the best so far: exposed times that each
+// stay within 1% of the one before do not carry the choice past the tie.
+TEST(BucketChoice, TiesAreMeasuredAgainstTheLeastExposedTime) {
+  auto candidates = [](std::vector<double> exposed_ms) {
+    std::vector<BucketCandidate> list;
+    int64_t bytes = int64_t{64} << 10;
+    for (double ms : exposed_ms) {
+      list.push_back(BucketCandidate{bytes, 1, ms, ms});
+      bytes *= 2;
+    }
+    return list;
+  };
+  EXPECT_EQ(chosen_candidate(candidates({1.0, 1.009, 1.018, 1.027})), 1u);  // chained: 3
+  EXPECT_EQ(chosen_candidate(candidates({1.2, 1.0, 1.005, 2.0})), 2u);      // the larger of a tie
+  EXPECT_EQ(chosen_candidate(candidates({3.0, 2.0, 1.0})), 2u);
+  EXPECT_EQ(chosen_candidate(candidates({0.0, 0.0, 0.0})), 2u);            // all hidden: fewest collectives
+  EXPECT_EQ(chosen_candidate(candidates({0.5})), 0u);
+}
+
 Workload small_gpt() {
   Workload workload;
   workload.model.layers = 4;
