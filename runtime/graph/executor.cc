@@ -604,8 +604,12 @@ Executor::FinishedStep Executor::finish_cuda(InFlight& issued) {
   finished.timeline = make_timeline(graph, *issued.plan, start, end, slot.step_end.elapsed_since(slot.step_start));
   // The device reached the step's start when the host had issued it and the step before had ended.
   finished.timeline.start_clock_ms = std::max(issued.issued_clock_ms, state.last_end_clock_ms);
-  state.last_end_clock_ms = finished.timeline.start_clock_ms + finished.timeline.step_ms;
-  finished.timeline.end_clock_ms = end_ms;
+  // The end as the device had it (the start plus the step's span on the device), not as the host
+  // saw it: with steps in flight the host comes to finish() after issuing the next step, which may
+  // be well after this one ended; a wall time measured to that moment is too long, the next step's
+  // too short, and the last step of a run (read at once) too short by the same amount.
+  finished.timeline.end_clock_ms = std::min(end_ms, finished.timeline.start_clock_ms + finished.timeline.step_ms);
+  state.last_end_clock_ms = finished.timeline.end_clock_ms;
   for (size_t i = 0; i < issued.device_reads.size(); ++i) finished.read_back.push_back(slot.host_reads[i].clone());
   return finished;
 }

@@ -65,8 +65,9 @@ struct StepTimeline {
   // on the CPU; on CUDA the later of the host's issue of the step and the end of the step before on
   // the device (a step issued while another runs starts when that one ends).
   double start_clock_ms = 0.0;
-  // clock_ms() by which the step had ended: on the CPU when its last node completed; on CUDA when
-  // Executor::finish() saw its end (the host waited for it there, or found it done on arrival).
+  // clock_ms() by which the step had ended: on the CPU when its last node completed; on CUDA
+  // start_clock_ms plus the step's span on the device (at most when Executor::finish() saw its end:
+  // the host may come there late, busy issuing the next step).
   double end_clock_ms = 0.0;
 
   // Sets compute_ms, comm_ms, exposed_comm_ms and overlap_ratio from `nodes` (step_ms is left as is).
