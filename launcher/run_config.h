@@ -61,6 +61,9 @@ struct ParallelConfig {
   // Transformer blocks per virtual stage (pp * pp_virtual entries; stage 0 also holds the
   // embedding, the last the head); empty: balanced by cost (parallel/pipeline/stage_partition.h).
   std::vector<int64_t> pp_layers;
+  // How activations and gradients cross stages: host (tagged MPI messages; CUDA tensors through host
+  // memory) | direct (send/recv of a group per direction: NCCL device to device; auto mode only).
+  std::string pp_transport = "host";
   int64_t zero = 0;                   // 0 | 1 | 2 (data parallel)
   bool sp = false;                    // sequence parallelism over the tp group
   std::map<std::string, std::string> tp_plan;  // module name ("*" per part) -> style, auto mode

@@ -236,6 +236,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   options.pipeline.schedule = config_.parallel.pp_schedule;
   options.pipeline.chunks = config_.parallel.pp_virtual;
   options.pipeline.layers = config_.parallel.pp_layers;
+  options.pipeline.transport = config_.parallel.pp_transport;
   options.pipeline.seq_len = model_config.seq_len;
   options.cost_model = s.cost.model;
   options.host_ids = s.cost.host_ids;

@@ -170,6 +170,16 @@ std::string file_in(const std::string& folder, const std::string& name) {
 weft::ModeRun run_mode(const weft::RunConfig& shared, const std::string& mode, const std::string& folder) {
   weft::RunConfig config = shared;
   config.comm.mode = mode;
+  // The manual mode's pipelines post a stage's sends and receives on one stream, which the direct
+  // route's in-order rendezvous would deadlock (config_loader.cc refuses the pair in weft-train):
+  // its run sends pipeline messages over the host route, and the log says so.
+  if (mode == "manual" && config.parallel.pp > 1 && config.parallel.pp_transport == "direct") {
+    config.parallel.pp_transport = "host";
+    if (weft::mpi_world_rank() == 0) {
+      std::printf("weft-compare: the manual mode's pipeline messages go over parallel.pp_transport host (direct "
+                  "needs comm.mode auto); the auto mode's go direct\n");
+    }
+  }
   config.log.trace_file = file_in(folder, "trace-" + mode + ".json");
   config.log.metrics_file = file_in(folder, "metrics-" + mode + ".jsonl");
   weft::ModeRun run;

@@ -40,6 +40,7 @@ struct PipelineOptions {
   std::string schedule = "1f1b";     // parallel.pp_schedule
   int64_t chunks = 1;                // parallel.pp_virtual
   std::vector<int64_t> layers;       // parallel.pp_layers: blocks per virtual stage; empty: by cost
+  std::string transport = "host";    // parallel.pp_transport: host | direct (PipelineTransport::Route)
   int64_t seq_len = 0;               // model.seq_len, for the attention term of the cost
 };
 

@@ -111,6 +111,10 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
   std::vector<std::vector<NodeId>> weight(micro_batches, std::vector<NodeId>(segments, -1));
   Reducer* reducer = step.reducer;
   PipelineTransport* transport = recipe.transport;
+  // A send that waits for its receiver on the host (parallel.pp_transport direct over MPI) runs off
+  // the CUDA executor's issuing thread, as a receive does: it then holds only the compute list, as
+  // NCCL's send holds only the compute stream.
+  const bool sends_block_host = transport != nullptr && transport->sends_block_host();
   const Device device = step.device;
   // A receive's key: before the action it feeds, or (posted early) before the action before that.
   auto receive_key = [&](size_t k) { return recipe.post_receives_early ? static_cast<double>(k) - 1.5 : static_cast<double>(k) - 0.5; };
@@ -204,6 +208,7 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
                              })};
         spec.peer = peer;
         spec.tag = tag;
+        spec.blocks_host = sends_block_host;
         last_send = add(std::move(spec), {forward[m][end - 1]}, key);
       }
       continue;
@@ -284,6 +289,7 @@ PipelineStepGraph build_pipeline_step_graph(const PipelineRecipe& recipe, StepSt
                            })};
       spec.peer = peer;
       spec.tag = tag;
+      spec.blocks_host = sends_block_host;
       last_send = add(std::move(spec), {backward[m][first]}, key);
     }
   }

@@ -29,11 +29,13 @@
 // interleaved, zero bubble: parallel/pipeline/pipeline_schedule.h) is the ordering policy returned
 // with the graph: the stage's actions in order, each action's nodes together.
 //
-// Streams. A send is posted on the compute stream right after the node that made its tensor: it
-// never waits (PipelineTransport), so it costs compute a few microseconds, whereas on the p2p
-// stream it would queue behind a blocking receive — and a receive that waits for a peer which
-// waits for that send is a deadlock (the 1F1B steady state has exactly that pair on every
-// boundary). Receives run on the p2p stream (auto mode): with post_receives_early a receive is
+// Streams. A send is posted on the compute stream right after the node that made its tensor: over
+// the host route it never waits (PipelineTransport), so it costs compute a few microseconds, whereas
+// on the p2p stream it would queue behind a blocking receive — and a receive that waits for a peer
+// which waits for that send is a deadlock (the 1F1B steady state has exactly that pair on every
+// boundary). Over the direct route (NCCL) a send waits for its receive on the compute stream; the
+// auto mode's early receives on the p2p stream keep that live, and where such a send would wait on
+// the host it is marked blocks_host. Receives run on the p2p stream (auto mode): with post_receives_early a receive is
 // ordered before the action that precedes its own, so the p2p stream waits for the message while
 // compute runs that action. In the manual mode everything is on the compute stream and each
 // receive comes right where its data is needed, as hand-written code does it.

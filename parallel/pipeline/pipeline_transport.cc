@@ -5,6 +5,7 @@
 #include <array>
 #include <climits>
 
+#include "parallel/comm/host_staged_process_group.h"
 #include "parallel/comm/mpi_environment.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/error.h"
@@ -14,9 +15,11 @@ namespace {
 
 MPI_Comm as_comm(void* comm) { return static_cast<MPI_Comm>(comm); }
 
-// A message's header: the dtype, the number of dimensions, then each size.
+// A message's header: the dtype, the number of dimensions, each size, then (kDirect step
+// messages) the message's place in its direction's order, -1 otherwise.
 constexpr int kMaxDimensions = 8;
-constexpr int kHeaderWords = 2 + kMaxDimensions;
+constexpr int kHeaderWords = 3 + kMaxDimensions;
+constexpr int kSequenceWord = kHeaderWords - 1;
 
 const DType kHeaderDtypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64};
 
@@ -25,6 +28,26 @@ int byte_count(const Tensor& tensor, const char* what) {
   WEFT_CHECK(bytes <= INT_MAX, "pipeline ", what, ": ", tensor.describe(), " is more than 2 GiB in one message; "
              "use more micro-batches (train.micro_batches) so that each activation is smaller");
   return static_cast<int>(bytes);
+}
+
+// Where a direct send or receive runs: NCCL queues on the current stream of the tensor's GPU; the
+// CPU's caller stream runs it on the calling thread.
+CommStream direct_stream(Device device) {
+  return device.is_cuda() ? CommStream::cuda(nullptr, device.index) : CommStream();
+}
+
+// The ordered stage pairs (sender, receiver) that get a direct group: both directions between ring
+// neighbours (stage s and s + 1, and the last and the first, which the interleaved schedule's
+// chunks pass between), each once, in one order on every rank.
+std::vector<std::pair<int, int>> direct_pairs(int stages) {
+  std::vector<std::pair<int, int>> pairs;
+  for (int s = 0; s < stages; ++s) {
+    const int next = (s + 1) % stages;
+    if (next < s && stages == 2) break;  // 1 -> 0 is 0's pair already
+    pairs.emplace_back(s, next);
+    pairs.emplace_back(next, s);
+  }
+  return pairs;
 }
 
 }  // namespace
@@ -38,7 +61,8 @@ struct PipelineTransport::PendingSend {
   int peer_world_rank = -1;
 };
 
-PipelineTransport::PipelineTransport(const Mesh& mesh, int world_rank) {
+PipelineTransport::PipelineTransport(const Mesh& mesh, int world_rank, Route route, Device device)
+    : route_(route), device_(device) {
   stages_ = mesh.pp();
   stage_ = mesh.coordinates(world_rank).pp;
   world_ranks_ = mesh.group_ranks(Axis::kPipeline, world_rank);
@@ -58,6 +82,41 @@ PipelineTransport::PipelineTransport(const Mesh& mesh, int world_rank) {
   }
   step_comm_ = step;
   control_comm_ = control;
+  if (route_ == Route::kDirect) make_direct_links(mesh, world_rank);
+}
+
+void PipelineTransport::make_direct_links(const Mesh& mesh, int world_rank) {
+  // A group per ordered pair, split from the world: every rank of every pp group takes part in
+  // each split, as a member of its own pp group's pair or alone (a group of one, dropped).
+  const std::vector<std::pair<int, int>> pairs = direct_pairs(stages_);
+  const int pipelines = mesh.world_size() / stages_;
+  const int pipeline = mesh.group_index(Axis::kPipeline, world_rank);
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    const auto [sender, receiver] = pairs[p];
+    const bool member = stage_ == sender || stage_ == receiver;
+    const int color = member ? pipeline * static_cast<int>(pairs.size()) + static_cast<int>(p)
+                             : pipelines * static_cast<int>(pairs.size()) + world_rank;
+    std::shared_ptr<ProcessGroup> group =
+        make_split_process_group(color, str("pp ", sender, "->", receiver), device_);
+    if (!member) continue;
+    // Split groups order their ranks by world rank; the peer is whichever this rank is not.
+    const int my_rank = group->world_ranks()[0] == world_rank ? 0 : 1;
+    if (stage_ == sender) {
+      direct_[receiver].sends = group;
+      direct_[receiver].sends_peer_rank = 1 - my_rank;
+    } else {
+      direct_[sender].receives = group;
+      direct_[sender].receives_peer_rank = 1 - my_rank;
+    }
+  }
+  sends_block_host_ = device_.is_cpu() || gpu_collectives_through_host();
+}
+
+PipelineTransport::DirectLink& PipelineTransport::direct_link(int peer, const char* what) {
+  auto found = direct_.find(peer);
+  WEFT_CHECK(found != direct_.end(), "pipeline ", what, " between stages ", stage_, " and ", peer,
+             ": parallel.pp_transport direct links neighbouring stages only (and the last with the first)");
+  return found->second;
 }
 
 PipelineTransport::~PipelineTransport() {
@@ -80,31 +139,55 @@ void PipelineTransport::post_send(const Tensor& tensor, int peer, int64_t tag, C
              ": not another stage of ", stages_);
   WEFT_CHECK(tag >= 0 && tag <= max_tag(), "pipeline send: tag ", tag, " is above MPI's limit ", max_tag_,
              "; use fewer micro-batches or pipeline stages");
+  const bool direct = route_ == Route::kDirect && channel == Channel::kStep;
   auto pending = std::make_unique<PendingSend>();
-  // Kept alive until sent. On the CPU it is the tensor itself (when contiguous): the step's
-  // activations and gradients are never written after they are sent, and a caller that will write
-  // its tensor sends a clone.
-  pending->host = tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(Device::cpu());
-  WEFT_CHECK(pending->host.dim() <= kMaxDimensions, "pipeline send: ", tensor.describe(), " has more than ",
-             kMaxDimensions, " dimensions");
+  Tensor data;
+  if (direct) {
+    WEFT_CHECK(tensor.device() == device_, "pipeline send from stage ", stage_, ": ", tensor.describe(),
+               " is not on the transport's device ", device_.to_string());
+    data = tensor.contiguous();
+  } else {
+    // Kept alive until sent. On the CPU it is the tensor itself (when contiguous): the step's
+    // activations and gradients are never written after they are sent, and a caller that will
+    // write its tensor sends a clone.
+    pending->host = tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(Device::cpu());
+    data = pending->host;
+  }
+  WEFT_CHECK(data.dim() <= kMaxDimensions, "pipeline send: ", tensor.describe(), " has more than ", kMaxDimensions,
+             " dimensions");
   const auto dtype = std::find(std::begin(kHeaderDtypes), std::end(kHeaderDtypes), tensor.dtype());
+  WEFT_CHECK(dtype != std::end(kHeaderDtypes), "pipeline send: ", tensor.describe(), " has a dtype no message carries");
   pending->header[0] = dtype - std::begin(kHeaderDtypes);
-  pending->header[1] = pending->host.dim();
-  for (int64_t d = 0; d < pending->host.dim(); ++d) pending->header[2 + d] = pending->host.size(d);
+  pending->header[1] = data.dim();
+  for (int64_t d = 0; d < data.dim(); ++d) pending->header[2 + d] = data.size(d);
+  pending->header[kSequenceWord] = -1;
   pending->description = str("pipeline send of ", tensor.describe(), " from stage ", stage_, " to stage ", peer,
                              " (tag ", tag, ")");
   pending->peer_world_rank = world_ranks_[static_cast<size_t>(peer)];
-  const int bytes = byte_count(pending->host, "send");
+  const int bytes = byte_count(data, "send");
+  DirectLink* link = nullptr;
+  if (direct) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    link = &direct_link(peer, "send");
+    pending->header[kSequenceWord] = link->sent++;
+  }
   {
     MpiCallLock lock;
     MPI_Comm comm = as_comm(communicator(channel));
     WEFT_MPI_CHECK(MPI_Isend(pending->header.data(), kHeaderWords, MPI_INT64_T, peer, static_cast<int>(2 * tag),
                              comm, &pending->requests[0]));
-    WEFT_MPI_CHECK(MPI_Isend(pending->host.raw_data(), bytes, MPI_BYTE, peer, static_cast<int>(2 * tag + 1), comm,
-                             &pending->requests[1]));
+    if (!direct) {
+      WEFT_MPI_CHECK(MPI_Isend(pending->host.raw_data(), bytes, MPI_BYTE, peer, static_cast<int>(2 * tag + 1), comm,
+                               &pending->requests[1]));
+    }
   }
-  std::lock_guard<std::mutex> guard(mutex_);
-  pending_.push_back(std::move(pending));
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    pending_.push_back(std::move(pending));
+  }
+  // The data, in order on the direction's group. NCCL keeps `data` alive until its kernel is done
+  // (the group's watchdog holds the handle); MPI is done when send() returns.
+  if (direct) link->sends->send(data, link->sends_peer_rank, direct_stream(device_));
 }
 
 Tensor PipelineTransport::receive(Device device, int peer, int64_t tag, Channel channel) {
@@ -126,6 +209,25 @@ Tensor PipelineTransport::receive(Device device, int peer, int64_t tag, Channel 
              description, ": the message's header is not a tensor's (a peer of another weft version?)");
   Shape shape;
   for (int64_t d = 0; d < header[1]; ++d) shape.push_back(header[2 + d]);
+  if (route_ == Route::kDirect && channel == Channel::kStep) {
+    WEFT_CHECK(device == device_, description, ": asked for a tensor on ", device.to_string(),
+               ", but the transport's device is ", device_.to_string());
+    DirectLink* link = nullptr;
+    int64_t expected = 0;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      link = &direct_link(peer, "receive");
+      expected = link->received;
+      if (header[kSequenceWord] == expected) ++link->received;
+    }
+    WEFT_CHECK(header[kSequenceWord] == expected, description, ": stage ", peer, " sent this message as its number ",
+               header[kSequenceWord], " to stage ", stage_, ", but the next to arrive here is number ", expected,
+               ": the stages post their messages in different orders, and parallel.pp_transport direct pairs "
+               "messages by order, not by tag (use parallel.pp_transport host, which matches by tag)");
+    Tensor data = Tensor::empty(shape, kHeaderDtypes[header[0]], device);
+    link->receives->recv(data, link->receives_peer_rank, direct_stream(device))->wait();
+    return data;
+  }
   Tensor host = Tensor::empty(shape, kHeaderDtypes[header[0]], Device::cpu());
   const int bytes = byte_count(host, "receive");
   {
@@ -148,7 +250,9 @@ void PipelineTransport::finish_sends() {
     sends.swap(pending_);
   }
   for (const std::unique_ptr<PendingSend>& send : sends) {
-    for (MPI_Request& request : send->requests) wait_for_mpi_request(request, send->description, {send->peer_world_rank});
+    for (MPI_Request& request : send->requests) {
+      if (request != MPI_REQUEST_NULL) wait_for_mpi_request(request, send->description, {send->peer_world_rank});
+    }
   }
 }
 

@@ -21,18 +21,38 @@
 // A message carries its dtype and shape (a small header sent before the data), so a stage needs
 // to know nothing of its neighbours' layers: a custom segment may hand on any shape.
 //
-// CUDA tensors travel through host memory: the transport copies them to the host before sending
-// and to the device after receiving. (NCCL's own send/recv is the multi-GPU issue's to add; what
-// it would need of the plans is in docs/architecture.md, "Pipelines on GPUs".)
+// Two routes for the step's data (parallel.pp_transport; the header and the control channel always
+// go through MPI):
+// - kHost (the default): the tensor itself as a tagged MPI message. CUDA tensors travel through
+//   host memory: copied to the host before sending and to the device after receiving.
+// - kDirect: the tensor by the send/recv of a process group per direction between two stages (a
+//   group for this stage's sends to a peer, another for the peer's sends to it): NCCL on GPUs,
+//   device to device on the stream current at the call, never through the host; MPI on the CPU
+//   (and through the host where CUDA ranks share a GPU, WEFT_GPU_COLLECTIVES=mpi). Such a send
+//   waits for its receive (NCCL: on its stream; otherwise on the calling thread), and messages
+//   pair in the order they are posted, not by tag. The auto mode's plans keep both rules (they
+//   post every send to a peer from one list and every receive from it on another, in the peer's
+//   order, and never deadlock under rendezvous: docs/architecture.md, "Pipelines on GPUs"); the
+//   manual mode's do not (a stage's sends and receives share its compute list), so kDirect is for
+//   the auto mode only (the config refuses it otherwise). Each header carries the message's
+//   place in its direction's order, and a receive whose tag names a message out of that order
+//   stops with an error instead of taking another message's data.
+//   The direction groups are made with the transport; on NCCL each creates its communicator at
+//   its first use on each side (the first send, on the sender's compute stream; the first
+//   receive, on the receiver's p2p stream).
 //
 // Thread safety: post_send, receive and finish_sends may be called from several threads at once
-// (the executor's compute and p2p threads).
+// (the executor's compute and p2p threads). With kDirect, a direction's sends come from one thread
+// and its receives from one thread (true of the step graph: sends on the compute list, receives on
+// the p2p list).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "parallel/comm/process_group.h"
 #include "parallel/mesh.h"
 #include "runtime/tensor.h"
 
@@ -41,10 +61,11 @@ namespace weft {
 class PipelineTransport {
  public:
   enum class Channel : uint8_t { kStep, kControl };
+  enum class Route : uint8_t { kHost, kDirect };
 
-  // The transport of `world_rank`'s pp group. Collective over the world (every rank makes its
-  // transport in the same order); needs MPI when mesh.pp() > 1.
-  PipelineTransport(const Mesh& mesh, int world_rank);
+  // The transport of `world_rank`'s pp group, for tensors on `device`. Collective over the world
+  // (every rank makes its transport in the same order); needs MPI when mesh.pp() > 1.
+  PipelineTransport(const Mesh& mesh, int world_rank, Route route = Route::kHost, Device device = Device::cpu());
   ~PipelineTransport();
   PipelineTransport(const PipelineTransport&) = delete;
   PipelineTransport& operator=(const PipelineTransport&) = delete;
@@ -54,22 +75,48 @@ class PipelineTransport {
   // The largest tag a message may carry (half of MPI_TAG_UB, which is at least 32767: each message
   // is a header and the data).
   int64_t max_tag() const { return max_tag_; }
+  Route route() const { return route_; }
+  // Whether a step-channel send may wait on the calling thread for its receiver (kDirect outside
+  // NCCL: MPI on the CPU, or CUDA ranks sharing a GPU through the host). The CUDA executor then
+  // runs the send off its issuing thread (NodeSpec::blocks_host), as NCCL's send would wait on
+  // the stream, not on the host.
+  bool sends_block_host() const { return sends_block_host_; }
 
-  // Sends `tensor` (contiguous or not; any device) to stage `peer` under `tag`, without waiting.
-  // The caller must not write `tensor` until finish_sends() (send a clone otherwise).
+  // Sends `tensor` (contiguous or not; any device) to stage `peer` under `tag`. kHost (and every
+  // kControl message): returns at once. kDirect: queued on the current stream (NCCL), or returns
+  // once the receiver has it. The caller must not write `tensor` until finish_sends() (send a clone
+  // otherwise).
   void post_send(const Tensor& tensor, int peer, int64_t tag, Channel channel = Channel::kStep);
   // Receives the message `tag` from stage `peer` as a new tensor (the sent dtype and shape) on
-  // `device`. Blocks.
+  // `device`. Blocks until the header is in; kDirect on NCCL queues the data's receive on the
+  // current stream, and the tensor is ready in stream order.
   Tensor receive(Device device, int peer, int64_t tag, Channel channel = Channel::kStep);
   // Blocks until every send posted so far has completed (within the deadline).
   void finish_sends();
 
  private:
   struct PendingSend;
+  // kDirect: the groups of this stage and one peer, and how many step messages each way so far.
+  struct DirectLink {
+    std::shared_ptr<ProcessGroup> sends;     // this stage -> peer; the peer's group rank: peer_rank
+    std::shared_ptr<ProcessGroup> receives;  // peer -> this stage
+    int sends_peer_rank = 1;
+    int receives_peer_rank = 0;
+    int64_t sent = 0;
+    int64_t received = 0;
+  };
   void* communicator(Channel channel) const;  // MPI_Comm
+  void make_direct_links(const Mesh& mesh, int world_rank);
+  DirectLink& direct_link(int peer, const char* what);
+  // Posts the header (MPI, tag 2 * tag) of a send; the pending send keeps it.
+  void post_header(PendingSend& pending, int peer, int64_t tag, Channel channel);
 
   int stage_ = 0;
   int stages_ = 1;
+  Route route_ = Route::kHost;
+  Device device_ = Device::cpu();
+  bool sends_block_host_ = false;
+  std::map<int, DirectLink> direct_;  // by peer stage (kDirect); its counters under mutex_
   int64_t max_tag_ = 16383;
   std::vector<int> world_ranks_;   // per stage
   void* step_comm_ = nullptr;      // MPI_Comm, as void* to keep mpi.h out of this header

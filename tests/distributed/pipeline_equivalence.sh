@@ -9,7 +9,8 @@
 # same order on every rank, so without tensor parallelism the losses are bitwise equal. With tp the
 # two modes' tensor-parallel layers round differently in places (a Llama at these shapes differs
 # in the gradient norm's last bits at tp 2 without any pipeline, too), so there they agree to
-# tolerance. The start-up log names the cut and the
+# tolerance. The auto mode runs a second time over parallel.pp_transport direct, which must match
+# its host-route run bitwise. The start-up log names the cut and the
 # schedule, and every step reports the bubble next to the schedule's theory and each stage's memory.
 #   usage: pipeline_equivalence.sh WEFT_TRAIN COMPARE_CHECKPOINTS WORK_DIR DP TP PP SCHEDULE CHUNKS MODEL LAYERS ZERO [MPIRUN...]
 #   WEFT_TEST_SETTINGS (environment): more weft-train arguments for every run (tools/device/shared-gpu-pass:
@@ -38,8 +39,16 @@ for mode in manual auto; do
     --set comm.mode="$mode" --set checkpoint.dir="$work/$mode" --set log.metrics_file="$work/$mode.jsonl" \
     --set log.trace_file="$work/$mode.trace.json" > "$work/$mode.log"
 done
+# The auto mode again over parallel.pp_transport direct (the step's messages by a process group per
+# direction, paired in order; MPI here, NCCL on GPUs): the same computations in the same order, so
+# its losses and weights equal the host route's bit for bit.
+"${mpirun[@]}" -np "$ranks" "$weft_train" "${common[@]}" --set parallel.dp="$dp" --set parallel.tp="$tp" \
+  --set parallel.pp="$pp" --set parallel.pp_schedule="$schedule" --set parallel.pp_virtual="$chunks" \
+  --set parallel.zero="$zero" --set comm.mode=auto --set parallel.pp_transport=direct \
+  --set checkpoint.dir="$work/direct" --set log.metrics_file="$work/direct.jsonl" > "$work/direct.log"
 grep -q "pp $pp" "$work/manual.log" || { echo "FAIL: the start-up log does not report pp $pp"; exit 1; }
 grep -q "pipeline schedule $schedule" "$work/auto.log" || { echo "FAIL: the start-up log does not name the schedule"; exit 1; }
+grep -q "pipeline messages: parallel.pp_transport direct" "$work/direct.log" || { echo "FAIL: the start-up log does not name the direct route"; exit 1; }
 grep -q "^stage 0" "$work/auto.log" || grep -q "stage 0" "$work/auto.log" || { echo "FAIL: the cut is not logged"; exit 1; }
 grep -q "bubble" "$work/auto.log" || { echo "FAIL: the steps do not report the bubble"; exit 1; }
 # With dp > 1 the auto mode chooses a bucket size per stage (each stage's dp group for its own
@@ -70,5 +79,10 @@ manual, _ = read(work, "manual")
 auto, _ = read(work, "auto")
 if tp == 1 and [r["loss"] for r in manual] != [r["loss"] for r in auto]:
     sys.exit("without tensor parallelism the manual and auto pipeline losses must be bitwise equal")
+direct, _ = read(work, "direct")
+if [r["loss"] for r in direct] != [r["loss"] for r in auto]:
+    sys.exit("parallel.pp_transport direct must give the host route's losses bit for bit: "
+             f"{[r['loss'] for r in direct]} against {[r['loss'] for r in auto]}")
 PYTHON
 for mode in manual auto; do "$compare" "$work/$mode" "$work/single" 1e-4; done
+"$compare" "$work/direct" "$work/auto" 0

@@ -77,7 +77,7 @@ TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
     RunConfig config;
     EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
   }
-  EXPECT_EQ(keys.size(), 75u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(keys.size(), 76u);  // every field of RunConfig; update with run_config.h
   EXPECT_EQ(find_config_option("train.lrr"), nullptr);
   EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
   EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);
@@ -348,6 +348,7 @@ TEST_F(ConfigTest, DumpConfigRoundTrips) {
   config.parallel.pp_schedule = "interleaved";
   config.parallel.pp_virtual = 2;
   config.parallel.pp_layers = {0, 2, 3, 3, 3, 1};
+  config.parallel.pp_transport = "direct";
   config.comm.mode = "auto";
   config.checkpoint.dir = " runs/with spaces ";
   config.checkpoint.resume = "latest";
@@ -452,6 +453,22 @@ TEST_F(ConfigTest, PipelineKeysLoadFromFilesAndSet) {
   const std::string dumped = dump_config(config);
   EXPECT_NE(dumped.find("  pp_layers: [4, 4, 3, 3]\n"), std::string::npos) << dumped;
   expect_same_config(load_config({write("dumped.yaml", dumped)}, {}), config);
+}
+
+// parallel.pp_transport: host by default; direct pairs messages by order, which only the auto mode's
+// plans keep, so a pipeline in the manual mode refuses it (a single stage ignores the key).
+TEST_F(ConfigTest, DirectPipelineTransportNeedsTheAutoMode) {
+  EXPECT_EQ(load_config({}, {}).parallel.pp_transport, "host");
+  const std::vector<std::string> pipeline = {"train.micro_batches=2", "parallel.pp=2", "parallel.pp_transport=direct"};
+  std::vector<std::string> automatic = pipeline;
+  automatic.push_back("comm.mode=auto");
+  EXPECT_EQ(load_config({}, automatic).parallel.pp_transport, "direct");
+  expect_contains(error_message([&] { load_config({}, pipeline); }),
+                  {"parallel.pp_transport = direct (--set parallel.pp_transport=direct) needs comm.mode auto",
+                   "comm.mode = manual", "set comm.mode to auto, or parallel.pp_transport to host"});
+  EXPECT_NO_THROW(load_config({}, {"parallel.pp_transport=direct"}));
+  expect_contains(error_message([] { load_config({}, {"parallel.pp_transport=nccl"}); }),
+                  {"parallel.pp_transport: must be one of host|direct, got 'nccl'"});
 }
 
 TEST_F(ConfigTest, PipelineKeyValuesOutOfRangeSayWhatIsAllowed) {
