@@ -9,7 +9,8 @@
 # CONFIG runs its model instead (GPUs: tools/device/multi-gpu-pass), SEQUENCES is the sequences a
 # micro-batch holds, MPIRUN_OPTIONS is added to mpirun's (e.g. "--bind-to none -x LD_LIBRARY_PATH"),
 # and the trailing arguments to every weft-train run (e.g. --set data.train=...). MODES the comm
-# modes to run.
+# modes to run: manual, auto, and direct (the auto mode with parallel.pp_transport direct: NCCL
+# send/recv between the stages on GPUs, where the others go through host memory).
 set -euo pipefail
 weft_train=${1:-build/bin/weft-train}
 ranks=${2:-4}
@@ -36,8 +37,10 @@ for schedule in gpipe 1f1b interleaved zero_bubble; do
   [[ $schedule == interleaved ]] && chunks=2
   for mode in ${MODES:-manual auto}; do
     name="${schedule}_${mode}"
+    route=(--set comm.mode=$mode)
+    [[ $mode == direct ]] && route=(--set comm.mode=auto --set parallel.pp_transport=direct)
     "${mpirun[@]}" -np "$ranks" "$weft_train" "${common[@]}" --set parallel.pp=$ranks \
-      --set parallel.pp_schedule=$schedule --set parallel.pp_virtual=$chunks --set comm.mode=$mode \
+      --set parallel.pp_schedule=$schedule --set parallel.pp_virtual=$chunks "${route[@]}" \
       --set log.metrics_file="$work/$name.jsonl" >/dev/null
     runs+=("$name")
   done
