@@ -1,8 +1,6 @@
 // share_cpu_cores_between_ranks (cpu_threads.h).
 #include "launcher/cpu_threads.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdlib>
 
@@ -19,12 +17,6 @@ std::string share_cpu_cores_between_ranks() {
   const int share = cpu::cores_per_rank(ranks_on_host);
   const bool pool_from_environment = std::getenv("OMP_NUM_THREADS") != nullptr;
   if (!pool_from_environment) cpu::set_thread_count(share);
-  if (ranks_on_host > 1 && std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
-    // Looked up at run time: the BLAS linked may be another (Debian's alternatives), without it.
-    using SetThreads = void (*)(int);
-    auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    if (set_threads != nullptr) set_threads(share);
-  }
   return absl::StrFormat("cpu: %d thread(s) per rank%s (%d rank(s) on this host, %d usable core(s) each); f32 "
                          "matmul by %s; OMP_NUM_THREADS overrides",
                          cpu::thread_count(), pool_from_environment ? " from OMP_NUM_THREADS" : "", ranks_on_host,

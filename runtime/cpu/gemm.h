@@ -1,6 +1,7 @@
 // One row-major GEMM call for the CPU kernels: C = alpha op(A) op(B) + beta C with op = transpose or
 // not, on raw pointers and leading dimensions. f32 goes to oneDNN's sgemm when weft was built with it
-// (WEFT_HAVE_ONEDNN), else to OpenBLAS's; f64 goes to OpenBLAS's dgemm.
+// (WEFT_HAVE_ONEDNN), else to OpenBLAS's; f64 goes to OpenBLAS's dgemm. OpenBLAS runs on the calling
+// thread (its own pool's spinning threads would contend with the OpenMP pool's: gemm.cc).
 //
 // Called from inside a parallel_for chunk (parallel_for.h), the GEMM runs on that one thread
 // (oneDNN sees it is inside an OpenMP region); called outside, it uses the whole pool.

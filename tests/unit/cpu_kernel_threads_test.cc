@@ -3,7 +3,8 @@
 // (each row or head is one thread's), strided and broadcast views through the row walker give what
 // an element-by-element loop gives, the pool size set once holds on every thread, and the
 // vectorizable exp stays within 2 ulp of std::exp, and signals handled while GEMMs run do not
-// corrupt the heap (runtime/cpu/deferred_signals.h). Shapes are large enough that the kernels do
+// corrupt the heap (runtime/cpu/deferred_signals.h). OpenBLAS's GEMMs, which run on the calling
+// thread (gemm.cc), give the same bits at every pool size too. Shapes are large enough that the kernels do
 // split their work (parallel_for skips the split below about 32k operations per thread).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/parallel_for.h"
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/cpu/vectorized.h"
@@ -111,6 +113,68 @@ TEST_F(CpuKernelThreadsTest, AdamWDoesNotDependOnTheThreadCount) {
     return std::vector<Tensor>{update.parameter, update.exp_avg, update.exp_avg_sq};
   };
   expect_bitwise_equal(run_at(1, kernels), run_at(4, kernels));
+}
+
+// cpu::gemm over OpenBLAS (f64 always; f32 where weft was built without oneDNN) runs on the calling
+// thread whatever the pool's size (an OpenBLAS pool beside it spun against it; splitting a call
+// over the pool changed bits with the size): every transpose, a wide C and a tall one, leading
+// dimensions above the widths, and beta on an existing C give the same bits at 1, 2 and 3 threads,
+// and a triple loop's result to rounding.
+template <class Scalar>
+void expect_split_gemms_match(double tolerance) {
+  struct Case {
+    bool transpose_a, transpose_b;
+    int64_t m, n, k;
+  };
+  const Case cases[] = {{false, false, 97, 40, 33}, {true, false, 64, 70, 19}, {false, true, 5, 300, 48},
+                        {true, true, 150, 9, 65}, {false, false, 1, 257, 31}};
+  for (const Case& c : cases) {
+    const int64_t pad = 3;  // leading dimensions wider than the matrices
+    const int64_t a_rows = c.transpose_a ? c.k : c.m, a_columns = c.transpose_a ? c.m : c.k;
+    const int64_t b_rows = c.transpose_b ? c.n : c.k, b_columns = c.transpose_b ? c.k : c.n;
+    const int64_t lda = a_columns + pad, ldb = b_columns + pad, ldc = c.n + pad;
+    std::vector<Scalar> a(static_cast<size_t>(a_rows * lda)), b(static_cast<size_t>(b_rows * ldb)),
+        start(static_cast<size_t>(c.m * ldc));
+    uint32_t state = 12345;
+    auto next = [&] {
+      state = state * 1664525u + 1013904223u;
+      return static_cast<Scalar>(static_cast<double>(state >> 8) / (1 << 24) - 0.5);
+    };
+    for (Scalar& x : a) x = next();
+    for (Scalar& x : b) x = next();
+    for (Scalar& x : start) x = next();
+    std::vector<std::vector<Scalar>> results;
+    for (int threads : {1, 2, 3}) {
+      cpu::set_thread_count(threads);
+      std::vector<Scalar> out = start;
+      cpu::gemm(c.transpose_a, c.transpose_b, c.m, c.n, c.k, Scalar(0.75), a.data(), lda, b.data(), ldb, Scalar(0.5),
+                out.data(), ldc);
+      results.push_back(out);
+    }
+    const std::string name = str(c.transpose_a ? "A^T" : "A", " x ", c.transpose_b ? "B^T" : "B", ", ", c.m, " x ", c.n,
+                                 " x ", c.k);
+    EXPECT_EQ(results[0], results[1]) << name << ": 1 and 2 threads differ";
+    EXPECT_EQ(results[0], results[2]) << name << ": 1 and 3 threads differ";
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double x = c.transpose_a ? a[p * lda + i] : a[i * lda + p];
+          const double y = c.transpose_b ? b[j * ldb + p] : b[p * ldb + j];
+          sum += x * y;
+        }
+        const double expected = 0.75 * sum + 0.5 * start[i * ldc + j];
+        ASSERT_NEAR(results[1][i * ldc + j], expected, tolerance) << name << " at (" << i << ", " << j << ")";
+      }
+      // The padding between rows is never written.
+      for (int64_t j = c.n; j < ldc; ++j) ASSERT_EQ(results[2][i * ldc + j], start[i * ldc + j]) << name;
+    }
+  }
+}
+
+TEST_F(CpuKernelThreadsTest, OpenBlasGemmsDoNotDependOnTheThreadCount) {
+  expect_split_gemms_match<double>(1e-12);
+  if (std::string(cpu::f32_gemm_library()) == "OpenBLAS") expect_split_gemms_match<float>(1e-4);
 }
 
 TEST_F(CpuKernelThreadsTest, StridedAndBroadcastElementwiseMatchesAnElementLoop) {
