@@ -8,6 +8,8 @@
 # - tp 2 with sp: the losses agree to f32 tolerance (the auto mode's ring reduce-scatter adds in
 #   another order), the auto mode's description names its tensor-parallel plan, and the
 #   tensor-parallel block's line counts are printed as tools/tp_block_lines.py counts them.
+# - pp 2 with parallel.pp_transport direct: the manual mode's run goes over the host route (direct
+#   needs the auto mode) and says so; the auto mode's goes direct; the losses are the same bits.
 # - a misspelt key: exit status 2 and one message naming the key, from rank 0 only.
 #   usage: weft_compare.sh WEFT_COMPARE WEFT_TRAIN WORK_DIR [MPIRUN...]
 set -euo pipefail
@@ -27,6 +29,9 @@ common=("$work/run.yaml" --set model.layers=2 --set model.dim=32 --set model.hea
   --set data.val_every=0 --set log.progress=plain --set log.metrics_file="$work/train-auto.jsonl" > /dev/null
 "${mpirun[@]}" -np 2 "$weft_compare" "${common[@]}" --set parallel.tp=2 --set parallel.sp=true --steps 4 \
   --out "$work/tp" > "$work/tp.log"
+# comm.mode auto, so that the config is valid for weft-train too; weft-compare runs both modes.
+"${mpirun[@]}" -np 2 "$weft_compare" "${common[@]}" --set parallel.pp=2 --set comm.mode=auto \
+  --set parallel.pp_transport=direct --steps 4 --out "$work/pp" > "$work/pp.log"
 
 status=0
 "${mpirun[@]}" -np 2 "$weft_compare" "${common[@]}" --set train.lrr=0.1 --out "$work/bad" > "$work/bad.log" 2>&1 ||
@@ -102,4 +107,14 @@ check(expected in log, f"tp: the line counts are not printed as '{expected}'")
 check(report["tensor_parallel_block_lines"]["manual"] == int(counts["manual"]) > int(counts["auto"]) > 0,
       f"tp: comparison.json's line counts {report['tensor_parallel_block_lines']}")
 print(f"tp 2 with sp: losses agree to {worst:.2g}; {expected}")
+
+report, log = modes("pp")
+manual, auto = report["modes"]["manual"]["losses"], report["modes"]["auto"]["losses"]
+check(manual == auto, f"pp: the modes' losses differ: manual {manual}, auto {auto}")
+check("the manual mode's pipeline messages go over parallel.pp_transport host" in log,
+      "pp: the log does not say the manual mode went over the host route")
+check(any("pipeline messages: parallel.pp_transport direct" in l for l in report["modes"]["auto"]["description"]) and
+      any("pipeline messages: parallel.pp_transport host" in l for l in report["modes"]["manual"]["description"]),
+      f"pp: the descriptions do not name each mode's route")
+print("pp 2, manual over the host route, auto direct:", " ".join(repr(x) for x in auto))
 PYTHON
