@@ -10,7 +10,9 @@
 # micro-batch holds, MPIRUN_OPTIONS is added to mpirun's (e.g. "--bind-to none -x LD_LIBRARY_PATH"),
 # and the trailing arguments to every weft-train run (e.g. --set data.train=...). MODES the comm
 # modes to run: manual, auto, and direct (the auto mode with parallel.pp_transport direct: NCCL
-# send/recv between the stages on GPUs, where the others go through host memory).
+# send/recv between the stages on GPUs, where the others go through host memory). The modes of one
+# schedule run the same computations in the same order, so their losses must be the same bits: the
+# table's last column says so, and a difference fails the run (exit status 1).
 set -euo pipefail
 weft_train=${1:-build/bin/weft-train}
 ranks=${2:-4}
@@ -52,14 +54,23 @@ def mean_of(run, key):
     rows = [json.loads(l) for l in open(f"{work}/{run}.jsonl") if '"loss"' in l][2:]
     return sum(r[key] for r in rows) / len(rows)
 base = mean_of("one", "tokens_per_s")
+def losses(run):
+    return [json.loads(l)["loss"] for l in open(f"{work}/{run}.jsonl") if '"loss"' in l]
 print(f"pp {ranks}, {micro_batches} micro-batches")
-print(f"{'run':<26}{'step ms':>9}{'tokens/s':>10}{'vs pp 1':>9}{'bubble':>9}{'theory':>9}")
+print(f"{'run':<26}{'step ms':>9}{'tokens/s':>10}{'vs pp 1':>9}{'bubble':>9}{'theory':>9}  losses")
+differ = []
 for run in runs:
     if run == "one":
         print(f"{'one process (pp 1)':<26}{mean_of(run, 'step_ms'):>9.1f}{mean_of(run, 'tokens_per_s'):>10.0f}{1.0:>9.2f}")
         continue
     schedule, mode = run.rsplit("_", 1)
+    first = next(r for r in runs if r != "one" and r.rsplit("_", 1)[0] == schedule)
+    same = "" if first == run else ("= " + first.rsplit("_", 1)[1] if losses(run) == losses(first) else "DIFFER")
+    if same == "DIFFER":
+        differ.append(f"{run} against {first}")
     print(f"{schedule + ', ' + mode:<26}{mean_of(run, 'step_ms'):>9.1f}{mean_of(run, 'tokens_per_s'):>10.0f}"
           f"{mean_of(run, 'tokens_per_s') / base:>9.2f}{mean_of(run, 'pipeline_bubble'):>9.3f}"
-          f"{mean_of(run, 'pipeline_bubble_theory'):>9.3f}")
+          f"{mean_of(run, 'pipeline_bubble_theory'):>9.3f}  {same}")
+if differ:
+    sys.exit("the losses differ bit for bit between modes of one schedule: " + "; ".join(differ))
 PYTHON

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/device/multi-gpu-pass with DEVICE=cpu: every section must run (exit 0) and print its table,
-# and the killed-and-resumed run must give the uninterrupted losses bit for bit.
+# the killed-and-resumed run must give the uninterrupted losses bit for bit, and the pipeline
+# section's direct route the manual mode's losses.
 #   usage: multi_gpu_pass_on_cpu.sh WEFT_TRAIN COLLECTIVE_BENCHMARK
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -8,7 +9,7 @@ output=$(DEVICE=cpu RANKS=2 STEPS=6 MASTER_PORT=29533 bash "$here/../../tools/de
 status=$?
 echo "$output"
 [[ $status -eq 0 ]] || { echo "FAIL: multi-gpu-pass exited $status"; exit 1; }
-for expected in "^dp_auto_zero2 " "^pp 2, 16 micro-batches" "^zero_bubble, auto " "^send_recv +[0-9]+ +[0-9.]+ +[0-9.]+ " \
+for expected in "^dp_auto_zero2 " "^pp 2, 16 micro-batches" "^zero_bubble, auto " "^zero_bubble, direct .* = manual$" "^send_recv +[0-9]+ +[0-9.]+ +[0-9.]+ " \
     "the message names rank 1: yes" "losses after the kill and resume equal bit for bit"; do
   grep -qE "$expected" <<<"$output" || { echo "FAIL: no line matching '$expected'"; exit 1; }
 done
