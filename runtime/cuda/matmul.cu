@@ -215,6 +215,13 @@ struct Problem {
   void* aux = nullptr;  // the pre-GELU values (written by GELU_AUX, read by DGELU); ld = n
 };
 
+// "[batch, m, k] @ [k, n] epilogue e": how the autotuner's verbose lines name a product
+// (tools/device/autotune-bits-probe reads them).
+std::string product_text(const Problem& p) {
+  return "[" + std::to_string(p.batch) + ", " + std::to_string(p.m) + ", " + std::to_string(p.k) + "] @ [" +
+         std::to_string(p.k) + ", " + std::to_string(p.n) + "] epilogue " + std::to_string(static_cast<int>(p.epilogue));
+}
+
 // --- Autotuning ----------------------------------------------------------------------------------
 
 // cuBLASLt's heuristic ranks algorithms by a model; the first is not always the fastest at a
@@ -517,10 +524,9 @@ std::optional<cublasLtMatmulAlgo_t> fastest_algorithm(const Problem& p, const La
   if (record.inconclusive) {
     if (autotune_verbose()) {
       std::fprintf(stderr,
-                   "weft: matmul autotuning of [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d put off: the product "
-                   "changed nothing in its output (a zero operand)\n",
-                   static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
-                   static_cast<long long>(p.k), static_cast<long long>(p.n), record.epilogue);
+                   "weft: matmul autotuning of %s put off: the product changed nothing in its output (a zero "
+                   "operand)\n",
+                   product_text(p).c_str());
     }
     std::lock_guard<std::mutex> lock(autotune_records_mutex());
     autotune_records().push_back(std::move(record));
@@ -532,9 +538,7 @@ std::optional<cublasLtMatmulAlgo_t> fastest_algorithm(const Problem& p, const La
       line += " " + std::to_string(c.index) + ":" + std::to_string(static_cast<int>(c.microseconds + 0.5f)) + "us" +
               (c.cut_short ? "(slow)" : c.same_bits ? "" : "(other bits)");
     }
-    std::fprintf(stderr, "weft: matmul autotuned [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d:%s kept %d\n",
-                 static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
-                 static_cast<long long>(p.k), static_cast<long long>(p.n), record.epilogue, line.c_str(),
+    std::fprintf(stderr, "weft: matmul autotuned %s:%s kept %d\n", product_text(p).c_str(), line.c_str(),
                  record.chosen);
   }
   std::lock_guard<std::mutex> lock(autotune_records_mutex());
@@ -668,9 +672,7 @@ void choose_algorithm(const Problem& p, std::string_view op, const LaunchDescrip
   file_key[0] = 0;  // the device's kind, not its index, is in the file's signature
   if (tune && remembered_algorithm(p, d, file_key, algorithm)) {
     if (autotune_verbose()) {
-      std::fprintf(stderr, "weft: matmul [%lld, %lld, %lld] @ [%lld, %lld] epilogue %d: the tuning cache's choice\n",
-                   static_cast<long long>(p.batch), static_cast<long long>(p.m), static_cast<long long>(p.k),
-                   static_cast<long long>(p.k), static_cast<long long>(p.n), static_cast<int>(p.epilogue));
+      std::fprintf(stderr, "weft: matmul %s: the tuning cache's choice\n", product_text(p).c_str());
     }
   } else {
     std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results = {};

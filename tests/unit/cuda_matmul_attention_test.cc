@@ -208,6 +208,25 @@ TEST(CudaMatmul, MatmulBiasMatchesCpu) {
   }
 }
 
+// The autotuning tests change process-wide settings: this puts them back as the process had them
+// (the autotuning setting, the tuning cache's file as the environment names it, no choices kept),
+// however the test ends, an ASSERT's early return included. `before` is what
+// set_matmul_autotune_for_testing returned at the test's first change.
+class AutotuneSettingsRestorer {
+ public:
+  explicit AutotuneSettingsRestorer(int before) : before_(before) {}
+  ~AutotuneSettingsRestorer() {
+    cuda::set_matmul_autotune_for_testing(before_);
+    cuda::set_matmul_tuning_cache_for_testing(cuda::MatmulTuningCache::path_from_environment());
+    cuda::forget_matmul_algorithms_for_testing();
+  }
+  AutotuneSettingsRestorer(const AutotuneSettingsRestorer&) = delete;
+  AutotuneSettingsRestorer& operator=(const AutotuneSettingsRestorer&) = delete;
+
+ private:
+  int before_;
+};
+
 // Autotuning keeps the heuristic's bits (matmul.cu): every product autotuned gives exactly what the
 // heuristic's first algorithm gives, for a plain product with a long K (where cuBLASLt offers
 // split-K algorithms, whose other order of sums gives other bits), an accumulating one, and the bias,
@@ -257,8 +276,8 @@ TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
     return outputs;
   };
 
+  const AutotuneSettingsRestorer restorer(cuda::set_matmul_autotune_for_testing(0));
   cuda::set_matmul_tuning_cache_for_testing("");  // every key is timed here, none read from a file
-  const int before = cuda::set_matmul_autotune_for_testing(0);
   cuda::forget_matmul_algorithms_for_testing();
   const std::vector<Tensor> heuristic = products();
   const size_t records_before = cuda::matmul_autotune_records().size();
@@ -266,8 +285,6 @@ TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
   cuda::forget_matmul_algorithms_for_testing();
   const std::vector<Tensor> tuned = products();
   const std::vector<Tensor> tuned_again = products();  // the kept choices, from the cache
-  cuda::set_matmul_autotune_for_testing(before);
-  cuda::forget_matmul_algorithms_for_testing();
 
   ASSERT_EQ(tuned.size(), heuristic.size());
   for (size_t i = 0; i < heuristic.size(); ++i) {
@@ -317,7 +334,7 @@ TEST(CudaMatmul, TuningCacheSkipsTheTimingAndKeepsTheBits) {
   const std::string path = ::testing::TempDir() + "/weft_matmul_tuning_" + std::to_string(::getpid()) + ".txt";
   std::remove(path.c_str());
 
-  const int before = cuda::set_matmul_autotune_for_testing(0);
+  const AutotuneSettingsRestorer restorer(cuda::set_matmul_autotune_for_testing(0));
   cuda::forget_matmul_algorithms_for_testing();
   const Tensor heuristic = product();
   cuda::set_matmul_autotune_for_testing(1);
@@ -340,9 +357,6 @@ TEST(CudaMatmul, TuningCacheSkipsTheTimingAndKeepsTheBits) {
   const Tensor tuned_again = product();
   EXPECT_EQ(cuda::matmul_autotune_records().size(), records + 1);
 
-  cuda::set_matmul_autotune_for_testing(before);
-  cuda::set_matmul_tuning_cache_for_testing(cuda::MatmulTuningCache::path_from_environment());
-  cuda::forget_matmul_algorithms_for_testing();
   std::remove(path.c_str());
   EXPECT_TRUE(bitwise_equal(tuned, heuristic));
   EXPECT_TRUE(bitwise_equal(reused, heuristic));
@@ -379,7 +393,7 @@ TEST(CudaMatmul, AutotuningWaitsForAProductThatChangesItsOutput) {
     return std::vector<cuda::MatmulAutotuneRecord>(all.begin() + static_cast<std::ptrdiff_t>(since), all.end());
   };
 
-  const int before = cuda::set_matmul_autotune_for_testing(0);
+  const AutotuneSettingsRestorer restorer(cuda::set_matmul_autotune_for_testing(0));
   cuda::set_matmul_tuning_cache_for_testing("");  // nothing from, nor into, a file
   cuda::forget_matmul_algorithms_for_testing();
   const Tensor heuristic_zero = product(zero_a), heuristic_real = product(real_a);
@@ -422,10 +436,6 @@ TEST(CudaMatmul, AutotuningWaitsForAProductThatChangesItsOutput) {
   const Tensor settled = product(real_a);
   EXPECT_TRUE(new_records(since).empty()) << "the key settled on the heuristic's first";
   EXPECT_TRUE(bitwise_equal(settled, heuristic_real));
-
-  cuda::set_matmul_autotune_for_testing(before);
-  cuda::set_matmul_tuning_cache_for_testing(cuda::MatmulTuningCache::path_from_environment());
-  cuda::forget_matmul_algorithms_for_testing();
 }
 
 // --- Attention ----------------------------------------------------------------------------------
