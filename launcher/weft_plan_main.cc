@@ -191,6 +191,19 @@ int plan(int argc, char** argv) {
   if (search.considered == search.too_large) {
     std::printf("no layout fits: raise --memory-gb, use more GPUs, or lower train.batch_size\n");
   }
+  // On GPUs the send_recv fit is NCCL's, which only the direct route uses between stages.
+  bool pipeline_shown = false;
+  int shown = 0;
+  for (const weft::LayoutCandidate& candidate : search.candidates) {
+    if (!candidate.fits || shown == top) continue;
+    ++shown;
+    pipeline_shown = pipeline_shown || candidate.layout.pp > 1;
+  }
+  if (pipeline_shown && model.device == "cuda") {
+    std::printf("pipeline layouts assume NCCL send/recv between stages: run them with comm.mode auto and "
+                "parallel.pp_transport direct (the host route, the default, copies every activation through host "
+                "memory and takes longer than predicted)\n");
+  }
   if (!arguments.json.empty()) {
     nlohmann::json out = {{"ranks", gpus}, {"ranks_per_host", ranks_per_host}, {"source", model.source},
                           {"layouts", nlohmann::json::array()}};
