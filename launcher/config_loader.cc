@@ -353,8 +353,8 @@ void check_pipeline_fields(const RunConfig& config, const std::function<std::str
              ": a pipeline needs at least one micro-batch per stage to keep every stage busy; raise "
              "train.micro_batches to parallel.pp or more (several per stage keep the pipeline bubble small), "
              "or lower parallel.pp");
-  WEFT_CHECK(parallel.pp == 1 || parallel.pp_transport != "direct" || config.comm.mode == "auto", show("parallel.pp_transport"),
-             " needs comm.mode auto, but ", show("comm.mode"), ": a direct send waits for its receive, and the manual "
+  WEFT_CHECK(parallel.pp == 1 || parallel.pp_transport != "direct" || config.comm.mode == "auto",
+             show("parallel.pp_transport"), " needs comm.mode auto, but ", show("comm.mode"), ": a direct send waits for its receive, and the manual "
              "mode posts a stage's sends and receives on one stream, where 1F1B's sends on both sides of a boundary "
              "would wait for each other; set comm.mode to auto, or parallel.pp_transport to host");
   if (parallel.pp_schedule == "interleaved") {

@@ -82,9 +82,9 @@ PipelineStage::PipelineStage(const Mesh& mesh, int world_rank, const std::vector
 
   WEFT_CHECK(options.transport == "host" || options.transport == "direct", "parallel.pp_transport '",
              options.transport, "': expected host or direct");
-  transport_ = std::make_shared<PipelineTransport>(
-      mesh, world_rank, options.transport == "direct" ? PipelineTransport::Route::kDirect : PipelineTransport::Route::kHost,
-      device);
+  const PipelineTransport::Route route =
+      options.transport == "direct" ? PipelineTransport::Route::kDirect : PipelineTransport::Route::kHost;
+  transport_ = std::make_shared<PipelineTransport>(mesh, world_rank, route, device);
   group_ = make_process_group(mesh, Axis::kPipeline, device);
 
   const std::vector<std::vector<PipelineAction>> actions = pipeline_actions(schedule_, shape);
@@ -104,8 +104,9 @@ PipelineStage::PipelineStage(const Mesh& mesh, int world_rank, const std::vector
       pipeline_schedule_name(schedule_), pp, chunks > 1 ? str(" x ", chunks, " chunks") : std::string(),
       static_cast<long long>(micro_batches), 100.0 * theoretical_bubble_, 100.0 * simulation.bubble, in_flight));
   const bool direct = transport_->route() == PipelineTransport::Route::kDirect;
-  const std::string carrier =
-      device.is_cpu() ? "MPI" : (direct && !gpu_collectives_through_host() ? "NCCL, device to device" : "MPI, through host memory");
+  const std::string carrier = device.is_cpu() ? "MPI"
+                              : direct && !gpu_collectives_through_host() ? "NCCL, device to device"
+                                                                          : "MPI, through host memory";
   description_.push_back(str("pipeline messages: parallel.pp_transport ", direct ? "direct" : "host", " (", carrier,
                              direct ? "; a group per direction, paired in order" : "; tagged", ")"));
 }

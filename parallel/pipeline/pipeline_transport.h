@@ -98,18 +98,16 @@ class PipelineTransport {
   struct PendingSend;
   // kDirect: the groups of this stage and one peer, and how many step messages each way so far.
   struct DirectLink {
-    std::shared_ptr<ProcessGroup> sends;     // this stage -> peer; the peer's group rank: peer_rank
+    std::shared_ptr<ProcessGroup> sends;     // this stage -> peer
     std::shared_ptr<ProcessGroup> receives;  // peer -> this stage
-    int sends_peer_rank = 1;
-    int receives_peer_rank = 0;
+    int sends_peer_rank = 1;                 // the peer's rank in `sends`
+    int receives_peer_rank = 0;              // the peer's rank in `receives`
     int64_t sent = 0;
     int64_t received = 0;
   };
   void* communicator(Channel channel) const;  // MPI_Comm
   void make_direct_links(const Mesh& mesh, int world_rank);
   DirectLink& direct_link(int peer, const char* what);
-  // Posts the header (MPI, tag 2 * tag) of a send; the pending send keeps it.
-  void post_header(PendingSend& pending, int peer, int64_t tag, Channel channel);
 
   int stage_ = 0;
   int stages_ = 1;
