@@ -186,8 +186,9 @@ void PipelineTransport::post_send(const Tensor& tensor, int peer, int64_t tag, C
     pending_.push_back(std::move(pending));
   }
   // The data, in order on the direction's group. NCCL keeps `data` alive until its kernel is done
-  // (the group's watchdog holds the handle); MPI is done when send() returns.
-  if (direct) link->sends->send(data, link->sends_peer_rank, direct_stream(device_));
+  // (the group's watchdog holds the handle), and wait() orders nothing new (the same stream); MPI
+  // is done when send() returns, and wait() rethrows its failure.
+  if (direct) link->sends->send(data, link->sends_peer_rank, direct_stream(device_))->wait();
 }
 
 Tensor PipelineTransport::receive(Device device, int peer, int64_t tag, Channel channel) {
