@@ -68,15 +68,23 @@ LayoutSearch search_layouts(const Workload& workload, const CostModel& model, co
   return search;
 }
 
+std::vector<const LayoutCandidate*> shown_layouts(const LayoutSearch& search, int rows) {
+  std::vector<const LayoutCandidate*> shown;
+  for (const LayoutCandidate& candidate : search.candidates) {
+    if (!candidate.fits || static_cast<int>(shown.size()) == rows) break;
+    shown.push_back(&candidate);
+  }
+  return shown;
+}
+
 std::string layout_table(const LayoutSearch& search, int rows) {
   std::string out = absl::StrFormat("%4s %4s %4s %4s %5s %6s %-12s %3s %10s %11s %10s %10s %7s\n", "#", "dp", "tp",
                                     "pp", "zero", "micro", "schedule", "sp", "step ms", "tokens/s", "MB/rank",
                                     "exposed", "bubble");
   int shown = 0;
-  for (const LayoutCandidate& candidate : search.candidates) {
-    if (!candidate.fits || shown == rows) break;
-    const ParallelLayout& l = candidate.layout;
-    const StepPrediction& p = candidate.prediction;
+  for (const LayoutCandidate* candidate : shown_layouts(search, rows)) {
+    const ParallelLayout& l = candidate->layout;
+    const StepPrediction& p = candidate->prediction;
     const std::string schedule =
         l.pp > 1 ? (l.virtual_stages > 1 ? absl::StrFormat("%s x%d", l.schedule, l.virtual_stages) : l.schedule) : "-";
     out += absl::StrFormat("%4d %4d %4d %4d %5d %6d %-12s %3s %10.2f %11.0f %10.1f %10.2f %7s\n", ++shown, l.dp, l.tp,

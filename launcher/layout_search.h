@@ -40,7 +40,9 @@ struct LayoutSearch {
 
 LayoutSearch search_layouts(const Workload& workload, const CostModel& model, const LayoutSearchOptions& options);
 
-// The table weft-plan prints: the best `rows` fitting candidates, one line each.
+// The best `rows` fitting candidates, fastest first: the rows weft-plan shows.
+std::vector<const LayoutCandidate*> shown_layouts(const LayoutSearch& search, int rows);
+// The table weft-plan prints: shown_layouts, one line each.
 std::string layout_table(const LayoutSearch& search, int rows);
 
 }  // namespace weft

@@ -12,6 +12,7 @@
 // launcher/layout_search.h enumerates is simulated (parallel/cost/step_simulator.h); those over
 // --memory-gb per rank are dropped; the best --top are printed, fastest first, and --json writes
 // them all. Bad input exits 2 with one line.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -192,13 +193,9 @@ int plan(int argc, char** argv) {
     std::printf("no layout fits: raise --memory-gb, use more GPUs, or lower train.batch_size\n");
   }
   // On GPUs the send_recv fit is NCCL's, which only the direct route uses between stages.
-  bool pipeline_shown = false;
-  int shown = 0;
-  for (const weft::LayoutCandidate& candidate : search.candidates) {
-    if (!candidate.fits || shown == top) continue;
-    ++shown;
-    pipeline_shown = pipeline_shown || candidate.layout.pp > 1;
-  }
+  const std::vector<const weft::LayoutCandidate*> shown = weft::shown_layouts(search, top);
+  const bool pipeline_shown = std::any_of(shown.begin(), shown.end(),
+                                          [](const weft::LayoutCandidate* c) { return c->layout.pp > 1; });
   if (pipeline_shown && model.device == "cuda") {
     std::printf("pipeline layouts assume NCCL send/recv between stages: run them with comm.mode auto and "
                 "parallel.pp_transport direct (the host route, the default, copies every activation through host "
