@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "parallel/comm/host_staged_process_group.h"
 #include "parallel/pipeline/stage_partition.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
@@ -104,8 +103,9 @@ PipelineStage::PipelineStage(const Mesh& mesh, int world_rank, const std::vector
       pipeline_schedule_name(schedule_), pp, chunks > 1 ? str(" x ", chunks, " chunks") : std::string(),
       static_cast<long long>(micro_batches), 100.0 * theoretical_bubble_, 100.0 * simulation.bubble, in_flight));
   const bool direct = transport_->route() == PipelineTransport::Route::kDirect;
+  // A direct route whose sends do not wait on the host is NCCL's.
   const std::string carrier = device.is_cpu() ? "MPI"
-                              : direct && !gpu_collectives_through_host() ? "NCCL, device to device"
+                              : direct && !transport_->sends_block_host() ? "NCCL, device to device"
                                                                           : "MPI, through host memory";
   description_.push_back(str("pipeline messages: parallel.pp_transport ", direct ? "direct" : "host", " (", carrier,
                              direct ? "; a group per direction, paired in order" : "; tagged", ")"));
