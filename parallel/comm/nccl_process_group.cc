@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "parallel/comm/collective_arguments.h"
@@ -45,6 +46,19 @@ ncclRedOp_t nccl_op(Reduction reduction) {
 }
 
 size_t count_of(const Tensor& tensor) { return static_cast<size_t>(tensor.numel()); }
+
+// Held around every call into NCCL that issues work or starts a communicator, in every group of
+// this process (a process drives one GPU). NCCL's thread-safety rules forbid issuing operations to
+// independent communicators of one device from several threads at once, and the direct pipeline
+// route does exactly that: the p2p stream's host worker receives while the issuing thread sends
+// and reduces (runtime/graph/executor.h). The calls it guards return at once on nonblocking
+// communicators (ncclInProgress while NCCL connects in the background), so the lock is never held
+// while waiting for a peer: the polls that wait run outside it, and no rank's lock can be part of
+// a wait across ranks.
+std::mutex& nccl_call_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 
 std::chrono::steady_clock::time_point deadline_after(double seconds) {
   return std::chrono::steady_clock::now() +
@@ -105,7 +119,10 @@ NcclProcessGroup::~NcclProcessGroup() {
   const double timeout = comm_timeout_seconds();
   const auto deadline = deadline_after(timeout);
   std::vector<ncclResult_t> states;
-  for (ncclComm_t comm : communicators) states.push_back(ncclCommFinalize(comm));
+  {
+    std::lock_guard<std::mutex> call(nccl_call_mutex());
+    for (ncclComm_t comm : communicators) states.push_back(ncclCommFinalize(comm));
+  }
   for (bool pending = true; pending && std::chrono::steady_clock::now() < deadline;) {
     pending = false;
     for (size_t i = 0; i < communicators.size(); ++i) {
@@ -155,9 +172,13 @@ NcclProcessGroup::ResolvedStream NcclProcessGroup::resolve(const CommStream& str
 }
 
 ncclComm_t NcclProcessGroup::stream_comm(const ResolvedStream& stream, const std::string& description) {
-  // Creation is collective over the group: serialize it in call order on this rank.
-  static std::mutex creation_mutex;
-  std::lock_guard<std::mutex> creation(creation_mutex);
+  // Creation is collective over the group: two streams of this group first used from two threads
+  // are created one after the other on this rank, so that each id broadcast meets its own on every
+  // peer. Only this group's: a creation waits for its peers (the id's broadcast, the
+  // initialisation), and a lock shared with other groups would make that wait hold up their
+  // creations on this rank too, which a peer may be waiting for in turn (the direct pipeline
+  // route's groups are created by two threads, parallel/pipeline/pipeline_transport.h).
+  std::lock_guard<std::mutex> creation(creation_mutex_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = comms_.find(stream.id);
@@ -182,13 +203,20 @@ ncclComm_t NcclProcessGroup::create_communicator(const std::string& what) {
   const double timeout = comm_timeout_seconds();
   const auto deadline = deadline_after(timeout);
   ncclUniqueId id{};
-  if (rank_ == 0) WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
+  if (rank_ == 0) {
+    std::lock_guard<std::mutex> call(nccl_call_mutex());
+    WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
+  }
   broadcast_before_deadline(mpi_comm_, &id, static_cast<int>(sizeof(id)), deadline, timeout, what, world_ranks_);
   cuda::set_device(device_);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // returns at once, so that the initialisation can be given a deadline
   ncclComm_t comm = nullptr;
-  const ncclResult_t started = ncclCommInitRankConfig(&comm, size_, id, rank_, &config);
+  ncclResult_t started = ncclSuccess;
+  {
+    std::lock_guard<std::mutex> call(nccl_call_mutex());
+    started = ncclCommInitRankConfig(&comm, size_, id, rank_, &config);
+  }
   if (started != ncclSuccess && started != ncclInProgress) {
     if (comm != nullptr) ncclCommAbort(comm);
     WEFT_FAIL(what, ": ncclCommInitRankConfig failed: ", ncclGetErrorString(started), " (", ncclGetLastError(nullptr),
@@ -243,7 +271,10 @@ CollectiveHandlePtr NcclProcessGroup::launch(const CommStream& stream, const std
   cuda::set_device(device_);
   auto handle = std::make_shared<CudaCollectiveHandle>(description, bytes, device_, resolved.stream,
                                                        std::move(keep_alive));
-  body(comm, resolved.stream);
+  {
+    std::lock_guard<std::mutex> call(nccl_call_mutex());
+    body(comm, resolved.stream);
+  }
   // On a nonblocking communicator the call may return before its kernel is on the stream; the end
   // event must come after it.
   const double timeout = comm_timeout_seconds();

@@ -29,6 +29,14 @@
 // collective and any peer found gone. The watchdog holds each handle, and so its tensors, until
 // the GPU has finished the collective, and lets go of it outside its lock.
 //
+// Threads: NCCL forbids issuing work to independent communicators of one device from several
+// threads at once, and weft may (the direct pipeline route receives on a host worker while the
+// issuing thread sends and reduces). Every call that issues work or starts a communicator is made
+// under one lock of the process; those calls return at once on nonblocking communicators, and the
+// polls that wait for them (and so for peers) run outside it. Creations of one group's
+// communicators are serialized on each rank; creations in different groups are not, since each
+// waits for its peers and must not hold up another group's creation that a peer may need first.
+//
 // MPI thread level: creation calls MPI from the thread of the stream's first collective; below
 // MPI_THREAD_SERIALIZED that must be the main thread, and any other is refused with a message.
 //
@@ -131,7 +139,8 @@ class NcclProcessGroup final : public ProcessGroup {
   int rank_ = 0;
   Tensor barrier_scratch_;  // f32[1] on the device
 
-  std::mutex mutex_;  // guards comms_, retired_comms_, initializing_
+  std::mutex creation_mutex_;  // one creation of this group's communicators at a time on this rank
+  std::mutex mutex_;           // guards comms_, retired_comms_, initializing_
   std::map<uint64_t, ncclComm_t> comms_;  // by stream id (cuda::stream_id)
   std::vector<ncclComm_t> retired_comms_;  // of streams weft destroyed; destroyed with the group
   ncclComm_t initializing_ = nullptr;      // the communicator being created, for the abort hook
