@@ -2,6 +2,7 @@
 #include "runtime/cuda/matmul_tuning_cache.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string_view>
 #include <vector>
 
@@ -32,27 +32,61 @@ bool parse(std::string_view text, Integer& value, int base) {
   return error == std::errc() && stop == end;
 }
 
+// One line of the file as a choice; false for a line that is not one (see the header).
+bool parse_line(const std::string& line, std::string& signature, MatmulTuningCache::Key& key,
+                MatmulTuningCache::Algorithm& algorithm) {
+  const std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  bool parsed = fields.size() == kFields && fields[0] == kMagic && fields[1] == kFormat;
+  for (size_t i = 0; parsed && i < key.size(); ++i) parsed = parse(fields[3 + i], key[i], 10);
+  for (size_t i = 0; parsed && i < algorithm.size(); ++i) parsed = parse(fields[27 + i], algorithm[i], 16);
+  if (parsed) signature = fields[2];
+  return parsed;
+}
+
 }  // namespace
 
 MatmulTuningCache::MatmulTuningCache(std::string path) : path_(std::move(path)) {
   if (path_.empty()) return;
-  std::ifstream file(path_);
-  if (!file) return;  // not there yet: the first choice creates it
-  std::string line;
-  while (std::getline(file, line)) {
-    const std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (fields.empty()) continue;
-    bool parsed = fields.size() == kFields && fields[0] == kMagic && fields[1] == kFormat;
+  const int descriptor = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (descriptor < 0) return;  // not there yet: the first choice creates it
+  read_new_lines(descriptor);
+  ::close(descriptor);
+}
+
+void MatmulTuningCache::read_new_lines(int descriptor) {
+  const off_t end = ::lseek(descriptor, 0, SEEK_END);
+  if (end < 0) return;
+  if (end < read_offset_) {  // the file was replaced or cut: read it again from its start
+    read_offset_ = 0;
+    in_file_.clear();
+  }
+  std::string text(static_cast<size_t>(end - read_offset_), '\0');
+  size_t have = 0;
+  while (have < text.size()) {
+    const ssize_t got = ::pread(descriptor, text.data() + have, text.size() - have, read_offset_ + have);
+    if (got <= 0) break;
+    have += static_cast<size_t>(got);
+  }
+  // Whole lines only: a line still being written (or cut short by a killed process) is read once
+  // its newline is there, or with the line after it (and then skipped as broken).
+  const size_t whole = text.rfind('\n', have == 0 ? 0 : have - 1);
+  if (have == 0 || whole == std::string::npos) return;
+  for (std::string_view rest(text.data(), whole + 1); !rest.empty();) {
+    const size_t newline = rest.find('\n');
+    const std::string line(rest.substr(0, newline));
+    rest.remove_prefix(newline + 1);
+    if (line.find_first_not_of(' ') == std::string::npos) continue;
+    std::string signature;
     Key key = {};
     Algorithm algorithm = {};
-    for (size_t i = 0; parsed && i < key.size(); ++i) parsed = parse(fields[3 + i], key[i], 10);
-    for (size_t i = 0; parsed && i < algorithm.size(); ++i) parsed = parse(fields[27 + i], algorithm[i], 16);
-    if (!parsed) {
+    if (!parse_line(line, signature, key, algorithm)) {
       ++skipped_lines_;
       continue;
     }
-    choices_.emplace(std::make_pair(fields[2], key), algorithm);  // the first line wins
+    choices_.emplace(std::make_pair(signature, key), algorithm);  // the first line wins
+    in_file_.insert(std::make_pair(signature, key));
   }
+  read_offset_ += static_cast<off_t>(whole + 1);
 }
 
 std::string MatmulTuningCache::path_from_environment() {
@@ -76,8 +110,10 @@ std::optional<MatmulTuningCache::Algorithm> MatmulTuningCache::find(const std::s
 }
 
 void MatmulTuningCache::add(const std::string& signature, const Key& key, const Algorithm& algorithm) {
-  choices_.emplace(std::make_pair(signature, key), algorithm);
-  if (path_.empty()) return;
+  if (path_.empty()) {
+    choices_.emplace(std::make_pair(signature, key), algorithm);
+    return;
+  }
   std::string line = absl::StrCat(kMagic, " ", kFormat, " ", signature, " ", absl::StrJoin(key, " "));
   for (uint64_t word : algorithm) {
     char hex[17];
@@ -87,17 +123,32 @@ void MatmulTuningCache::add(const std::string& signature, const Key& key, const 
   line += '\n';
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ignored);
-  const int descriptor = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const int descriptor = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (descriptor < 0) {
+    choices_.emplace(std::make_pair(signature, key), algorithm);
     warn_once(absl::StrCat("cannot open ", path_, " (", std::strerror(errno), ")"));
     return;
   }
-  // One write: with O_APPEND each process's line lands whole at the end.
-  const ssize_t written = ::write(descriptor, line.data(), line.size());
-  if (written != static_cast<ssize_t>(line.size())) {
-    warn_once(absl::StrCat("cannot write ", path_, " (", written < 0 ? std::strerror(errno) : "short write", ")"));
+  // Under the lock, the lines other processes appended since this one last read are read first: a
+  // rank that tuned the same product meanwhile has its line there, and that choice is taken
+  // instead of writing a second line for it (the ranks of a host tune the same products at once).
+  // A file system without locks still gets whole lines (one write with O_APPEND), duplicates
+  // possible, as before.
+  const bool locked = ::flock(descriptor, LOCK_EX) == 0;
+  read_new_lines(descriptor);
+  choices_.emplace(std::make_pair(signature, key), algorithm);  // no-op where the file has it
+  if (!in_file_.count(std::make_pair(signature, key))) {
+    const ssize_t written = ::write(descriptor, line.data(), line.size());
+    if (written != static_cast<ssize_t>(line.size())) {
+      warn_once(absl::StrCat("cannot write ", path_, " (", written < 0 ? std::strerror(errno) : "short write", ")"));
+    } else {
+      in_file_.insert(std::make_pair(signature, key));
+      // Unlocked, another process may have appended before this line: read from where this one
+      // was, next time, rather than past lines never seen.
+      if (locked) read_offset_ = ::lseek(descriptor, 0, SEEK_END);
+    }
   }
-  ::close(descriptor);
+  ::close(descriptor);  // and the lock with it
 }
 
 void MatmulTuningCache::warn_once(const std::string& message) {

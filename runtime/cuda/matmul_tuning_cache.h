@@ -10,20 +10,25 @@
 //
 // The file: one line per choice, "weft-matmul-tuning 1 <signature> <key: 24 integers> <algorithm:
 // 8 hexadecimal 64-bit words>". Lines are appended whole with one write to a file opened for
-// appending, so processes that tune at once (the ranks of a host) add whole lines; a line that does
-// not parse (a process killed mid-write, another format) is skipped and counted, never fatal. The
-// first line for a signature and key wins. Where the file cannot be read or written the cache
-// works in memory only and says so once on stderr.
+// appending, under an exclusive flock, after reading the lines other processes appended since: so
+// processes that tune at once (the ranks of a host, which tune the same products) add whole lines,
+// one per signature and key, and a process that finds its product already there takes that line's
+// choice. A line that does not parse (a process killed mid-write, another format) is skipped and
+// counted, never fatal. The first line for a signature and key wins. Where the file cannot be read
+// or written the cache works in memory only and says so once on stderr.
 //
 // Where: WEFT_MATMUL_TUNING_CACHE=<path>, or "off" for none; by default
 // $XDG_CACHE_HOME/weft/matmul-tuning.txt, else $HOME/.cache/weft/matmul-tuning.txt.
 // Not thread-safe: matmul.cu calls it under its own lock.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -42,7 +47,9 @@ class MatmulTuningCache {
 
   std::optional<Algorithm> find(const std::string& signature, const Key& key) const;
 
-  // Keeps a choice and appends its line to the file. `signature` must hold no whitespace.
+  // Keeps a choice and appends its line to the file, unless another process has written one for
+  // the same signature and key since this one read the file: then that choice is kept instead
+  // (find() returns it). `signature` must hold no whitespace.
   void add(const std::string& signature, const Key& key, const Algorithm& algorithm);
 
   const std::string& path() const { return path_; }
@@ -51,9 +58,13 @@ class MatmulTuningCache {
 
  private:
   void warn_once(const std::string& message);
+  // Reads the whole lines of the open file past read_offset_ into choices_ and in_file_.
+  void read_new_lines(int descriptor);
 
   std::string path_;
   std::map<std::pair<std::string, Key>, Algorithm> choices_;
+  std::set<std::pair<std::string, Key>> in_file_;  // the choices the file has a line for
+  off_t read_offset_ = 0;                          // the file's bytes read so far (whole lines)
   int skipped_lines_ = 0;
   bool warned_ = false;
 };

@@ -1,7 +1,7 @@
 // The matmul tuning cache's file (runtime/cuda/matmul_tuning_cache.h), on the host: choices written by
 // one instance are read by the next, other devices' entries are kept apart, broken lines are
-// skipped without losing the good ones, processes appending at once leave whole lines, and the
-// environment picks the path. The GPU side (a reused choice skips the timing and keeps the bits)
+// skipped without losing the good ones, processes appending at once leave whole lines (and one
+// line for a product they all tuned), and the environment picks the path. The GPU side (a reused choice skips the timing and keeps the bits)
 // is CudaMatmul.TuningCacheSkipsTheTimingAndKeepsTheBits.
 #ifdef WEFT_HAVE_CUDA
 
@@ -15,6 +15,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -126,6 +127,52 @@ TEST_F(MatmulTuningCacheTest, ProcessesAppendingAtOnceLeaveWholeLines) {
   for (int process = 0; process < kProcesses; ++process) {
     EXPECT_EQ(cache.find("gpu", key(process * kChoices + kChoices - 1)), algorithm(process));
   }
+}
+
+TEST_F(MatmulTuningCacheTest, ProcessesTuningTheSameProductLeaveOneLineForIt) {
+  // Two instances that read the file before either chose: the second to choose finds the first's
+  // line, writes none of its own and takes that choice.
+  MatmulTuningCache first(path_), second(path_);
+  first.add("gpu", key(1), algorithm(1));
+  second.add("gpu", key(1), algorithm(9));
+  second.add("gpu", key(2), algorithm(2));
+  EXPECT_EQ(line_count(), 2u);
+  EXPECT_EQ(second.find("gpu", key(1)), algorithm(1)) << "the file's choice, as every later process will read";
+  first.add("gpu", key(3), algorithm(3));  // reads the second's line for key 2 on the way
+  EXPECT_EQ(first.find("gpu", key(2)), algorithm(2));
+  EXPECT_EQ(line_count(), 3u);
+
+  // Ranks of a host tuning the same products at once: one line per product, whoever wins. The
+  // children start together (the closed pipe releases them all), so that they race for each key.
+  constexpr int kProcesses = 4, kChoices = 300;
+  int start[2];
+  ASSERT_EQ(::pipe(start), 0);
+  std::vector<pid_t> children;
+  for (int process = 0; process < kProcesses; ++process) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(start[1]);
+      char byte;
+      while (::read(start[0], &byte, 1) > 0) {
+      }
+      MatmulTuningCache cache(path_);
+      for (int i = 0; i < kChoices; ++i) cache.add("gpu", key(100 + i), algorithm(process));
+      ::_exit(0);
+    }
+    children.push_back(child);
+  }
+  ::close(start[0]);
+  ::close(start[1]);
+  for (pid_t child : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_EQ(line_count(), 3u + kChoices);
+  const MatmulTuningCache cache(path_);
+  EXPECT_EQ(cache.skipped_lines(), 0);
+  EXPECT_EQ(cache.size(), 3u + kChoices);
 }
 
 TEST_F(MatmulTuningCacheTest, WithoutAFileChoicesStayInMemory) {
