@@ -1,4 +1,4 @@
-// search_layouts and layout_table (layout_search.h).
+// search_layouts, layout_table and layout_settings (layout_search.h).
 #include "launcher/layout_search.h"
 
 #include <algorithm>
@@ -93,6 +93,20 @@ std::string layout_table(const LayoutSearch& search, int rows) {
                            l.pp > 1 ? absl::StrFormat("%.0f%%", 100.0 * p.bubble) : "-");
   }
   return out;
+}
+
+std::vector<std::string> layout_settings(const ParallelLayout& layout, bool on_gpus) {
+  std::vector<std::string> settings = {
+      absl::StrFormat("parallel.dp=%d", layout.dp), absl::StrFormat("parallel.tp=%d", layout.tp),
+      absl::StrFormat("parallel.pp=%d", layout.pp), absl::StrFormat("parallel.zero=%d", layout.zero),
+      absl::StrFormat("train.micro_batches=%d", layout.micro_batches), "comm.mode=" + layout.comm_mode};
+  if (layout.pp > 1) {
+    settings.push_back("parallel.pp_schedule=" + layout.schedule);
+    settings.push_back(absl::StrFormat("parallel.pp_virtual=%d", layout.virtual_stages));
+    if (on_gpus && layout.comm_mode == "auto") settings.push_back("parallel.pp_transport=direct");
+  }
+  if (layout.tp > 1) settings.push_back(layout.sequence_parallel ? "parallel.sp=true" : "parallel.sp=false");
+  return settings;
 }
 
 }  // namespace weft

@@ -44,5 +44,10 @@ LayoutSearch search_layouts(const Workload& workload, const CostModel& model, co
 std::vector<const LayoutCandidate*> shown_layouts(const LayoutSearch& search, int rows);
 // The table weft-plan prints: shown_layouts, one line each.
 std::string layout_table(const LayoutSearch& search, int rows);
+// The weft-train settings ("section.key=value", each for a --set) that run `layout` as predicted:
+// parallel.dp, tp, pp and zero, train.micro_batches and comm.mode always; with pp > 1 the schedule
+// and its chunks, and on GPUs in the auto mode the direct route (the send/recv the prediction
+// assumed); with tp > 1 parallel.sp.
+std::vector<std::string> layout_settings(const ParallelLayout& layout, bool on_gpus);
 
 }  // namespace weft

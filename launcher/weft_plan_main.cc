@@ -11,10 +11,12 @@
 // calibration plans a 1024-GPU run (the ring model scales each fit). Every layout that
 // launcher/layout_search.h enumerates is simulated (parallel/cost/step_simulator.h); those over
 // --memory-gb per rank are dropped; the best --top are printed, fastest first, and --json writes
-// them all. Bad input exits 2 with one line.
+// them all, each with the weft-train settings that run it; the output ends with the command that
+// runs the fastest. Bad input exits 2 with one line.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -106,6 +108,46 @@ nlohmann::json candidate_json(const weft::LayoutCandidate& candidate) {
           {"optimizer_ms", p.optimizer_ms}, {"bubble", p.bubble}, {"memory_mb", p.memory_bytes / 1048576.0},
           {"activation_mb", p.activation_bytes / 1048576.0}, {"bucket_bytes", p.bucket_bytes},
           {"dp_hierarchical", p.dp_hierarchical}};
+}
+
+// An argument as the shell reads it back: quoted where it holds anything but plain characters.
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789_-+=.,/:@%") == std::string::npos;
+  if (plain) return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// The command that runs `layout`: weft-train beside this weft-plan (or on the PATH), under mpirun
+// for more than one rank, with the config and --set arguments weft-plan was given, then the layout's.
+std::string run_command(const PlanArguments& arguments, int ranks, const weft::ParallelLayout& layout, bool on_gpus) {
+  const std::filesystem::path plan_program = arguments.train_arguments.front();
+  std::string train_program = "weft-train";
+  if (plan_program.has_parent_path() && std::filesystem::exists(plan_program.parent_path() / "weft-train")) {
+    train_program = (plan_program.parent_path() / "weft-train").string();
+  }
+  std::string command = ranks > 1 ? absl::StrFormat("mpirun -np %d %s", ranks, shell_word(train_program))
+                                  : shell_word(train_program);
+  const std::vector<std::string> settings = weft::layout_settings(layout, on_gpus);
+  // A key the layout sets is left out of the given --set arguments, so that each key appears once.
+  const auto set_by_layout = [&](const std::string& setting) {
+    const std::string key = setting.substr(0, setting.find('='));
+    return std::any_of(settings.begin(), settings.end(),
+                       [&](const std::string& own) { return own.substr(0, own.find('=')) == key; });
+  };
+  const std::vector<std::string>& given = arguments.train_arguments;
+  for (size_t i = 1; i < given.size(); ++i) {
+    if (given[i] == "--set" && i + 1 < given.size() && set_by_layout(given[i + 1])) {
+      ++i;
+      continue;
+    }
+    if (given[i].rfind("--set=", 0) == 0 && set_by_layout(given[i].substr(6))) continue;
+    command += " " + shell_word(given[i]);
+  }
+  for (const std::string& setting : settings) command += " --set " + setting;
+  return command;
 }
 
 int plan(int argc, char** argv) {
@@ -201,10 +243,17 @@ int plan(int argc, char** argv) {
                 "parallel.pp_transport direct (the host route, the default, copies every activation through host "
                 "memory and takes longer than predicted)\n");
   }
+  if (!shown.empty()) {
+    std::printf("to run #1: %s\n", run_command(arguments, gpus, shown.front()->layout, model.device == "cuda").c_str());
+  }
   if (!arguments.json.empty()) {
     nlohmann::json out = {{"ranks", gpus}, {"ranks_per_host", ranks_per_host}, {"source", model.source},
                           {"layouts", nlohmann::json::array()}};
-    for (const weft::LayoutCandidate& candidate : search.candidates) out["layouts"].push_back(candidate_json(candidate));
+    for (const weft::LayoutCandidate& candidate : search.candidates) {
+      nlohmann::json layout = candidate_json(candidate);
+      layout["settings"] = weft::layout_settings(candidate.layout, model.device == "cuda");
+      out["layouts"].push_back(std::move(layout));
+    }
     std::ofstream file(arguments.json);
     file << out.dump(1) << "\n";
     WEFT_CHECK(file.good(), "--json: cannot write '", arguments.json, "'");
