@@ -136,6 +136,9 @@ void MatmulTuningCache::add(const std::string& signature, const Key& key, const 
   // possible, as before.
   const bool locked = ::flock(descriptor, LOCK_EX) == 0;
   read_new_lines(descriptor);
+  // Bytes past the last whole line, under the lock, are a line cut short (a process killed in its
+  // write): end it, so that it stays one broken line and this one is read whole.
+  if (locked && ::lseek(descriptor, 0, SEEK_END) > read_offset_) line = "\n" + line;
   choices_.emplace(std::make_pair(signature, key), algorithm);  // no-op where the file has it
   if (!in_file_.count(std::make_pair(signature, key))) {
     const ssize_t written = ::write(descriptor, line.data(), line.size());

@@ -102,6 +102,23 @@ TEST_F(MatmulTuningCacheTest, BrokenLinesAreSkippedAndTheFirstChoiceWins) {
   EXPECT_EQ(again.skipped_lines(), 3);
 }
 
+TEST_F(MatmulTuningCacheTest, ALineCutShortDoesNotSwallowTheNextChoice) {
+  {
+    MatmulTuningCache cache(path_);
+    cache.add("gpu", key(1), algorithm(1));
+  }
+  std::ofstream(path_, std::ios::app) << "weft-matmul-tuning 1 gpu 1 2";  // killed mid-write: no newline
+  {
+    MatmulTuningCache cache(path_);
+    EXPECT_EQ(cache.skipped_lines(), 0) << "a line without its newline may still be being written";
+    cache.add("gpu", key(2), algorithm(2));
+  }
+  const MatmulTuningCache again(path_);
+  EXPECT_EQ(again.find("gpu", key(2)), algorithm(2)) << "the choice after the cut line is read whole";
+  EXPECT_EQ(again.find("gpu", key(1)), algorithm(1));
+  EXPECT_EQ(again.skipped_lines(), 1);
+}
+
 TEST_F(MatmulTuningCacheTest, ProcessesAppendingAtOnceLeaveWholeLines) {
   constexpr int kProcesses = 4, kChoices = 200;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
