@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "parallel/comm/collective_arguments.h"
@@ -309,13 +311,22 @@ CollectiveHandlePtr MpiProcessGroup::send(const Tensor& tensor, int peer, const 
   const std::string operation = check_send(*this, tensor, peer);
   const int count = mpi_count(tensor.numel(), operation);
   const std::vector<int> ranks = {world_ranks_[static_cast<size_t>(peer)]};
+  // WEFT_MPI_SYNCHRONOUS_SENDS=1: every send waits until its receive has started, as NCCL's does,
+  // whatever its size. Without it a message under MPI's eager limit (4 KB in Open MPI's shared
+  // memory) leaves at once, so a test's small model would not show whether a plan holds under
+  // NCCL's rendezvous (tests/distributed/pipeline_equivalence.sh sets it for the direct route).
+  static const bool synchronous = [] {
+    const char* value = std::getenv("WEFT_MPI_SYNCHRONOUS_SENDS");
+    return value != nullptr && std::string(value) == "1";
+  }();
   return run(stream, describe_collective(*this, operation, tensor), tensor.numel() * tensor.element_size(),
              [tensor, peer, count, ranks](MPI_Comm comm, const std::string& description) {
                MPI_Request request;
                {
                  MpiCallLock lock;
-                 WEFT_MPI_CHECK(MPI_Isend(tensor.raw_data(), count, transfer_type(tensor.dtype()), peer, 0, comm,
-                                          &request));
+                 WEFT_MPI_CHECK((synchronous ? MPI_Issend : MPI_Isend)(tensor.raw_data(), count,
+                                                                       transfer_type(tensor.dtype()), peer, 0, comm,
+                                                                       &request));
                }
                wait_for_mpi_request(request, description, ranks);
              });

@@ -41,8 +41,10 @@ for mode in manual auto; do
 done
 # The auto mode again over parallel.pp_transport direct (the step's messages by a process group per
 # direction, paired in order; MPI here, NCCL on GPUs): the same computations in the same order, so
-# its losses and weights equal the host route's bit for bit.
-"${mpirun[@]}" -np "$ranks" "$weft_train" "${common[@]}" --set parallel.dp="$dp" --set parallel.tp="$tp" \
+# its losses and weights equal the host route's bit for bit. Every send waits for its receive, as
+# NCCL's does (WEFT_MPI_SYNCHRONOUS_SENDS: these messages, 2-4 KB, would otherwise leave eagerly),
+# so the plan is checked under NCCL's rendezvous.
+WEFT_MPI_SYNCHRONOUS_SENDS=1 "${mpirun[@]}" -x WEFT_MPI_SYNCHRONOUS_SENDS -np "$ranks" "$weft_train" "${common[@]}" --set parallel.dp="$dp" --set parallel.tp="$tp" \
   --set parallel.pp="$pp" --set parallel.pp_schedule="$schedule" --set parallel.pp_virtual="$chunks" \
   --set parallel.zero="$zero" --set comm.mode=auto --set parallel.pp_transport=direct \
   --set checkpoint.dir="$work/direct" --set log.metrics_file="$work/direct.jsonl" > "$work/direct.log"
