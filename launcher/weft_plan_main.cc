@@ -20,6 +20,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -245,6 +246,11 @@ int plan(int argc, char** argv) {
   }
   if (!shown.empty()) {
     std::printf("to run #1: %s\n", run_command(arguments, gpus, shown.front()->layout, model.device == "cuda").c_str());
+    const unsigned cores = std::thread::hardware_concurrency();
+    if (model.device == "cpu" && cores > 0 && static_cast<unsigned>(gpus) > cores) {
+      std::printf("  (%d ranks on this machine's %u cores: Open MPI's mpirun needs --oversubscribe for that)\n", gpus,
+                  cores);
+    }
   }
   if (!arguments.json.empty()) {
     nlohmann::json out = {{"ranks", gpus}, {"ranks_per_host", ranks_per_host}, {"source", model.source},
