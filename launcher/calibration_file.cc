@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "parallel/cost/calibration.h"
 #include "runtime/error.h"
 
 namespace weft {
@@ -51,14 +52,37 @@ CostModel calibration_from_json(const nlohmann::json& json, CostModel model, con
     model.source = json.value("source", default_source);
     model.ranks_per_host = json.value("ranks_per_host", model.ranks_per_host);
     model.compute_slots_per_host = json.value("compute_slots_per_host", 0.0);
+    bool host_route_listed = false;
     for (const nlohmann::json& entry : json.value("collectives", nlohmann::json::array())) {
       const CollectiveKind kind = parse_collective_kind(entry.at("kind").get<std::string>());
+      host_route_listed = host_route_listed || kind == CollectiveKind::kHostSendRecv;
       const LinkClass link = parse_link_class(entry.at("link").get<std::string>());
       CollectiveFit& fit = model.fits[static_cast<size_t>(kind)][static_cast<size_t>(link)];
       fit.latency_ms = positive(entry, "latency_ms", origin, /*allow_zero=*/true);
       fit.bytes_per_ms = positive(entry, "bytes_per_ms", origin);
       fit.measured_ranks = entry.value("measured_ranks", 0);
       model.measured[static_cast<size_t>(kind)][static_cast<size_t>(link)] = entry.value("measured", true);
+    }
+    // Files from before the host route's figures: on the CPU its messages are MPI's, as send_recv's.
+    if (!host_route_listed && model.device == "cpu") {
+      const auto send_recv = static_cast<size_t>(CollectiveKind::kSendRecv);
+      const auto host_send_recv = static_cast<size_t>(CollectiveKind::kHostSendRecv);
+      model.fits[host_send_recv] = model.fits[send_recv];
+      model.measured[host_send_recv] = model.measured[send_recv];
+    }
+    // The copy to host memory: GPUs only; where the file has none, the default (unmeasured) figure.
+    model.device_to_host.reset();
+    model.device_to_host_measured = false;
+    if (json.contains("device_to_host")) {
+      const nlohmann::json& copy = json.at("device_to_host");
+      CollectiveFit fit;
+      fit.latency_ms = positive(copy, "latency_ms", origin, /*allow_zero=*/true);
+      fit.bytes_per_ms = positive(copy, "bytes_per_ms", origin);
+      fit.measured_ranks = 1;
+      model.device_to_host = fit;
+      model.device_to_host_measured = copy.value("measured", true);
+    } else if (model.device != "cpu") {
+      model.device_to_host = default_cost_model(Device::cuda()).device_to_host;
     }
     const nlohmann::json& compute = json.at("compute");
     model.compute.matmul_flops_per_ms = positive(compute, "matmul_flops_per_ms", origin);
@@ -100,6 +124,11 @@ nlohmann::json calibration_json(const CostModel& model) {
     }
   }
   json["collectives"] = collectives;
+  if (model.device_to_host) {
+    json["device_to_host"] = {{"latency_ms", model.device_to_host->latency_ms},
+                              {"bytes_per_ms", model.device_to_host->bytes_per_ms},
+                              {"measured", model.device_to_host_measured}};
+  }
   json["compute"] = {{"matmul_flops_per_ms", model.compute.matmul_flops_per_ms},
                      {"attention_flops_per_ms", model.compute.attention_flops_per_ms},
                      {"memory_bytes_per_ms", model.compute.memory_bytes_per_ms},

@@ -133,6 +133,7 @@ ParallelLayout layout_of(const RunConfig& config) {
   layout.micro_batches = static_cast<int>(config.train.micro_batches);
   layout.schedule = config.parallel.pp_schedule;
   layout.virtual_stages = static_cast<int>(config.parallel.pp_virtual);
+  layout.pp_transport = config.parallel.pp_transport;
   layout.sequence_parallel = config.parallel.sp;
   layout.comm_mode = config.comm.mode;
   layout.bucket_bytes = static_cast<int64_t>(config.comm.bucket_mb * 1024.0 * 1024.0);

@@ -43,6 +43,9 @@ LayoutSearch search_layouts(const Workload& workload, const CostModel& model, co
               layout.virtual_stages = chunks;
               layout.sequence_parallel = sp;
               layout.comm_mode = options.comm_mode;
+              // Pipelines on GPUs in the auto mode take NCCL's send/recv between stages; the manual
+              // mode (and the CPU, where both routes are MPI's) the host route, the default.
+              layout.pp_transport = options.on_gpus && options.comm_mode == "auto" ? "direct" : "host";
               if (!layout_problem(workload, layout).empty()) continue;
               LayoutCandidate candidate;
               candidate.layout = layout;
@@ -95,7 +98,7 @@ std::string layout_table(const LayoutSearch& search, int rows) {
   return out;
 }
 
-std::vector<std::string> layout_settings(const ParallelLayout& layout, bool on_gpus) {
+std::vector<std::string> layout_settings(const ParallelLayout& layout) {
   std::vector<std::string> settings = {
       absl::StrFormat("parallel.dp=%d", layout.dp), absl::StrFormat("parallel.tp=%d", layout.tp),
       absl::StrFormat("parallel.pp=%d", layout.pp), absl::StrFormat("parallel.zero=%d", layout.zero),
@@ -103,7 +106,7 @@ std::vector<std::string> layout_settings(const ParallelLayout& layout, bool on_g
   if (layout.pp > 1) {
     settings.push_back("parallel.pp_schedule=" + layout.schedule);
     settings.push_back(absl::StrFormat("parallel.pp_virtual=%d", layout.virtual_stages));
-    if (on_gpus && layout.comm_mode == "auto") settings.push_back("parallel.pp_transport=direct");
+    if (layout.pp_transport == "direct") settings.push_back("parallel.pp_transport=direct");
   }
   if (layout.tp > 1) settings.push_back(layout.sequence_parallel ? "parallel.sp=true" : "parallel.sp=false");
   return settings;

@@ -7,7 +7,9 @@
 // ZeRO 0, 1, 2 when dp > 1; micro-batches among the divisors of the per-dp-rank batch (at least pp
 // with a pipeline); for pp > 1 the schedules 1f1b, gpipe, zero_bubble and interleaved with 2
 // chunks; sp off and on when tp > 1. Layouts that layout_problem refuses are not listed. Every
-// layout is predicted in the config's comm mode.
+// layout is predicted in the config's comm mode, its pipeline messages over the route it would run
+// with: NCCL's send/recv (parallel.pp_transport direct) on GPUs in the auto mode, else the host
+// route (the default, and the manual mode's only route).
 #pragma once
 
 #include <string>
@@ -24,6 +26,7 @@ struct LayoutSearchOptions {
   double memory_limit_bytes = 0.0;  // 0: no limit
   std::string comm_mode = "auto";
   int max_micro_batches = 64;       // larger counts are not tried
+  bool on_gpus = false;             // the ranks are GPUs (the pipeline route, above)
 };
 
 struct LayoutCandidate {
@@ -46,8 +49,8 @@ std::vector<const LayoutCandidate*> shown_layouts(const LayoutSearch& search, in
 std::string layout_table(const LayoutSearch& search, int rows);
 // The weft-train settings ("section.key=value", each for a --set) that run `layout` as predicted:
 // parallel.dp, tp, pp and zero, train.micro_batches and comm.mode always; with pp > 1 the schedule
-// and its chunks, and on GPUs in the auto mode the direct route (the send/recv the prediction
-// assumed); with tp > 1 parallel.sp.
-std::vector<std::string> layout_settings(const ParallelLayout& layout, bool on_gpus);
+// and its chunks, and parallel.pp_transport=direct where the layout takes that route (the send/recv
+// the prediction assumed); with tp > 1 parallel.sp.
+std::vector<std::string> layout_settings(const ParallelLayout& layout);
 
 }  // namespace weft

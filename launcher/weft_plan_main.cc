@@ -102,7 +102,8 @@ nlohmann::json candidate_json(const weft::LayoutCandidate& candidate) {
   const weft::ParallelLayout& l = candidate.layout;
   const weft::StepPrediction& p = candidate.prediction;
   return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"zero", l.zero}, {"micro_batches", l.micro_batches},
-          {"schedule", l.pp > 1 ? l.schedule : ""}, {"pp_virtual", l.virtual_stages}, {"sp", l.sequence_parallel},
+          {"schedule", l.pp > 1 ? l.schedule : ""}, {"pp_virtual", l.virtual_stages},
+          {"pp_transport", l.pp > 1 ? l.pp_transport : ""}, {"sp", l.sequence_parallel},
           {"comm_mode", l.comm_mode}, {"fits", candidate.fits}, {"step_ms", p.step_ms}, {"tokens_per_s", p.tokens_per_s},
           {"compute_ms", p.compute_ms}, {"comm_ms", p.comm_ms}, {"exposed_comm_ms", p.exposed_comm_ms},
           {"tp_comm_ms", p.tp_comm_ms}, {"dp_comm_ms", p.dp_comm_ms}, {"pp_comm_ms", p.pp_comm_ms},
@@ -123,7 +124,7 @@ std::string shell_word(const std::string& word) {
 
 // The command that runs `layout`: weft-train beside this weft-plan (or on the PATH), under mpirun
 // for more than one rank, with the config and --set arguments weft-plan was given, then the layout's.
-std::string run_command(const PlanArguments& arguments, int ranks, const weft::ParallelLayout& layout, bool on_gpus) {
+std::string run_command(const PlanArguments& arguments, int ranks, const weft::ParallelLayout& layout) {
   const std::filesystem::path plan_program = arguments.train_arguments.front();
   std::string train_program = "weft-train";
   if (plan_program.has_parent_path() && std::filesystem::exists(plan_program.parent_path() / "weft-train")) {
@@ -131,7 +132,7 @@ std::string run_command(const PlanArguments& arguments, int ranks, const weft::P
   }
   std::string command = ranks > 1 ? absl::StrFormat("mpirun -np %d %s", ranks, shell_word(train_program))
                                   : shell_word(train_program);
-  const std::vector<std::string> settings = weft::layout_settings(layout, on_gpus);
+  const std::vector<std::string> settings = weft::layout_settings(layout);
   // A key the layout sets is left out of the given --set arguments, so that each key appears once.
   const auto set_by_layout = [&](const std::string& setting) {
     const std::string key = setting.substr(0, setting.find('='));
@@ -209,6 +210,7 @@ int plan(int argc, char** argv) {
   options.ranks_per_host = ranks_per_host;
   options.memory_limit_bytes = memory_gb * 1024.0 * 1024.0 * 1024.0;
   options.comm_mode = config.comm.mode;
+  options.on_gpus = model.device == "cuda";
   const weft::Workload workload = weft::workload_of(config);
   const weft::LayoutSearch search = weft::search_layouts(workload, model, options);
 
@@ -235,17 +237,23 @@ int plan(int argc, char** argv) {
   if (search.considered == search.too_large) {
     std::printf("no layout fits: raise --memory-gb, use more GPUs, or lower train.batch_size\n");
   }
-  // On GPUs the send_recv fit is NCCL's, which only the direct route uses between stages.
+  // On GPUs the two pipeline routes differ: say which one the shown pipeline layouts were predicted on.
   const std::vector<const weft::LayoutCandidate*> shown = weft::shown_layouts(search, top);
   const bool pipeline_shown = std::any_of(shown.begin(), shown.end(),
                                           [](const weft::LayoutCandidate* c) { return c->layout.pp > 1; });
   if (pipeline_shown && model.device == "cuda") {
-    std::printf("pipeline layouts assume NCCL send/recv between stages: run them with comm.mode auto and "
-                "parallel.pp_transport direct (the host route, the default, copies every activation through host "
-                "memory and takes longer than predicted)\n");
+    if (options.comm_mode == "auto") {
+      std::printf("pipeline layouts are predicted with NCCL send/recv between stages (parallel.pp_transport direct, "
+                  "set in the command below); the host route, the default, copies every activation through host "
+                  "memory\n");
+    } else {
+      std::printf("pipeline layouts are predicted with the manual mode's route between stages: through host memory "
+                  "(parallel.pp_transport host), its copies included; the auto mode can send GPU to GPU "
+                  "(comm.mode auto, parallel.pp_transport direct)\n");
+    }
   }
   if (!shown.empty()) {
-    std::printf("to run #1: %s\n", run_command(arguments, gpus, shown.front()->layout, model.device == "cuda").c_str());
+    std::printf("to run #1: %s\n", run_command(arguments, gpus, shown.front()->layout).c_str());
     const unsigned cores = std::thread::hardware_concurrency();
     if (model.device == "cpu" && cores > 0 && static_cast<unsigned>(gpus) > cores) {
       std::printf("  (%d ranks on this machine's %u cores: Open MPI's mpirun needs --oversubscribe for that)\n", gpus,
@@ -257,7 +265,7 @@ int plan(int argc, char** argv) {
                           {"layouts", nlohmann::json::array()}};
     for (const weft::LayoutCandidate& candidate : search.candidates) {
       nlohmann::json layout = candidate_json(candidate);
-      layout["settings"] = weft::layout_settings(candidate.layout, model.device == "cuda");
+      layout["settings"] = weft::layout_settings(candidate.layout);
       out["layouts"].push_back(std::move(layout));
     }
     std::ofstream file(arguments.json);

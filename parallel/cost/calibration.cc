@@ -51,7 +51,10 @@ std::vector<int64_t> message_sizes(Device device) {
 }
 
 // Times of `kind` over `group` at each size of `sizes` (bytes of the whole buffer), this rank's.
-std::vector<double> time_collective(ProcessGroup& group, CollectiveKind kind, const std::vector<int64_t>& sizes) {
+// `host_group`: the same ranks over MPI in host memory, which the pipeline's host route takes (the
+// group itself on the CPU).
+std::vector<double> time_collective(ProcessGroup& group, ProcessGroup& host_group, CollectiveKind kind,
+                                    const std::vector<int64_t>& sizes) {
   std::vector<double> times;
   const Device device = group.device();
   const int64_t p = group.size();
@@ -59,6 +62,8 @@ std::vector<double> time_collective(ProcessGroup& group, CollectiveKind kind, co
     const int64_t elements = std::max<int64_t>(bytes / 4 / p, 1) * p;  // f32, a multiple of the group size
     Tensor full = Tensor::ones({elements}, kFloat32, device);
     Tensor chunk = Tensor::ones({elements / p}, kFloat32, device);
+    // Neighbours exchange messages (0-1, 2-3, ...); an odd last rank has no partner and times nothing.
+    const int partner = group.rank() ^ 1;
     std::function<void()> run;
     switch (kind) {
       case CollectiveKind::kAllReduce:
@@ -71,11 +76,22 @@ std::vector<double> time_collective(ProcessGroup& group, CollectiveKind kind, co
         run = [&] { group.all_gather(chunk, full, CommStream())->synchronize(); };
         break;
       case CollectiveKind::kSendRecv: {
-        // Neighbours exchange (0-1, 2-3, ...); an odd last rank has no partner and times nothing.
-        const int partner = group.rank() ^ 1;
         Tensor received = Tensor::empty({elements}, kFloat32, device);
         run = [&, partner, received] {
           if (partner < group.size()) group.exchange(full, partner, received, partner, CommStream())->synchronize();
+        };
+        break;
+      }
+      case CollectiveKind::kHostSendRecv: {
+        // As PipelineTransport's host route carries a message: the tensor copied to host memory
+        // (waiting for the device), MPI between the hosts' memories, the copy to the device.
+        run = [&, partner, elements] {
+          if (partner >= group.size()) return;
+          const Tensor sent = full.to(Device::cpu());
+          Tensor received = Tensor::empty({elements}, kFloat32, Device::cpu());
+          host_group.exchange(sent, partner, received, partner, CommStream())->synchronize();
+          const Tensor arrived = received.to(device);
+          backend_for(device).synchronize(device);
         };
         break;
       }
@@ -86,12 +102,15 @@ std::vector<double> time_collective(ProcessGroup& group, CollectiveKind kind, co
   return times;
 }
 
-// Fits every collective kind over `group` into `model` under the class `link`.
-void measure_links(ProcessGroup& group, ProcessGroup& world, LinkClass link, Device device, CostModel& model) {
+// Fits every collective kind over `group` (`host_group`: the same ranks over MPI in host memory)
+// into `model` under the class `link`.
+void measure_links(ProcessGroup& group, ProcessGroup& host_group, ProcessGroup& world, LinkClass link, Device device,
+                   CostModel& model) {
   const std::vector<int64_t> sizes = message_sizes(device);
   for (CollectiveKind kind : kAllCollectiveKinds) {
-    const int ranks = kind == CollectiveKind::kSendRecv ? 2 : group.size();
-    const std::vector<double> times = slowest_over(world, time_collective(group, kind, sizes));
+    const bool message = kind == CollectiveKind::kSendRecv || kind == CollectiveKind::kHostSendRecv;
+    const int ranks = message ? 2 : group.size();
+    const std::vector<double> times = slowest_over(world, time_collective(group, host_group, kind, sizes));
     std::vector<CollectiveSample> samples;
     for (size_t i = 0; i < sizes.size(); ++i) {
       const int64_t p = group.size();
@@ -102,6 +121,26 @@ void measure_links(ProcessGroup& group, ProcessGroup& world, LinkClass link, Dev
     model.measured[static_cast<size_t>(kind)][static_cast<size_t>(link)] = true;
   }
 }
+
+// One rank's copy from its device to host memory at each message size, fitted as a message (GPUs).
+CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
+  const std::vector<int64_t> sizes = message_sizes(device);
+  std::vector<double> times;
+  for (int64_t bytes : sizes) {
+    const Tensor tensor = Tensor::ones({bytes / 4}, kFloat32, device);
+    backend_for(device).synchronize(device);
+    times.push_back(best_ms([&] { const Tensor copy = tensor.to(Device::cpu()); }));
+  }
+  times = slowest_over(world, times);
+  std::vector<CollectiveSample> samples;
+  for (size_t i = 0; i < sizes.size(); ++i) samples.push_back({static_cast<double>(sizes[i] / 4 * 4), times[i]});
+  return fit_collective(CollectiveKind::kSendRecv, 2, samples);
+}
+
+// GPUs' host route and copy to host memory where nothing was measured: measured on the H200
+// machine (two ranks on one GPU, docs/performance.md, 2026-12-05 ninth session).
+constexpr CollectiveFit kGpuHostRouteSameHost = {0.05, 5e6, 0};
+constexpr CollectiveFit kGpuDeviceToHost = {0.01, 1e7, 0};
 
 // default_cost_model's links (calibration.h).
 void set_default_links(Device device, CostModel& model) {
@@ -115,9 +154,17 @@ void set_default_links(Device device, CostModel& model) {
       same_host = {0.021, 339e6, 0};
       across_hosts = {0.01, 45e6, 0};
     }
+    if (kind == CollectiveKind::kHostSendRecv && !device.is_cpu()) {
+      // Across hosts the host route adds the network between its two copies: the latencies add,
+      // and so do the times a byte takes on each leg.
+      across_hosts = {kGpuHostRouteSameHost.latency_ms + across_hosts.latency_ms,
+                      1.0 / (1.0 / kGpuHostRouteSameHost.bytes_per_ms + 1.0 / across_hosts.bytes_per_ms), 0};
+      same_host = kGpuHostRouteSameHost;
+    }
     model.fits[static_cast<size_t>(kind)][0] = same_host;
     model.fits[static_cast<size_t>(kind)][1] = across_hosts;
   }
+  if (!device.is_cpu()) model.device_to_host = kGpuDeviceToHost;
 }
 
 // The compute rates of one rank alone: only the first rank of each host times (the others wait in
@@ -252,6 +299,10 @@ CalibrationResult calibrate(Device device, DType dtype, const CalibrationShapes&
   const int me = world->rank();
   const bool first_of_host = first_rank_of_host(host_ids, me);
   model.compute = measure_compute(device, dtype, shapes, *world, first_of_host);
+  if (!device.is_cpu()) {
+    model.device_to_host = measure_device_to_host(device, *world);
+    model.device_to_host_measured = true;
+  }
   // Each rank has a GPU of its own; CPU ranks share the host's cores (Open MPI binds none when
   // oversubscribed, so each sees them all).
   if (device.is_cpu()) {
@@ -259,11 +310,15 @@ CalibrationResult calibrate(Device device, DType dtype, const CalibrationShapes&
   }
   if (world->size() > 1) {
     const LinkClass world_link = link_class_of(host_ids);
-    measure_links(*world, *world, world_link, device, model);
+    // The host route's messages go over MPI in host memory: on GPUs a CPU group of the same ranks.
+    std::shared_ptr<ProcessGroup> host_world = device.is_cpu() ? world : make_world_process_group(Device::cpu());
+    measure_links(*world, *host_world, *world, world_link, device, model);
     if (world_link == LinkClass::kAcrossHosts && model.ranks_per_host >= 2) {
       const int host = host_ids[static_cast<size_t>(world->rank())];
       std::shared_ptr<ProcessGroup> same_host = make_split_process_group(host, "host", device);
-      measure_links(*same_host, *world, LinkClass::kSameHost, device, model);
+      std::shared_ptr<ProcessGroup> same_host_memory =
+          device.is_cpu() ? same_host : make_split_process_group(host, "host memory", Device::cpu());
+      measure_links(*same_host, *same_host_memory, *world, LinkClass::kSameHost, device, model);
     }
     model.fill_unmeasured();
     model.loaded_waits = measure_loaded_waits(*world, host_ids, model);

@@ -2,12 +2,14 @@
 // and fits the cost model (cost_model.h) to them.
 //
 // Collectives: all-reduce, reduce-scatter and all-gather over the whole world, and send/recv
-// between neighbouring ranks (0-1, 2-3, ...), at a few message sizes (CPU 16 KB to 4 MB, GPU
+// between neighbouring ranks (0-1, 2-3, ...) over the process group and over the pipeline's host
+// route (on GPUs: copied to host memory, MPI, copied back), at a few message sizes (CPU 16 KB to 4 MB, GPU
 // 1 MB to 64 MB), each the fastest of a few repeats after a warm-up. The world's link class
 // (host_topology.h) is the one fitted; when the world spans hosts and a host holds several ranks,
 // the same collectives also run over each host's ranks, for the same-host class. Compute: the
 // model's linear layers ([tokens, C] by each weight shape), its attention ([B, H, T, D]) and an
-// element-wise add, in the run's dtype on its device.
+// element-wise add, in the run's dtype on its device; on GPUs also one rank's copy of a tensor to
+// host memory at the message sizes.
 //
 // Collectives are timed on every rank at once, compute on the first rank of each host alone (the
 // rate of one rank; CostModel::compute_slots_per_host says how many compute at once), and the
@@ -45,7 +47,9 @@ struct CalibrationResult {
 
 // The figures used where nothing was measured (each marked unmeasured): on GPUs the 2 x H200
 // NVLink figures of ../shared/device/README.md within a host and a 400 Gb/s InfiniBand port per GPU
-// across hosts; on the CPU a shared-memory MPI of a few GB/s; compute rates of 1 GFLOP/s.
+// across hosts, and for the pipeline's host route and the copy to host memory the H200 machine's
+// own (docs/performance.md); on the CPU a shared-memory MPI of a few GB/s; compute rates of
+// 1 GFLOP/s.
 // The mean time of `run` over at least `minimum_ms` (and three runs) after one warm-up. Compute is
 // timed over a sustained stretch so that ranks sharing cores each see their share, not the lucky
 // moment when the others were descheduled (the fastest of a few runs would).

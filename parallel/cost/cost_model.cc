@@ -15,6 +15,7 @@ const char* collective_kind_name(CollectiveKind kind) {
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
     case CollectiveKind::kAllGather: return "all_gather";
     case CollectiveKind::kSendRecv: return "send_recv";
+    case CollectiveKind::kHostSendRecv: return "host_send_recv";
   }
   return "unknown";
 }
@@ -23,7 +24,7 @@ CollectiveKind parse_collective_kind(const std::string& name) {
   for (CollectiveKind kind : kAllCollectiveKinds) {
     if (name == collective_kind_name(kind)) return kind;
   }
-  WEFT_FAIL("unknown collective kind '", name, "' (all_reduce, reduce_scatter, all_gather or send_recv)");
+  WEFT_FAIL("unknown collective kind '", name, "' (all_reduce, reduce_scatter, all_gather, send_recv or host_send_recv)");
 }
 
 const char* link_class_name(LinkClass link) {
@@ -42,7 +43,8 @@ double collective_steps(CollectiveKind kind, int ranks) {
     case CollectiveKind::kAllReduce: return 2.0 * (p - 1.0);
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllGather: return p - 1.0;
-    case CollectiveKind::kSendRecv: return 1.0;
+    case CollectiveKind::kSendRecv:
+    case CollectiveKind::kHostSendRecv: return 1.0;
   }
   return 0.0;
 }
@@ -53,13 +55,15 @@ double collective_traffic(CollectiveKind kind, int ranks) {
     case CollectiveKind::kAllReduce: return 2.0 * (p - 1.0) / p;
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllGather: return (p - 1.0) / p;
-    case CollectiveKind::kSendRecv: return 1.0;
+    case CollectiveKind::kSendRecv:
+    case CollectiveKind::kHostSendRecv: return 1.0;
   }
   return 0.0;
 }
 
 double CollectiveFit::time_ms(CollectiveKind kind, double bytes, int ranks) const {
-  if (ranks <= 1 && kind != CollectiveKind::kSendRecv) return 0.0;
+  const bool message = kind == CollectiveKind::kSendRecv || kind == CollectiveKind::kHostSendRecv;
+  if (ranks <= 1 && !message) return 0.0;
   const int p = std::max(ranks, 2);
   return collective_steps(kind, p) * latency_ms + collective_traffic(kind, p) * bytes / bytes_per_ms;
 }
@@ -106,6 +110,10 @@ double CostModel::collective_ms(CollectiveKind kind, double bytes, int ranks, Li
   return fit(kind, link).time_ms(kind, bytes, ranks);
 }
 
+double CostModel::device_to_host_ms(double bytes) const {
+  return device_to_host ? device_to_host->time_ms(CollectiveKind::kSendRecv, bytes, 2) : 0.0;
+}
+
 double CostModel::hierarchical_all_reduce_ms(double bytes, int local, int hosts) const {
   return collective_ms(CollectiveKind::kReduceScatter, bytes, local, LinkClass::kSameHost) +
          collective_ms(CollectiveKind::kAllReduce, bytes / std::max(local, 1), hosts, LinkClass::kAcrossHosts) +
@@ -145,6 +153,11 @@ std::vector<std::string> CostModel::describe() const {
                                       was_measured ? absl::StrFormat(" (measured on %d ranks)", f.measured_ranks)
                                                    : std::string(" (assumed: not measured)")));
     }
+  }
+  if (device_to_host) {
+    lines.push_back(absl::StrFormat("%-14s %-12s %.4f ms + %.3f GB/s%s", "device_to_host", "one rank",
+                                    device_to_host->latency_ms, device_to_host->bytes_per_ms / 1e6,
+                                    device_to_host_measured ? " (measured)" : " (assumed: not measured)"));
   }
   // flops per ms / 1e9 is TFLOP/s; GPUs are read in those, CPUs in GFLOP/s.
   auto rate = [](double flops_per_ms) {

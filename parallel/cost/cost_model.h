@@ -9,9 +9,19 @@
 //   reduce_scatter: steps p-1,    traffic (p-1)/p
 //   all_gather:     steps p-1,    traffic (p-1)/p
 //   send_recv:      steps 1,      traffic 1
+//   host_send_recv: steps 1,      traffic 1
 // so bytes_per_ms is the bus bandwidth (NCCL's busbw) and latency_ms the cost of one ring step.
 // A fit measured at one group size predicts another (a 2-GPU calibration plans a 1024-GPU run);
 // MPI's algorithms are not all rings, so on the CPU the fit is exact only near the measured size.
+//
+// send_recv is a message between two ranks' buffers as the process groups carry it (NCCL device to
+// device on GPUs, MPI on the CPU): the pipeline's direct route. host_send_recv is a message of the
+// pipeline's host route (parallel.pp_transport host): on GPUs the sender's copy to host memory, MPI
+// between the two hosts' memories and the receiver's copy to its device, end to end; on the CPU it
+// is MPI's message, as send_recv. The host route's sender waits on its issuing thread for its copy
+// to host memory (Tensor::to waits for the device), so that copy is also kept on its own
+// (`device_to_host`, one rank's copy; none on the CPU): it is the part of a host-route message that
+// no comm mode hides.
 //
 // Link classes: ranks on one host (NVLink, PCIe or shared memory) and ranks on different hosts. A
 // group uses the class of its slowest pair: across hosts as soon as it spans two. A class that was
@@ -40,11 +50,12 @@
 
 namespace weft {
 
-enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
-constexpr int kCollectiveKindCount = 4;
+enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kSendRecv, kHostSendRecv };
+constexpr int kCollectiveKindCount = 5;
 inline constexpr std::array<CollectiveKind, kCollectiveKindCount> kAllCollectiveKinds = {
-    CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather, CollectiveKind::kSendRecv};
-// "all_reduce", "reduce_scatter", "all_gather", "send_recv".
+    CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather, CollectiveKind::kSendRecv,
+    CollectiveKind::kHostSendRecv};
+// "all_reduce", "reduce_scatter", "all_gather", "send_recv", "host_send_recv".
 const char* collective_kind_name(CollectiveKind kind);
 // The inverse; throws weft::Error for another name.
 CollectiveKind parse_collective_kind(const std::string& name);
@@ -112,12 +123,18 @@ struct CostModel {
   // By group size, ascending (empty where the calibrating host was not oversubscribed, on GPUs, or
   // in files older than the figure): what a collective reached from compute waits beyond its fit.
   std::vector<LoadedWait> loaded_waits;
+  // GPUs: one rank's copy of a tensor from its device to host memory, as a message (one step of
+  // latency, the bytes at the copy's rate); nullopt on the CPU, where tensors are in host memory.
+  std::optional<CollectiveFit> device_to_host;
+  bool device_to_host_measured = false;
 
   const CollectiveFit& fit(CollectiveKind kind, LinkClass link) const {
     return fits[static_cast<size_t>(kind)][static_cast<size_t>(link)];
   }
   // 0 for ranks <= 1 (nothing moves).
   double collective_ms(CollectiveKind kind, double bytes, int ranks, LinkClass link) const;
+  // The sender's copy of a `bytes` message to host memory (0 without device_to_host).
+  double device_to_host_ms(double bytes) const;
   // Hierarchical all-reduce of `bytes` over `hosts` hosts of `local` ranks each: reduce-scatter on
   // each host, all-reduce of the 1/local shard across hosts, all-gather on each host.
   double hierarchical_all_reduce_ms(double bytes, int local, int hosts) const;

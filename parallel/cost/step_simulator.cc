@@ -81,6 +81,7 @@ std::string ParallelLayout::describe() const {
   std::string text = absl::StrFormat("dp %d x tp %d x pp %d, zero %d, %d micro-batch%s", dp, tp, pp, zero,
                                      micro_batches, micro_batches == 1 ? "" : "es");
   if (pp > 1) text += ", " + schedule + (virtual_stages > 1 ? absl::StrFormat(" (%d chunks)", virtual_stages) : "");
+  if (pp > 1 && pp_transport == "direct") text += ", direct";
   if (sequence_parallel) text += ", sp";
   return text;
 }
@@ -100,6 +101,9 @@ std::string layout_problem(const Workload& workload, const ParallelLayout& layou
     if (size % layout.tp != 0) return absl::StrFormat("tp %d does not divide %s = %d", layout.tp, name, size);
   }
   if (layout.zero > 0 && layout.dp == 1) return "ZeRO shards over dp: it needs dp > 1";
+  if (layout.pp_transport != "host" && layout.pp_transport != "direct") {
+    return "parallel.pp_transport '" + layout.pp_transport + "' is not host or direct";
+  }
   if (layout.pp > 1) {
     if (s.layers + 2 < static_cast<int64_t>(layout.pp) * layout.virtual_stages) {
       return absl::StrFormat("%d segments cannot fill %d pipeline stages", s.layers + 2, layout.pp * layout.virtual_stages);
@@ -275,11 +279,16 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     // A receive reached from compute waits for its sender as a collective of two does; posted
     // ahead (auto) it still waits for the data, so the wait is on the transfer's edge either way.
     const double wait = loaded_wait(2);
-    const double transfer = model.collective_ms(CollectiveKind::kSendRecv, activation_bytes, 2, pp_link) + wait;
+    const bool host_route = layout.pp_transport == "host";
+    const CollectiveKind route = host_route ? CollectiveKind::kHostSendRecv : CollectiveKind::kSendRecv;
+    const double transfer = model.collective_ms(route, activation_bytes, 2, pp_link) + wait;
+    // The host route's sender copies the tensor to host memory before it goes on issuing compute
+    // (a GPU's copy waits for the device), so where the transfer hides, that copy does not.
+    const double send_copy = host_route ? model.device_to_host_ms(activation_bytes) : 0.0;
     const double chunks = layout.virtual_stages;
     PipelineDurations durations;
-    durations.forward = busiest->forward / chunks + (hides ? 0.0 : transfer);
-    const double backward = busiest->backward / chunks + (hides ? 0.0 : transfer);
+    durations.forward = busiest->forward / chunks + (hides ? send_copy : transfer);
+    const double backward = busiest->backward / chunks + (hides ? send_copy : transfer);
     // The weight-gradient half of backward (every linear's dW; zero bubble runs it apart).
     durations.backward_input = backward / 2.0;
     durations.backward_weight = backward / 2.0;
@@ -292,7 +301,7 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     peak_in_flight = *std::max_element(simulation.peak_in_flight.begin(), simulation.peak_in_flight.end());
     // Each micro-batch and chunk crosses each boundary forward and back.
     pp_comm = 2.0 * m * chunks * transfer;
-    pp_exposed = hides ? 0.0 : pp_comm;
+    pp_exposed = hides ? 2.0 * m * chunks * send_copy : pp_comm;
     // Receives per micro-batch of the busiest rank: a forward and a backward one per chunk, less
     // the first chunk's forward and the last chunk's backward, which two stages split between them.
     const double receives = m * (2.0 * chunks - (layout.pp == 2 ? 1.0 : 0.0));

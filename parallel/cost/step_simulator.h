@@ -7,7 +7,9 @@
 // FLOPs at the attention rate, element-wise bytes at the memory bandwidth, each op's fixed cost
 // added on the CPU and hidden under the kernels queued before it on a GPU), the tensor-parallel
 // collectives of every block, the pipeline schedule (simulate_pipeline over the stages' durations,
-// with the p2p transfers), the data-parallel bucket reductions against the last backward, and the
+// with the p2p transfers over the layout's route: send_recv's fit for parallel.pp_transport direct,
+// host_send_recv's for the host route, whose sender also waits for its copy to host memory on GPUs
+// where nothing hides it), the data-parallel bucket reductions against the last backward, and the
 // optimizer. The comm mode decides what hides: `manual` waits for every collective where it is
 // called (tensor-parallel ones inside compute, gradient buckets after backward, receives on
 // compute); `auto` overlaps the gradient buckets with backward, pipelines the sequence-parallel
@@ -50,11 +52,12 @@ struct ParallelLayout {
   int micro_batches = 1;
   std::string schedule = "1f1b";  // with pp > 1: gpipe | 1f1b | interleaved | zero_bubble
   int virtual_stages = 1;         // parallel.pp_virtual
+  std::string pp_transport = "host";  // parallel.pp_transport: host | direct
   bool sequence_parallel = false;
   std::string comm_mode = "auto";
   int64_t bucket_bytes = 0;       // 0: auto chooses by the model, manual takes default_bucket_bytes
   int ranks() const { return dp * tp * pp; }
-  // "dp 2 x tp 2 x pp 1, zero 0, 4 micro-batches, 1f1b, sp"
+  // "dp 2 x tp 2 x pp 1, zero 0, 4 micro-batches, 1f1b, sp" (", direct" for that pipeline route)
   std::string describe() const;
 };
 
