@@ -45,8 +45,11 @@ double best_ms(const std::function<void()>& run) {
   return best;
 }
 
-std::vector<int64_t> message_sizes(Device device) {
+std::vector<int64_t> message_sizes(Device device, CollectiveKind kind) {
   if (device.is_cpu()) return {int64_t{16} << 10, int64_t{256} << 10, int64_t{1} << 20, int64_t{4} << 20};
+  // The host route through host memory is two orders slower than NCCL (0.3 GB/s on the H200
+  // machine): at the NCCL sizes it alone would add seconds to start-up; its fit is linear anyway.
+  if (kind == CollectiveKind::kHostSendRecv) return {int64_t{1} << 20, int64_t{4} << 20, int64_t{8} << 20};
   return {int64_t{1} << 20, int64_t{8} << 20, int64_t{32} << 20, int64_t{64} << 20};
 }
 
@@ -106,8 +109,8 @@ std::vector<double> time_collective(ProcessGroup& group, ProcessGroup& host_grou
 // into `model` under the class `link`.
 void measure_links(ProcessGroup& group, ProcessGroup& host_group, ProcessGroup& world, LinkClass link, Device device,
                    CostModel& model) {
-  const std::vector<int64_t> sizes = message_sizes(device);
   for (CollectiveKind kind : kAllCollectiveKinds) {
+    const std::vector<int64_t> sizes = message_sizes(device, kind);
     const bool message = kind == CollectiveKind::kSendRecv || kind == CollectiveKind::kHostSendRecv;
     const int ranks = message ? 2 : group.size();
     const std::vector<double> times = slowest_over(world, time_collective(group, host_group, kind, sizes));
@@ -124,7 +127,7 @@ void measure_links(ProcessGroup& group, ProcessGroup& host_group, ProcessGroup& 
 
 // One rank's copy from its device to host memory at each message size, fitted as a message (GPUs).
 CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
-  const std::vector<int64_t> sizes = message_sizes(device);
+  const std::vector<int64_t> sizes = message_sizes(device, CollectiveKind::kSendRecv);
   std::vector<double> times;
   for (int64_t bytes : sizes) {
     const Tensor tensor = Tensor::ones({bytes / 4}, kFloat32, device);
@@ -137,10 +140,12 @@ CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
   return fit_collective(CollectiveKind::kSendRecv, 2, samples);
 }
 
-// GPUs' host route and copy to host memory where nothing was measured: measured on the H200
-// machine (two ranks on one GPU, docs/performance.md, 2026-12-05 ninth session).
-constexpr CollectiveFit kGpuHostRouteSameHost = {0.05, 5e6, 0};
-constexpr CollectiveFit kGpuDeviceToHost = {0.01, 1e7, 0};
+// GPUs' host route and copy to host memory where nothing was measured: the H200 machine's, two
+// ranks on one GPU (docs/performance.md, 2026-12-05 ninth session: the route moved 0.31 GB/s end to
+// end in three calibrations, its latency too small beside that to fit from 1 MB up; the copy
+// 11-13 GB/s after 0.01-0.03 ms).
+constexpr CollectiveFit kGpuHostRouteSameHost = {0.0, 0.31e6, 0};
+constexpr CollectiveFit kGpuDeviceToHost = {0.02, 12e6, 0};
 
 // default_cost_model's links (calibration.h).
 void set_default_links(Device device, CostModel& model) {

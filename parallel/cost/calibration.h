@@ -3,10 +3,11 @@
 //
 // Collectives: all-reduce, reduce-scatter and all-gather over the whole world, and send/recv
 // between neighbouring ranks (0-1, 2-3, ...) over the process group and over the pipeline's host
-// route (on GPUs: copied to host memory, MPI, copied back), at a few message sizes (CPU 16 KB to 4 MB, GPU
-// 1 MB to 64 MB), each the fastest of a few repeats after a warm-up. The world's link class
-// (host_topology.h) is the one fitted; when the world spans hosts and a host holds several ranks,
-// the same collectives also run over each host's ranks, for the same-host class. Compute: the
+// route (on GPUs: copied to host memory, MPI, copied back), at a few message sizes (CPU 16 KB to
+// 4 MB, GPU 1 MB to 64 MB; the host route on GPUs 1 to 8 MB), each the fastest of a few repeats
+// after a warm-up. The world's link class (host_topology.h) is the one fitted; when the world
+// spans hosts and a host holds several ranks, the same collectives also run over each host's ranks,
+// for the same-host class. Compute: the
 // model's linear layers ([tokens, C] by each weight shape), its attention ([B, H, T, D]) and an
 // element-wise add, in the run's dtype on its device; on GPUs also one rank's copy of a tensor to
 // host memory at the message sizes.
