@@ -15,6 +15,7 @@
 #include "parallel/comm/process_group.h"
 #include "parallel/cost/host_topology.h"
 #include "parallel/cost/loaded_wait_calibration.h"
+#include "parallel/pipeline/host_message_buffers.h"
 #include "runtime/backend.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
@@ -61,6 +62,7 @@ std::vector<double> time_collective(ProcessGroup& group, ProcessGroup& host_grou
   std::vector<double> times;
   const Device device = group.device();
   const int64_t p = group.size();
+  HostMessageBuffers staging;  // the host route's page-locked buffers (GPUs)
   for (int64_t bytes : sizes) {
     const int64_t elements = std::max<int64_t>(bytes / 4 / p, 1) * p;  // f32, a multiple of the group size
     Tensor full = Tensor::ones({elements}, kFloat32, device);
@@ -87,14 +89,22 @@ std::vector<double> time_collective(ProcessGroup& group, ProcessGroup& host_grou
       }
       case CollectiveKind::kHostSendRecv: {
         // As PipelineTransport's host route carries a message: the tensor copied to host memory
-        // (waiting for the device), MPI between the hosts' memories, the copy to the device.
+        // (waiting for the device), MPI between the hosts' memories, the copy to the device; on
+        // GPUs staged in buffers used again, as the route's are (the warm-up run makes them).
         run = [&, partner, elements] {
           if (partner >= group.size()) return;
-          const Tensor sent = full.to(Device::cpu());
-          Tensor received = Tensor::empty({elements}, kFloat32, Device::cpu());
+          const bool staged = !device.is_cpu();
+          Tensor sent = staged ? staging.acquire({elements}, kFloat32) : full;
+          if (staged) sent.copy_(full);
+          Tensor received = staged ? staging.acquire({elements}, kFloat32)
+                                   : Tensor::empty({elements}, kFloat32, Device::cpu());
           host_group.exchange(sent, partner, received, partner, CommStream())->synchronize();
-          const Tensor arrived = received.to(device);
-          backend_for(device).synchronize(device);
+          if (staged) {
+            const Tensor arrived = received.to(device);
+            backend_for(device).synchronize(device);
+            staging.release(sent);
+            staging.release(received);
+          }
         };
         break;
       }

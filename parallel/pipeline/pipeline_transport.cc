@@ -56,6 +56,7 @@ std::vector<std::pair<int, int>> direct_pairs(int stages) {
 struct PipelineTransport::PendingSend {
   std::array<int64_t, kHeaderWords> header{};
   Tensor host;
+  bool staged = false;  // `host` is one of host_buffers_, given back once sent
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header, data
   std::string description;
   int peer_world_rank = -1;
@@ -150,7 +151,14 @@ void PipelineTransport::post_send(const Tensor& tensor, int peer, int64_t tag, C
     // Kept alive until sent. On the CPU it is the tensor itself (when contiguous): the step's
     // activations and gradients are never written after they are sent, and a caller that will
     // write its tensor sends a clone.
-    pending->host = tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(Device::cpu());
+    if (tensor.device().is_cpu()) {
+      pending->host = tensor.contiguous();
+    } else {
+      // The copy waits for the device (the host reads the buffer next).
+      pending->host = host_buffers_.acquire(tensor.shape(), tensor.dtype());
+      pending->host.copy_(tensor);
+      pending->staged = true;
+    }
     data = pending->host;
   }
   WEFT_CHECK(data.dim() <= kMaxDimensions, "pipeline send: ", tensor.describe(), " has more than ", kMaxDimensions,
@@ -229,7 +237,9 @@ Tensor PipelineTransport::receive(Device device, int peer, int64_t tag, Channel 
     link->receives->recv(data, link->receives_peer_rank, direct_stream(device))->wait();
     return data;
   }
-  Tensor host = Tensor::empty(shape, kHeaderDtypes[header[0]], Device::cpu());
+  const bool staged = !device.is_cpu();
+  Tensor host = staged ? host_buffers_.acquire(shape, kHeaderDtypes[header[0]])
+                       : Tensor::empty(shape, kHeaderDtypes[header[0]], Device::cpu());
   const int bytes = byte_count(host, "receive");
   {
     MpiCallLock lock;
@@ -241,7 +251,12 @@ Tensor PipelineTransport::receive(Device device, int peer, int64_t tag, Channel 
   MPI_Get_count(&status, MPI_BYTE, &received);
   WEFT_CHECK(received == bytes, description, ": received ", received, " bytes for ", host.describe(), ", expected ",
              bytes);
-  return device.is_cpu() ? host : host.to(device);
+  if (!staged) return host;
+  // The copy to the device has read the buffer when it returns (CUDA uploads stage through their
+  // own page-locked slots), so the buffer is free for the next message at once.
+  Tensor on_device = host.to(device);
+  host_buffers_.release(host);
+  return on_device;
 }
 
 void PipelineTransport::finish_sends() {
@@ -254,6 +269,7 @@ void PipelineTransport::finish_sends() {
     for (MPI_Request& request : send->requests) {
       if (request != MPI_REQUEST_NULL) wait_for_mpi_request(request, send->description, {send->peer_world_rank});
     }
+    if (send->staged) host_buffers_.release(send->host);
   }
 }
 

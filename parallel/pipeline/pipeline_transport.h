@@ -24,7 +24,9 @@
 // Two routes for the step's data (parallel.pp_transport; the header and the control channel always
 // go through MPI):
 // - kHost (the default): the tensor itself as a tagged MPI message. CUDA tensors travel through
-//   host memory: copied to the host before sending and to the device after receiving.
+//   host memory: copied to the host before sending and to the device after receiving, staged in
+//   page-locked buffers used again message after message (host_message_buffers.h: MPI and the
+//   copies run several times faster in them than in memory allocated for each message).
 // - kDirect: the tensor by the send/recv of a process group per direction between two stages (a
 //   group for this stage's sends to a peer, another for the peer's sends to it): NCCL on GPUs,
 //   device to device on the stream current at the call, never through the host; MPI on the CPU
@@ -54,6 +56,7 @@
 
 #include "parallel/comm/process_group.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline/host_message_buffers.h"
 #include "runtime/tensor.h"
 
 namespace weft {
@@ -121,6 +124,7 @@ class PipelineTransport {
   void* control_comm_ = nullptr;
   std::mutex mutex_;
   std::vector<std::unique_ptr<PendingSend>> pending_;
+  HostMessageBuffers host_buffers_;  // kHost's staging of CUDA tensors
 };
 
 }  // namespace weft

@@ -1,0 +1,47 @@
+// HostMessageBuffers: host memory, used again message after message, that the pipeline's host route
+// stages CUDA tensors in (parallel.pp_transport host: the tensor copied to host memory, sent by MPI,
+// copied to the receiver's device; pipeline_transport.h).
+//
+// Why: on the H200 machine, MPI between buffers allocated for each message moved 0.57 GB/s at 8 MB
+// and the same exchange between buffers used again 4.4-4.7 GB/s; a copy from the device into fresh
+// pageable memory 1.2-9 GB/s and into page-locked memory 27-53 GB/s (tools/cuda_host_route_benchmark,
+// docs/performance.md, 2026-12-05). So a message's host buffer is page-locked
+// (Tensor::empty_pinned) and, once its message is done, kept for the next message of its dtype and
+// shape: a pipeline sends the same shapes every micro-batch, so after the first step no message
+// allocates.
+//
+// Invariants: a buffer handed out by acquire() is handed out again only after release(); the pool
+// holds at most what was in flight at once (one step's sends, a stage's receives being copied).
+// Thread-safe (the executor's compute and p2p threads send and receive at once).
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace weft {
+
+class HostMessageBuffers {
+ public:
+  // `page_locked`: buffers from Tensor::empty_pinned (which needs a CUDA device), else pageable
+  // (the tests of the pooling on machines without one).
+  explicit HostMessageBuffers(bool page_locked = true) : page_locked_(page_locked) {}
+  // A contiguous CPU tensor of `shape` and `dtype`, free for the caller until release().
+  Tensor acquire(absl::Span<const int64_t> shape, DType dtype);
+  // Gives `buffer` (from acquire) back for a later message.
+  void release(const Tensor& buffer);
+  // Buffers held, in use or free (for tests).
+  int64_t buffers() const;
+
+ private:
+  static std::string key(absl::Span<const int64_t> shape, DType dtype);
+  const bool page_locked_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::vector<Tensor>> free_;  // by dtype and shape
+  int64_t buffers_ = 0;
+};
+
+}  // namespace weft
