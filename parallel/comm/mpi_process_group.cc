@@ -1,6 +1,7 @@
 #include "parallel/comm/mpi_process_group.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "parallel/comm/collective_arguments.h"
 #include "parallel/comm/comm_thread.h"
 #include "parallel/comm/fault_handler.h"
@@ -82,14 +84,45 @@ void divide(void* data, DType dtype, int64_t count, int divisor) {
 
 }  // namespace
 
+namespace {
+
+// WEFT_MPI_POLL_PAUSE_US, or -1 where it is not set.
+int64_t poll_pause_from_environment() {
+  const char* value = std::getenv("WEFT_MPI_POLL_PAUSE_US");
+  if (value == nullptr || *value == '\0') return -1;
+  int64_t microseconds = 0;
+  WEFT_CHECK(absl::SimpleAtoi(value, &microseconds) && microseconds >= 0, "WEFT_MPI_POLL_PAUSE_US='", value,
+             "' is not a whole number of microseconds (0 or more; 0: poll without sleeping)");
+  return microseconds;
+}
+
+std::atomic<int64_t>& poll_pause_limit() {
+  static std::atomic<int64_t> limit{[] {
+    const int64_t configured = poll_pause_from_environment();
+    return configured >= 0 ? configured : int64_t{200};
+  }()};
+  return limit;
+}
+
+}  // namespace
+
+int64_t mpi_poll_pause_limit_us() { return poll_pause_limit().load(std::memory_order_relaxed); }
+
+void set_mpi_poll_pause_limit_us(int64_t microseconds) {
+  if (poll_pause_from_environment() >= 0) return;
+  poll_pause_limit().store(std::max<int64_t>(microseconds, 0), std::memory_order_relaxed);
+}
+
 void wait_for_mpi_request(MPI_Request& request, const std::string& description, const std::vector<int>& world_ranks,
                           MPI_Status* status) {
   using Clock = std::chrono::steady_clock;
   const double timeout = comm_timeout_seconds();
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
-  // Poll quickly at first (most operations finish within microseconds), then back off to 200 us so
-  // that a waiting comm thread leaves the cores to compute. Each MPI_Test also drives MPI's progress.
-  auto pause = std::chrono::microseconds(5);
+  // Poll quickly at first (most operations finish within microseconds), then back off to the limit
+  // (200 us on CPU ranks) so that a waiting comm thread leaves the cores to compute. Each MPI_Test
+  // also drives MPI's progress, so where the limit is 0 it never sleeps (mpi_process_group.h).
+  const auto limit = std::chrono::microseconds(mpi_poll_pause_limit_us());
+  auto pause = std::min(std::chrono::microseconds(5), limit);
   for (int polls = 0;; ++polls) {
     int done = 0;
     {
@@ -103,11 +136,11 @@ void wait_for_mpi_request(MPI_Request& request, const std::string& description, 
                     gone.empty() ? "a peer rank failed or is stuck (no rank of the group on this host has exited)"
                                  : gone));
     }
-    if (polls < 64) {
+    if (polls < 64 || limit.count() == 0) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(200));
+      pause = std::min(pause * 2, limit);
     }
   }
 }

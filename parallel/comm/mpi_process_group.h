@@ -73,8 +73,20 @@ class MpiProcessGroup final : public ProcessGroup, public std::enable_shared_fro
 };
 
 // Completes `request` by polling MPI_Test until done or the WEFT_COMM_TIMEOUT_S deadline, which
-// aborts the job naming `description` and any peer of `world_ranks` found gone.
+// aborts the job naming `description` and any peer of `world_ranks` found gone. Between polls it
+// yields, and after the first 64 sleeps, doubling from 5 us up to the poll pause limit below.
 void wait_for_mpi_request(MPI_Request& request, const std::string& description, const std::vector<int>& world_ranks,
                           MPI_Status* status = MPI_STATUS_IGNORE);
+
+// The longest sleep between two polls of wait_for_mpi_request, in microseconds; 0: never sleep,
+// only yield. Why it matters: a message that MPI moves in fragments (shared memory without a
+// single-copy mechanism, as on the H200 machine) advances only while some MPI call runs, so each
+// sleep stalls it; there 200 us sleeps held the pipeline's host route to 0.31 GB/s
+// (docs/performance.md, 2026-12-05). CPU ranks keep 200 us, so that a waiting comm thread leaves
+// the cores to compute; processes with GPU ranks never sleep (their host cores do not compute):
+// making a process group for a CUDA device sets 0. WEFT_MPI_POLL_PAUSE_US, when set, wins over both.
+int64_t mpi_poll_pause_limit_us();
+// Sets the limit unless WEFT_MPI_POLL_PAUSE_US is set (process-wide).
+void set_mpi_poll_pause_limit_us(int64_t microseconds);
 
 }  // namespace weft

@@ -34,6 +34,8 @@ namespace {
 std::shared_ptr<ProcessGroup> make_group_over(MPI_Comm comm, const std::string& name, std::vector<int> world_ranks,
                                               Device device) {
   if (device.is_cpu()) return std::make_shared<MpiProcessGroup>(comm, name, std::move(world_ranks));
+  // A process with GPU ranks: its MPI waits poll without sleeping (mpi_process_group.h).
+  set_mpi_poll_pause_limit_us(0);
   if (gpu_collectives_through_host()) {
     return std::make_shared<HostStagedProcessGroup>(std::make_shared<MpiProcessGroup>(comm, name, std::move(world_ranks)),
                                                     device);

@@ -152,8 +152,10 @@ CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
 
 // GPUs' host route and copy to host memory where nothing was measured: the H200 machine's, two
 // ranks on one GPU (docs/performance.md, 2026-12-05 ninth session: the route moved 0.31 GB/s end to
-// end in three calibrations, its latency too small beside that to fit from 1 MB up; the copy
-// 11-13 GB/s after 0.01-0.03 ms).
+// end in four calibrations, its latency too small beside that to fit from 1 MB up; the copy
+// 11-13 GB/s after 0.01-0.03 ms). Those runs' MPI waits slept up to 200 us between polls, which
+// since held such MPI to 0.2-0.4 GB/s on the CPU; GPU processes no longer sleep there, so the
+// route is likely faster than this figure until it is measured again.
 constexpr CollectiveFit kGpuHostRouteSameHost = {0.0, 0.31e6, 0};
 constexpr CollectiveFit kGpuDeviceToHost = {0.02, 12e6, 0};
 

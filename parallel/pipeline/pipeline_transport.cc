@@ -68,6 +68,9 @@ PipelineTransport::PipelineTransport(const Mesh& mesh, int world_rank, Route rou
   stage_ = mesh.coordinates(world_rank).pp;
   world_ranks_ = mesh.group_ranks(Axis::kPipeline, world_rank);
   if (stages_ == 1) return;
+  // GPU stages' MPI waits never sleep: a message MPI moves in fragments advances only while it is
+  // polled (parallel/comm/mpi_process_group.h).
+  if (!device.is_cpu()) set_mpi_poll_pause_limit_us(0);
   WEFT_CHECK(mpi_is_active(), "pipeline parallelism over ", stages_, " stages needs MPI: start the program with "
              "mpirun -np ", mesh.world_size());
   MPI_Comm step = MPI_COMM_NULL, control = MPI_COMM_NULL;
