@@ -82,10 +82,6 @@ void divide(void* data, DType dtype, int64_t count, int divisor) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // WEFT_MPI_POLL_PAUSE_US, or -1 where it is not set.
 int64_t poll_pause_from_environment() {
   const char* value = std::getenv("WEFT_MPI_POLL_PAUSE_US");
