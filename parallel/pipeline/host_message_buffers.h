@@ -8,7 +8,8 @@
 // docs/performance.md, 2026-12-05). So a message's host buffer is page-locked
 // (Tensor::empty_pinned) and, once its message is done, kept for the next message of its dtype and
 // shape: a pipeline sends the same shapes every micro-batch, so after the first step no message
-// allocates.
+// allocates. (On that machine the route's own speed did not move with these buffers alone while
+// weft's MPI waits slept between polls; mpi_process_group.h says why they no longer do on GPUs.)
 //
 // Invariants: a buffer handed out by acquire() is handed out again only after release(); the pool
 // holds at most what was in flight at once (one step's sends, a stage's receives being copied).
