@@ -135,14 +135,20 @@ void measure_links(ProcessGroup& group, ProcessGroup& host_group, ProcessGroup& 
   }
 }
 
-// One rank's copy from its device to host memory at each message size, fitted as a message (GPUs).
+// One rank's copy from its device to host memory, as the host route's sender makes it (into a
+// page-locked buffer used again), at the route's message sizes, fitted as a message (GPUs).
 CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
-  const std::vector<int64_t> sizes = message_sizes(device, CollectiveKind::kSendRecv);
+  const std::vector<int64_t> sizes = message_sizes(device, CollectiveKind::kHostSendRecv);
+  HostMessageBuffers staging;
   std::vector<double> times;
   for (int64_t bytes : sizes) {
     const Tensor tensor = Tensor::ones({bytes / 4}, kFloat32, device);
     backend_for(device).synchronize(device);
-    times.push_back(best_ms([&] { const Tensor copy = tensor.to(Device::cpu()); }));
+    times.push_back(best_ms([&] {
+      Tensor buffer = staging.acquire({bytes / 4}, kFloat32);
+      buffer.copy_(tensor);  // waits for the device
+      staging.release(buffer);
+    }));
   }
   times = slowest_over(world, times);
   std::vector<CollectiveSample> samples;
@@ -150,14 +156,15 @@ CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
   return fit_collective(CollectiveKind::kSendRecv, 2, samples);
 }
 
-// GPUs' host route and copy to host memory where nothing was measured: the H200 machine's, two
-// ranks on one GPU (docs/performance.md, 2026-12-05 ninth session: the route moved 0.31 GB/s end to
-// end in four calibrations, its latency too small beside that to fit from 1 MB up; the copy
-// 11-13 GB/s after 0.01-0.03 ms). Those runs' MPI waits slept up to 200 us between polls, which
-// since held such MPI to 0.2-0.4 GB/s on the CPU; GPU processes no longer sleep there, so the
-// route is likely faster than this figure until it is measured again.
+// GPUs' host route and copy to host memory where nothing was measured: the H200 machine's
+// (docs/performance.md, 2026-12-05 ninth session). The route, two ranks on one GPU, moved 0.31 GB/s
+// end to end in four calibrations, its latency too small beside that to fit from 1 MB up; those
+// runs' MPI waits slept up to 200 us between polls, which held such MPI to 0.2-0.4 GB/s on the CPU,
+// and GPU processes no longer sleep there, so the route is likely faster than this figure until it
+// is measured again. The copy into page-locked memory, as the route now makes it
+// (tools/cuda_host_route_benchmark): 21.8 GB/s at 1 MB, 52.8 at 8 MB, 29.5 at 64 MB.
 constexpr CollectiveFit kGpuHostRouteSameHost = {0.0, 0.31e6, 0};
-constexpr CollectiveFit kGpuDeviceToHost = {0.02, 12e6, 0};
+constexpr CollectiveFit kGpuDeviceToHost = {0.02, 28e6, 0};
 
 // default_cost_model's links (calibration.h).
 void set_default_links(Device device, CostModel& model) {

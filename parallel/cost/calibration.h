@@ -10,7 +10,7 @@
 // for the same-host class. Compute: the
 // model's linear layers ([tokens, C] by each weight shape), its attention ([B, H, T, D]) and an
 // element-wise add, in the run's dtype on its device; on GPUs also one rank's copy of a tensor to
-// host memory at the message sizes.
+// host memory as the host route makes it (into a page-locked buffer), at the route's sizes.
 //
 // Collectives are timed on every rank at once, compute on the first rank of each host alone (the
 // rate of one rank; CostModel::compute_slots_per_host says how many compute at once), and the
