@@ -15,6 +15,10 @@
 #include "parallel/tensor/tensor_parallel_plan.h"
 #include "runtime/error.h"
 
+#if WEFT_HAVE_CUDA
+#include "runtime/cuda/stream.h"
+#endif
+
 namespace weft {
 namespace {
 
@@ -171,16 +175,23 @@ ParallelModel build_parallel_model(const ModelConfig& config, const Mesh& mesh, 
   check_tensor_parallel_config(config, mesh.tp(), sequence_parallel, mesh.world_size());
   auto tp = std::make_shared<TensorParallelGroup>();
   tp->group = make_process_group(mesh, Axis::kTensor, device);
+  // Its collectives run inside the segments that issue them: recorded, they join the timeline.
+  tp->recorder = std::make_shared<CollectiveRecorder>();
+  tp->group = std::make_shared<TracedProcessGroup>(tp->group, tp->recorder);
+  // The tp collectives run on a stream of their own while compute waits (manual) or goes on (auto's
+  // pipelined matmuls): a thread on the CPU, a CUDA stream on a GPU (where the compute stream would
+  // otherwise carry them and nothing could overlap). Its communicator (NCCL makes one per stream)
+  // is made now, from the main thread, in one order on every rank.
   if (device.is_cpu()) {
-    // Its collectives run inside the segments that issue them: recorded, they join the timeline.
-    tp->recorder = std::make_shared<CollectiveRecorder>();
-    tp->group = std::make_shared<TracedProcessGroup>(tp->group, tp->recorder);
-    // The tp collectives run on a thread of their own while compute waits (manual) or goes on
-    // (auto's pipelined matmuls). Its communicator is made now, from one thread, in one order.
     tp->stream = CommStream::cpu("tp_comm");
-    tp->group->barrier(CommStream())->synchronize();
-    tp->group->barrier(tp->stream)->synchronize();
+  } else {
+#if WEFT_HAVE_CUDA
+    tp->cuda_stream = std::make_shared<cuda::Stream>(device.index);
+    tp->stream = CommStream::cuda(tp->cuda_stream->get(), device.index);
+#endif
   }
+  tp->group->barrier(CommStream())->synchronize();
+  tp->group->barrier(tp->stream)->synchronize();
   if (comm_mode == "manual") {
     WEFT_CHECK(plan_overrides.empty(), "parallel.tp_plan applies to comm.mode: auto; the manual mode's "
                "tensor-parallel layers are written by hand (parallel/manual/)");

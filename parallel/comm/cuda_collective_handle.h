@@ -40,6 +40,10 @@ class CudaCollectiveHandle final : public CollectiveHandle,
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  // The timing events around the work: exact intervals against another event of the device (a
+  // step's start), where start_ms()/end_ms() go through the clock reference.
+  const cuda::Event& start_event() const { return start_; }
+  const cuda::Event& end_event() const { return end_; }
 
  private:
   int device_;

@@ -1,7 +1,13 @@
 // CollectiveRecorder and TracedProcessGroup (traced_process_group.h).
 #include "parallel/comm/traced_process_group.h"
 
+#include "parallel/comm/stream_order.h"
 #include "runtime/clock.h"
+
+#if WEFT_HAVE_CUDA
+#include "parallel/comm/cuda_collective_handle.h"
+#include "runtime/cuda/stream.h"
+#endif
 
 namespace weft {
 
@@ -27,20 +33,47 @@ void CollectiveRecorder::add_wait(double start_ms, double end_ms) {
   if (active_) step_.waits.push_back({start_ms, end_ms});
 }
 
+void CollectiveRecorder::add_device_wait(std::shared_ptr<cuda::Event> reached, const CollectiveHandlePtr& collective) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (active_) step_.device_waits.push_back({std::move(reached), collective});
+}
+
+bool CollectiveRecorder::active() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return active_;
+}
+
 namespace {
 
-// Forwards to the inner handle; a wait that blocks the host (the CPU's) is told to the recorder.
+// Forwards to the inner handle; tells the recorder of each wait: a host interval where the wait
+// blocks the host (the CPU's), the waiting stream's arrival where it orders a CUDA stream.
 class TracedHandle final : public CollectiveHandle {
  public:
-  TracedHandle(CollectiveHandlePtr inner, std::shared_ptr<CollectiveRecorder> recorder, bool host_waits)
+  TracedHandle(CollectiveHandlePtr inner, std::shared_ptr<CollectiveRecorder> recorder, Device device)
       : CollectiveHandle(inner->description(), inner->bytes()),
         inner_(std::move(inner)),
         recorder_(std::move(recorder)),
-        host_waits_(host_waits) {}
+        device_(device) {}
 
-  void wait() override { timed([&] { inner_->wait(); }); }
-  void wait(const CommStream& stream) override { inner_->wait(stream); }
-  void synchronize() override { timed([&] { inner_->synchronize(); }); }
+  void wait() override {
+    if (device_.is_cuda()) {
+      device_wait(CommStream());
+      inner_->wait();
+      return;
+    }
+    timed([&] { inner_->wait(); });
+  }
+  void wait(const CommStream& stream) override {
+    if (device_.is_cuda() && !stream.is_cpu_thread()) device_wait(stream);
+    inner_->wait(stream);
+  }
+  void synchronize() override {
+    if (device_.is_cuda()) {
+      inner_->synchronize();
+      return;
+    }
+    timed([&] { inner_->synchronize(); });
+  }
   bool is_done() override { return inner_->is_done(); }
   double start_ms() override { return inner_->start_ms(); }
   double end_ms() override { return inner_->end_ms(); }
@@ -48,7 +81,7 @@ class TracedHandle final : public CollectiveHandle {
  private:
   template <class Function>
   void timed(Function&& function) {
-    if (!host_waits_ || inner_->is_done()) {
+    if (inner_->is_done()) {
       function();
       return;
     }
@@ -57,22 +90,43 @@ class TracedHandle final : public CollectiveHandle {
     recorder_->add_wait(start, clock_ms());
   }
 
+  // Records where `stream` (the caller stream: the current one) reaches this wait. Only the compute
+  // stream's waits count: a wait on another stream (one ring exchange's stream waiting for the
+  // last) stalls no compute.
+  void device_wait(const CommStream& stream) {
+#if WEFT_HAVE_CUDA
+    if (!recorder_->active() || !runs_on_current_stream(stream, device_)) return;
+    cuda::set_device(device_.index);
+    auto reached = std::make_shared<cuda::Event>(true);
+    reached->record(cuda::current_stream(device_.index));
+    recorder_->add_device_wait(std::move(reached), inner_);
+#else
+    (void)stream;
+#endif
+  }
+
   CollectiveHandlePtr inner_;
   std::shared_ptr<CollectiveRecorder> recorder_;
-  bool host_waits_;
+  Device device_;
 };
 
 }  // namespace
 
 template <class Issue>
 CollectiveHandlePtr TracedProcessGroup::traced(const CommStream& stream, Issue&& issue) {
-  const bool host_waits = inner_->device().is_cpu();
+  const Device device = inner_->device();
+  if (device.is_cuda()) order_after_current_stream(stream);
   const double start = clock_ms();
   CollectiveHandlePtr handle = issue();
-  // On the caller stream a CPU collective runs inside the call: the call is the wait.
-  if (host_waits && stream.is_caller()) recorder_->add_wait(start, clock_ms());
+  if (device.is_cpu()) {
+    // On the caller stream a CPU collective runs inside the call: the call is the wait.
+    if (stream.is_caller()) recorder_->add_wait(start, clock_ms());
+  } else if (runs_on_current_stream(stream, device)) {
+    // In line with the compute: the compute stream stands still for all of it.
+    recorder_->add_device_wait(nullptr, handle);
+  }
   recorder_->add(handle->description(), handle->bytes(), handle);
-  return std::make_shared<TracedHandle>(std::move(handle), recorder_, host_waits);
+  return std::make_shared<TracedHandle>(std::move(handle), recorder_, device);
 }
 
 CollectiveHandlePtr TracedProcessGroup::all_reduce(const Tensor& tensor, Reduction reduction, const CommStream& stream) {
@@ -99,5 +153,66 @@ CollectiveHandlePtr TracedProcessGroup::exchange(const Tensor& send_tensor, int 
   return traced(stream, [&] { return inner_->exchange(send_tensor, send_peer, recv_tensor, recv_peer, stream); });
 }
 CollectiveHandlePtr TracedProcessGroup::barrier(const CommStream& stream) { return traced(stream, [&] { return inner_->barrier(stream); }); }
+
+namespace {
+
+// [start, end] of `handle` in ms since `device_start`; false where it has not completed or is not a
+// CUDA handle.
+bool device_interval(const CollectiveHandlePtr& handle, const cuda::Event& device_start, graph::Interval& interval) {
+#if WEFT_HAVE_CUDA
+  auto* cuda_handle = dynamic_cast<CudaCollectiveHandle*>(handle.get());
+  if (cuda_handle == nullptr || !cuda_handle->is_done()) return false;
+  interval.start_ms = cuda_handle->start_event().elapsed_since(device_start);
+  interval.end_ms = cuda_handle->end_event().elapsed_since(device_start);
+  return true;
+#else
+  (void)handle;
+  (void)device_start;
+  (void)interval;
+  return false;
+#endif
+}
+
+}  // namespace
+
+void add_recorded_collectives(const CollectiveRecorder::Step& recorded, const cuda::Event* device_start,
+                              graph::StepTimeline& timeline) {
+  const bool on_host = timeline.origin_clock_ms >= 0.0;
+  if (!on_host && device_start == nullptr) return;
+  const double origin = timeline.origin_clock_ms;
+  for (const CollectiveRecorder::Collective& collective : recorded.collectives) {
+    graph::Interval interval;
+    if (on_host) {
+      if (!collective.handle->is_done() || collective.handle->start_ms() < 0.0) continue;
+      interval = {collective.handle->start_ms() - origin, collective.handle->end_ms() - origin};
+    } else if (!device_interval(collective.handle, *device_start, interval)) {
+      continue;
+    }
+    graph::NodeTiming timing;
+    timing.name = collective.description;
+    timing.kind = graph::NodeKind::kCollective;
+    timing.stream = graph::StreamClass::kTpComm;
+    timing.bytes = collective.bytes;
+    timing.start_ms = interval.start_ms;
+    timing.end_ms = interval.end_ms;
+    timeline.nodes.push_back(timing);
+  }
+  if (on_host) {
+    for (const CollectiveRecorder::Wait& wait : recorded.waits) {
+      timeline.compute_waits.push_back({wait.start_ms - origin, wait.end_ms - origin});
+    }
+  } else {
+#if WEFT_HAVE_CUDA
+    for (const CollectiveRecorder::DeviceWait& wait : recorded.device_waits) {
+      graph::Interval collective;
+      if (!device_interval(wait.collective, *device_start, collective)) continue;
+      const double reached = wait.reached ? wait.reached->elapsed_since(*device_start) : collective.start_ms;
+      // A collective that had ended when the compute stream reached its wait cost compute nothing.
+      if (collective.end_ms > reached) timeline.compute_waits.push_back({reached, collective.end_ms});
+    }
+#endif
+  }
+  timeline.compute_metrics();
+}
 
 }  // namespace weft

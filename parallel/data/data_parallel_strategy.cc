@@ -304,33 +304,6 @@ void DataParallelStrategy::update(StepState& state) {
   buffer_.zero();  // in place: every .grad stays a view of its bucket
 }
 
-namespace {
-
-// The tensor-parallel collectives that segments issued during the step, as nodes of the tp_comm
-// row (node -1), and the compute thread's waits for them, which compute_metrics counts as not
-// computing. CPU timelines only (their origin is on clock_ms()).
-void add_recorded_collectives(const CollectiveRecorder::Step& recorded, graph::StepTimeline& timeline) {
-  if (timeline.origin_clock_ms < 0.0) return;
-  const double origin = timeline.origin_clock_ms;
-  for (const CollectiveRecorder::Collective& collective : recorded.collectives) {
-    if (!collective.handle->is_done() || collective.handle->start_ms() < 0.0) continue;
-    graph::NodeTiming timing;
-    timing.name = collective.description;
-    timing.kind = graph::NodeKind::kCollective;
-    timing.stream = graph::StreamClass::kTpComm;
-    timing.bytes = collective.bytes;
-    timing.start_ms = collective.handle->start_ms() - origin;
-    timing.end_ms = collective.handle->end_ms() - origin;
-    timeline.nodes.push_back(timing);
-  }
-  for (const CollectiveRecorder::Wait& wait : recorded.waits) {
-    timeline.compute_waits.push_back({wait.start_ms - origin, wait.end_ms - origin});
-  }
-  timeline.compute_metrics();
-}
-
-}  // namespace
-
 int DataParallelStrategy::max_steps_in_flight() const {
   return pipeline_ != nullptr ? 1 : graph::Executor::kMaxStepsInFlight;
 }
@@ -369,7 +342,7 @@ StepReport DataParallelStrategy::finish_step() {
   const int64_t step = issued.step;
   graph::Executor::FinishedStep finished = executor_.finish();
   graph::StepTimeline& timeline = finished.timeline;
-  add_recorded_collectives(issued.recorded, timeline);
+  add_recorded_collectives(issued.recorded, finished.device_start, timeline);
   const double bubble = pipeline_ != nullptr ? pipeline_->measured_bubble(timeline) : 0.0;
   if (pipeline_ != nullptr) pipeline_->transport().finish_sends();
   if (options_.trace) {

@@ -6,13 +6,10 @@
 #include <utility>
 #include <vector>
 
+#include "parallel/comm/stream_order.h"
 #include "runtime/autograd/function.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/error.h"
-
-#if WEFT_HAVE_CUDA
-#include "runtime/cuda/stream.h"
-#endif
 
 namespace weft {
 namespace {
@@ -49,25 +46,6 @@ Plan plan_of(const Layout& from, const Layout& to, int64_t rank, const char* op)
              to.to_string(), "; supported: partial -> replicate (all-reduce), partial -> split(d) (reduce-scatter), "
              "split(d) -> replicate (all-gather), replicate -> split(d) (local slice), and any layout to itself");
   return plan;
-}
-
-// Orders a CUDA comm stream after the work queued so far on the caller's current stream of its
-// device, as the executor orders its comm streams after compute (an event recorded on one stream,
-// waited for by the other; no host blocking). Nothing to do for the caller stream (the collective
-// runs on the current stream itself), a CommStream::cuda(nullptr, device) (the same) or a CPU one.
-void order_after_current_stream(const CommStream& stream) {
-#if WEFT_HAVE_CUDA
-  if (!stream.is_cuda() || stream.cuda_stream() == nullptr) return;
-  const cudaStream_t current = cuda::current_stream(stream.cuda_device());
-  if (current == stream.cuda_stream()) return;
-  cuda::set_device(stream.cuda_device());
-  // cudaStreamWaitEvent captures the event's state when called, so the event can go at once.
-  cuda::Event produced;
-  produced.record(current);
-  produced.wait(stream.cuda_stream());
-#else
-  (void)stream;
-#endif
 }
 
 // Sizes before, of and after dim `dim` of `shape`, as a split along it sees them.

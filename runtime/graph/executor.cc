@@ -602,6 +602,7 @@ Executor::FinishedStep Executor::finish_cuda(InFlight& issued) {
   }
   FinishedStep finished;
   finished.timeline = make_timeline(graph, *issued.plan, start, end, slot.step_end.elapsed_since(slot.step_start));
+  finished.device_start = &slot.step_start;
   // The device reached the step's start when the host had issued it and the step before had ended.
   finished.timeline.start_clock_ms = std::max(issued.issued_clock_ms, state.last_end_clock_ms);
   // The end as the device had it (the start plus the step's span on the device), not as the host

@@ -64,6 +64,10 @@
 #include "runtime/graph/step_graph.h"
 #include "runtime/graph/step_timeline.h"
 
+namespace weft::cuda {
+class Event;
+}  // namespace weft::cuda
+
 namespace weft::graph {
 
 class Executor {
@@ -86,6 +90,10 @@ class Executor {
   struct FinishedStep {
     StepTimeline timeline;
     std::vector<Tensor> read_back;  // host tensors, in the order ReadBack named them
+    // CUDA: the step's start event, from which the timeline's times are measured, so that work
+    // timed by other events of the device during the step (collectives issued inside nodes) can be
+    // placed on it exactly. Valid until the next issue(); null on the CPU.
+    const cuda::Event* device_start = nullptr;
   };
 
   // Runs every node of `graph` once, as `plan` orders them (plan from Scheduler::plan or checked by

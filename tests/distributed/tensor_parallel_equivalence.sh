@@ -54,6 +54,19 @@ manual, _ = read(work, "manual")
 auto, _ = read(work, "auto")
 if not sp and model == "gpt" and [r["loss"] for r in manual] != [r["loss"] for r in auto]:
     sys.exit("without sequence parallelism the manual and auto GPT losses must be bitwise equal")
+# The tensor-parallel collectives run inside the layers' nodes, off the executor's view: the step's
+# timeline must still count them (parallel/comm/traced_process_group.h), on the GPU as on the CPU.
+# The manual mode waits for each at once, so some of its communication is exposed in every step.
+for mode, rows in (("manual", manual), ("auto", auto)):
+    for r in rows:
+        if not r["comm_ms"] > 0 or r["exposed_comm_ms"] > r["comm_ms"] + 1e-6:
+            sys.exit(f"{mode} step {r['step']}: comm_ms {r['comm_ms']}, exposed {r['exposed_comm_ms']}: "
+                     "the tensor-parallel collectives are missing from the step's timeline")
+if not all(r["exposed_comm_ms"] > 0 for r in manual):
+    sys.exit("the manual mode's tensor-parallel collectives must show as exposed communication: "
+             + " ".join(f"{r['exposed_comm_ms']:.3f}" for r in manual))
+print("comm ms (exposed), manual:", " ".join(f"{r['comm_ms']:.2f} ({r['exposed_comm_ms']:.2f})" for r in manual))
+print("comm ms (exposed), auto:  ", " ".join(f"{r['comm_ms']:.2f} ({r['exposed_comm_ms']:.2f})" for r in auto))
 worst_modes = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(manual, auto))
 if worst_modes > 1e-6:
     sys.exit(f"the manual and auto losses differ by {worst_modes:.3g} relative")
