@@ -38,12 +38,28 @@ void CollectiveRecorder::add_device_wait(std::shared_ptr<cuda::Event> reached, c
   if (active_) step_.device_waits.push_back({std::move(reached), collective});
 }
 
-bool CollectiveRecorder::active() {
+bool CollectiveRecorder::active() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return active_;
 }
 
 namespace {
+
+// A timing event recorded now on the calling thread's current stream of `device`: it completes when
+// that stream reaches this point. Null while the recorder is not recording (no step).
+std::shared_ptr<cuda::Event> compute_stream_arrival(const CollectiveRecorder& recorder, Device device) {
+#if WEFT_HAVE_CUDA
+  if (!recorder.active()) return nullptr;
+  cuda::set_device(device.index);
+  auto arrival = std::make_shared<cuda::Event>(true);
+  arrival->record(cuda::current_stream(device.index));
+  return arrival;
+#else
+  (void)recorder;
+  (void)device;
+  return nullptr;
+#endif
+}
 
 // Forwards to the inner handle; tells the recorder of each wait: a host interval where the wait
 // blocks the host (the CPU's), the waiting stream's arrival where it orders a CUDA stream.
@@ -94,15 +110,9 @@ class TracedHandle final : public CollectiveHandle {
   // stream's waits count: a wait on another stream (one ring exchange's stream waiting for the
   // last) stalls no compute.
   void device_wait(const CommStream& stream) {
-#if WEFT_HAVE_CUDA
-    if (!recorder_->active() || !runs_on_current_stream(stream, device_)) return;
-    cuda::set_device(device_.index);
-    auto reached = std::make_shared<cuda::Event>(true);
-    reached->record(cuda::current_stream(device_.index));
-    recorder_->add_device_wait(std::move(reached), inner_);
-#else
-    (void)stream;
-#endif
+    if (!runs_on_current_stream(stream, device_)) return;
+    std::shared_ptr<cuda::Event> reached = compute_stream_arrival(*recorder_, device_);
+    if (reached) recorder_->add_device_wait(std::move(reached), inner_);
   }
 
   CollectiveHandlePtr inner_;
@@ -115,15 +125,25 @@ class TracedHandle final : public CollectiveHandle {
 template <class Issue>
 CollectiveHandlePtr TracedProcessGroup::traced(const CommStream& stream, Issue&& issue) {
   const Device device = inner_->device();
-  if (device.is_cuda()) order_after_current_stream(stream);
+  const bool in_line = runs_on_current_stream(stream, device);
+  std::shared_ptr<cuda::Event> issued;
+  if (device.is_cuda()) {
+    order_after_current_stream(stream);
+    issued = in_line ? nullptr : compute_stream_arrival(*recorder_, device);
+  }
   const double start = clock_ms();
   CollectiveHandlePtr handle = issue();
   if (device.is_cpu()) {
     // On the caller stream a CPU collective runs inside the call: the call is the wait.
     if (stream.is_caller()) recorder_->add_wait(start, clock_ms());
-  } else if (runs_on_current_stream(stream, device)) {
+  } else if (in_line) {
     // In line with the compute: the compute stream stands still for all of it.
     recorder_->add_device_wait(nullptr, handle);
+  } else if (issued && handle->is_done()) {
+    // Done before the call returned (a group that blocks the host, as the host-staged one does):
+    // nothing was queued on the compute stream after `issued` until now, so from there to the
+    // collective's end it stood still, though its node's interval spans that time.
+    recorder_->add_device_wait(std::move(issued), handle);
   }
   recorder_->add(handle->description(), handle->bytes(), handle);
   return std::make_shared<TracedHandle>(std::move(handle), recorder_, device);

@@ -11,7 +11,10 @@
 // blocks no thread; the compute stream stands still instead, from the moment it reaches the wait
 // (an event recorded on it just before the wait) until the collective's end event. A collective
 // that runs on the compute stream itself (the caller stream) holds the compute stream for all of
-// its span. add_recorded_collectives turns both kinds into the timeline's compute_waits.
+// its span. A collective that has ended when its call returns (a group that blocks the host, as
+// the host-staged one does) held the compute stream from the call to its end: nothing could be
+// queued there meanwhile. add_recorded_collectives turns both kinds into the timeline's
+// compute_waits.
 //
 // Streams. On CUDA each collective given a stream other than the caller's current one (the tp_comm
 // stream) is first ordered after the caller's work so far (parallel/comm/stream_order.h): every
@@ -61,10 +64,10 @@ class CollectiveRecorder {
   void add(const std::string& description, int64_t bytes, const CollectiveHandlePtr& handle);
   void add_wait(double start_ms, double end_ms);
   void add_device_wait(std::shared_ptr<cuda::Event> reached, const CollectiveHandlePtr& collective);
-  bool active();
+  bool active() const;
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   bool active_ = false;
   Step step_;
 };

@@ -2,7 +2,8 @@
 // stream is ordered after the compute queued before it, and a step's timeline counts it as
 // communication and the compute stream's wait for it as exposed: all of it where compute waits at
 // once (the manual mode's way), none of it where compute ran on under it (the auto mode's), all of
-// it where it ran on the compute stream itself. Skipped without a GPU.
+// it where it ran on the compute stream itself, from its call where the call blocked the host (the
+// compute stream ran dry meanwhile). Skipped without a GPU.
 //
 // "Compute" is a chain of bf16 matmuls on the compute stream; the "collective" is a fake group's
 // all-reduce that copies its tensor to pinned host memory on the stream it is given (a DMA engine,
@@ -43,10 +44,11 @@ void matmuls(const Tensor& a, int count) {
 }
 
 // A group of one whose all_reduce copies the tensor into `host` on the given stream (the caller's
-// current stream where none is given). Nothing else is called here.
+// current stream where none is given); with `blocks_host`, the call returns once the copy is done,
+// as the host-staged group's do. Nothing else is called here.
 class CopyingGroup final : public ProcessGroup {
  public:
-  explicit CopyingGroup(void* host) : host_(host) {}
+  explicit CopyingGroup(void* host, bool blocks_host = false) : host_(host), blocks_host_(blocks_host) {}
   int size() const override { return 1; }
   int rank() const override { return 0; }
   const std::string& name() const override { return name_; }
@@ -61,6 +63,7 @@ class CopyingGroup final : public ProcessGroup {
     WEFT_CUDA_CHECK(cudaMemcpyAsync(host_, tensor.raw_data(), static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
                                     cuda_stream));
     handle->record_end();
+    if (blocks_host_) WEFT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
     return handle;
   }
   CollectiveHandlePtr reduce_scatter(const Tensor&, const Tensor&, Reduction, const CommStream&) override { return fail(); }
@@ -74,17 +77,20 @@ class CopyingGroup final : public ProcessGroup {
  private:
   static CollectiveHandlePtr fail() { WEFT_FAIL("CopyingGroup: only all_reduce is implemented"); }
   void* host_;
+  bool blocks_host_;
   std::string name_ = "test";
   std::vector<int> ranks_ = {0};
 };
 
 struct Fixture {
+  explicit Fixture(bool blocks_host = false) : blocks_host(blocks_host) {}
+  bool blocks_host;
   static constexpr int64_t kElements = int64_t(64) << 20;  // f32: 256 MB, some ms over the DMA engine
   Tensor a = Tensor::normal({4096, 4096}, 1, 0, 0.0, 0.01, kBFloat16).to(kGpu);
   Tensor data = Tensor::zeros({kElements}, kFloat32, kGpu);
   cuda::PinnedBuffer host{static_cast<size_t>(kElements) * 4};
   std::shared_ptr<CollectiveRecorder> recorder = std::make_shared<CollectiveRecorder>();
-  TracedProcessGroup group{std::make_shared<CopyingGroup>(host.data()), recorder};
+  TracedProcessGroup group{std::make_shared<CopyingGroup>(host.data(), blocks_host), recorder};
   cuda::Stream tp_stream{0};
   cuda::Event start{true};
   cuda::Event end{true};
@@ -167,6 +173,26 @@ TEST(CudaTracedCollectives, ACollectiveOnTheComputeStreamIsAllExposed) {
   EXPECT_NEAR(timeline.compute_waits[0].start_ms, collective.start_ms, 1e-3);
   EXPECT_NEAR(timeline.compute_waits[0].end_ms, collective.end_ms, 1e-3);
   EXPECT_NEAR(timeline.exposed_comm_ms, timeline.comm_ms, 1e-3);
+}
+
+TEST(CudaTracedCollectives, ACollectiveThatBlocksTheHostIsExposedFromItsCall) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  Fixture f(/*blocks_host=*/true);
+  const graph::StepTimeline timeline = f.step([&] {
+    matmuls(f.a, 30);
+    f.data.fill_(7.0);
+    f.group.all_reduce(f.data, Reduction::kSum, f.tp())->wait();
+    matmuls(f.a, 10);
+  });
+  EXPECT_EQ(f.first_host_value(), 7.0f);
+  ASSERT_EQ(timeline.nodes.size(), 2u);
+  const graph::NodeTiming& collective = timeline.nodes[1];
+  // The compute stream ran dry while the host sat in the call: exposed from the end of the compute
+  // before it (where the copy began) to the copy's end.
+  ASSERT_FALSE(timeline.compute_waits.empty());
+  EXPECT_LE(timeline.compute_waits[0].start_ms, collective.start_ms + 1e-3);
+  EXPECT_NEAR(timeline.compute_waits[0].end_ms, collective.end_ms, 1e-3);
+  EXPECT_GT(timeline.exposed_comm_ms, 0.9 * timeline.comm_ms);
 }
 
 TEST(CudaTracedCollectives, NothingIsRecordedOutsideAStep) {
