@@ -215,11 +215,10 @@ std::string comparison_table(const ComparisonContext& context, const ModeRun& ma
          "communication (a rank waiting for a slower one)\n";
   out += "losses: " + loss_verdict(losses, on_gpu) + "\n";
   if (parallel.tp > 1) {
-    // A tensor-parallel collective runs inside the segment that issues it. On the CPU the tp group
-    // records it and the compute thread's waits for it (parallel/comm/traced_process_group.h); on
-    // GPUs a wait blocks no host thread, so there its time stays in the segment's.
-    out += on_gpu ? "communication: the step graph's collectives only; tensor-parallel collectives run inside the "
-                    "forward and backward segments and count as compute\n"
+    // A tensor-parallel collective runs inside the segment that issues it; the tp group records it
+    // and where compute stood still for it (parallel/comm/traced_process_group.h).
+    out += on_gpu ? "communication: tensor-parallel collectives included (recorded inside the segments that issue "
+                    "them, on their own stream; exposed where the compute stream waited for them)\n"
                   : "communication: tensor-parallel collectives included (recorded inside the segments that issue "
                     "them; exposed where the compute thread waited for them)\n";
   }

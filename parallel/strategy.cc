@@ -184,13 +184,13 @@ ParallelModel build_parallel_model(const ModelConfig& config, const Mesh& mesh, 
   // is made now, from the main thread, in one order on every rank.
   if (device.is_cpu()) {
     tp->stream = CommStream::cpu("tp_comm");
+    tp->group->barrier(CommStream())->synchronize();
   } else {
 #if WEFT_HAVE_CUDA
     tp->cuda_stream = std::make_shared<cuda::Stream>(device.index);
     tp->stream = CommStream::cuda(tp->cuda_stream->get(), device.index);
 #endif
   }
-  tp->group->barrier(CommStream())->synchronize();
   tp->group->barrier(tp->stream)->synchronize();
   if (comm_mode == "manual") {
     WEFT_CHECK(plan_overrides.empty(), "parallel.tp_plan applies to comm.mode: auto; the manual mode's "

@@ -157,14 +157,14 @@ CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
 }
 
 // GPUs' host route and copy to host memory where nothing was measured: the H200 machine's
-// (docs/performance.md, 2026-12-05 ninth session). The route, two ranks on one GPU, moved 0.31 GB/s
-// end to end in four calibrations, its latency too small beside that to fit from 1 MB up; those
-// runs' MPI waits slept up to 200 us between polls, which held such MPI to 0.2-0.4 GB/s on the CPU,
-// and GPU processes no longer sleep there, so the route is likely faster than this figure until it
-// is measured again. The copy into page-locked memory, as the route now makes it
-// (tools/cuda_host_route_benchmark): 21.8 GB/s at 1 MB, 52.8 at 8 MB, 29.5 at 64 MB.
-constexpr CollectiveFit kGpuHostRouteSameHost = {0.0, 0.31e6, 0};
-constexpr CollectiveFit kGpuDeviceToHost = {0.02, 28e6, 0};
+// (docs/performance.md, 2026-12-05, ninth and tenth sessions), from tools/cuda_host_route_benchmark's
+// legs with the route's page-locked buffers used again, as the route runs them one after another:
+// device to host 38.4 GB/s at 1 MiB and 51.7 at 8 MiB, MPI between the buffers 5.6 and 5.0, host
+// to device 35.7 and 52.6; so 0.244 ms for 1 MiB and 2.00 ms for 8 MiB, a latency too small to
+// fit. (Before GPU processes stopped sleeping between MPI polls the route moved 0.31 GB/s.) The
+// copy to host alone, over both sessions' rows: 1 MiB in 0.027-0.048 ms, 8 MiB in 0.159-0.162 ms.
+constexpr CollectiveFit kGpuHostRouteSameHost = {0.0, 4.2e6, 0};
+constexpr CollectiveFit kGpuDeviceToHost = {0.02, 55e6, 0};
 
 // default_cost_model's links (calibration.h).
 void set_default_links(Device device, CostModel& model) {
