@@ -4,10 +4,12 @@
 //   weft-plan CONFIG.yaml [MORE.yaml...] [--set section.key=value]... --gpus N [--memory-gb M]
 //             [--calibration FILE] [--ranks-per-host K] [--top K] [--json FILE]
 //
-// The figures come from --calibration FILE (written by weft-train with comm.calibrate: on and
-// comm.calibration_file, possibly on another machine), or are measured now: under mpirun over the
-// world's links and compute, or in one process the compute only (the links are then the defaults of
-// parallel/cost/calibration.h, said so in the output). --gpus may exceed the machine: a 2-GPU
+// The figures come from --calibration FILE (written by weft-train or weft-plan with
+// comm.calibration_file, possibly on another machine), or from comm.calibration_file where it
+// exists (unless comm.calibrate: on), or are measured now: under mpirun over the world's links and
+// compute, or in one process the compute only (the links are then the defaults of
+// parallel/cost/calibration.h, said so in the output); what was measured is written to
+// comm.calibration_file when one is set. --gpus may exceed the machine: a 2-GPU
 // calibration plans a 1024-GPU run (the ring model scales each fit). Every layout that
 // launcher/layout_search.h enumerates is simulated (parallel/cost/step_simulator.h); those over
 // --memory-gb per rank are dropped; the best --top are printed, fastest first, and --json writes
@@ -189,8 +191,14 @@ int plan(int argc, char** argv) {
   weft::CostModel model;
   std::string anchor;  // what the compute anchor measured (launcher/compute_anchor.h)
   std::vector<int> host_ids;
-  if (!arguments.calibration.empty()) {
-    model = weft::read_calibration_file(arguments.calibration, weft::default_cost_model(device));
+  // comm.calibration_file works as in weft-train: read where it exists (unless comm.calibrate: on),
+  // written after a measurement, so that figures measured here can plan elsewhere.
+  const std::string& kept = config.comm.calibration_file;
+  const bool read_kept = !kept.empty() && config.comm.calibrate != "on" && std::filesystem::exists(kept);
+  std::string written;
+  if (!arguments.calibration.empty() || read_kept) {
+    const std::string& file = !arguments.calibration.empty() ? arguments.calibration : kept;
+    model = weft::read_calibration_file(file, weft::default_cost_model(device));
     host_ids = weft::world_host_ids();
   } else {
     // Measured now at the config's micro-batch on unsplit shapes (dp 1, tp 1: every layout's
@@ -201,6 +209,10 @@ int plan(int argc, char** argv) {
     const weft::DType dtype = weft::parse_dtype(config.train.dtype);
     model = weft::calibrate(device, dtype, weft::calibration_shapes(unsplit, 1), host_ids).model;
     anchor = weft::anchor_compute(unsplit, device, dtype, host_ids, model);
+    if (!kept.empty() && leader) {
+      weft::write_calibration_file(kept, model);
+      written = kept;
+    }
   }
   if (!leader) return 0;
   if (ranks_per_host == 0) ranks_per_host = device.is_cpu() ? gpus : 8;
@@ -220,9 +232,15 @@ int plan(int argc, char** argv) {
               static_cast<long long>(config.model.dim), static_cast<long long>(config.train.batch_size),
               static_cast<long long>(config.model.seq_len), config.train.dtype.c_str(), gpus, model.device.c_str(),
               ranks_per_host, config.comm.mode.c_str());
-  std::printf("cost model: %s\n", model.source.c_str());
+  if (!arguments.calibration.empty() || read_kept) {
+    std::printf("cost model: figures from %s (%s)\n", (!arguments.calibration.empty() ? arguments.calibration : kept).c_str(),
+                model.source.c_str());
+  } else {
+    std::printf("cost model: %s\n", model.source.c_str());
+  }
   for (const std::string& line : model.describe()) std::printf("  %s\n", line.c_str());
   if (!anchor.empty()) std::printf("%s\n", anchor.c_str());
+  if (!written.empty()) std::printf("cost model: written to %s (comm.calibration_file)\n", written.c_str());
   bool any_assumed = false;
   for (const auto& by_link : model.measured) {
     for (bool measured : by_link) any_assumed = any_assumed || !measured;
