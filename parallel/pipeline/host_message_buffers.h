@@ -11,12 +11,19 @@
 // allocates. (On that machine the route's own speed did not move with these buffers alone while
 // weft's MPI waits slept between polls; mpi_process_group.h says why they no longer do on GPUs.)
 //
-// Invariants: a buffer handed out by acquire() is handed out again only after release(); the pool
-// holds at most what was in flight at once (one step's sends, a stage's receives being copied).
+// A received message goes to its device straight from its buffer (upload_and_release): a CUDA copy
+// from page-locked memory on the receiving stream, with no copy on the host first (Tensor::to would
+// copy it into the upload staging's own page-locked slot, to be free to return at once). The
+// buffer then waits for an event behind that copy before it is handed out again.
+//
+// Invariants: a buffer handed out by acquire() is handed out again only after release(), or after
+// upload_and_release() and the completion of its copy; the pool holds at most what was in flight
+// at once (one step's sends, a stage's receives being copied).
 // Thread-safe (the executor's compute and p2p threads send and receive at once).
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -24,6 +31,10 @@
 #include "runtime/tensor.h"
 
 namespace weft {
+
+namespace cuda {
+class Event;
+}  // namespace cuda
 
 class HostMessageBuffers {
  public:
@@ -34,14 +45,26 @@ class HostMessageBuffers {
   Tensor acquire(absl::Span<const int64_t> shape, DType dtype);
   // Gives `buffer` (from acquire) back for a later message.
   void release(const Tensor& buffer);
+  // Copies `buffer` (from acquire) into `destination` (contiguous, of its shape and dtype) and gives
+  // it back. Page-locked buffers into a CUDA tensor: on the calling thread's current stream of that
+  // device, asynchronously, the buffer handed out again once the copy has completed. Otherwise
+  // (pageable buffers, a CPU destination) the copy is done when this returns.
+  void upload_and_release(const Tensor& buffer, const Tensor& destination);
   // Buffers held, in use or free (for tests).
   int64_t buffers() const;
 
  private:
+  struct Free {
+    Tensor buffer;
+    std::shared_ptr<cuda::Event> copied;  // null, or an upload from it that must complete first
+  };
   static std::string key(absl::Span<const int64_t> shape, DType dtype);
+  void give_back(const Tensor& buffer, std::shared_ptr<cuda::Event> copied);
+  // True once nothing reads `free`'s buffer any more (its upload, if any, has completed).
+  static bool copied_out(const Free& free);
   const bool page_locked_;
   mutable std::mutex mutex_;
-  std::map<std::string, std::vector<Tensor>> free_;  // by dtype and shape
+  std::map<std::string, std::vector<Free>> free_;  // by dtype and shape
   int64_t buffers_ = 0;
 };
 

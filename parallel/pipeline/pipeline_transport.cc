@@ -255,10 +255,10 @@ Tensor PipelineTransport::receive(Device device, int peer, int64_t tag, Channel 
   WEFT_CHECK(received == bytes, description, ": received ", received, " bytes for ", host.describe(), ", expected ",
              bytes);
   if (!staged) return host;
-  // The copy to the device has read the buffer when it returns (CUDA uploads stage through their
-  // own page-locked slots), so the buffer is free for the next message at once.
-  Tensor on_device = host.to(device);
-  host_buffers_.release(host);
+  // Straight from the page-locked buffer, on the receiving stream; the buffer serves another
+  // message once that copy has completed.
+  Tensor on_device = Tensor::empty(shape, kHeaderDtypes[header[0]], device);
+  host_buffers_.upload_and_release(host, on_device);
   return on_device;
 }
 

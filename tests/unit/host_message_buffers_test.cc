@@ -38,6 +38,22 @@ TEST(HostMessageBuffers, AReleasedBufferServesTheNextMessageOfItsShape) {
   EXPECT_THROW(buffers.release(Tensor()), Error);
 }
 
+// A received message's buffer goes back to the pool with its copy: a CPU destination gets the
+// values at once and the buffer serves the next message; a destination of another shape is refused.
+TEST(HostMessageBuffers, UploadAndReleaseCopiesAndGivesTheBufferBack) {
+  HostMessageBuffers buffers(/*page_locked=*/false);
+  Tensor buffer = buffers.acquire({2, 3}, kFloat32);
+  for (int i = 0; i < 6; ++i) buffer.data<float>()[i] = static_cast<float>(i) + 0.5f;
+  const Tensor destination = Tensor::empty({2, 3}, kFloat32, Device::cpu());
+  buffers.upload_and_release(buffer, destination);
+  EXPECT_EQ(destination.to_vector(), (std::vector<double>{0.5, 1.5, 2.5, 3.5, 4.5, 5.5}));
+  EXPECT_EQ(buffers.acquire({2, 3}, kFloat32).raw_data(), buffer.raw_data());
+  EXPECT_EQ(buffers.buffers(), 1);
+  const Tensor other = buffers.acquire({2, 3}, kFloat32);
+  EXPECT_THROW(buffers.upload_and_release(other, Tensor::empty({3, 2}, kFloat32, Device::cpu())), Error);
+  EXPECT_THROW(buffers.upload_and_release(other, Tensor::empty({2, 3}, kBFloat16, Device::cpu())), Error);
+}
+
 // Threads that send and receive at once never share a buffer: each one handed out is written with
 // its owner's mark and still holds it when given back.
 TEST(HostMessageBuffers, ThreadsNeverHoldTheSameBuffer) {
