@@ -352,6 +352,9 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
   simulation.action_start.resize(stages);
   std::vector<size_t> next(stages, 0);       // the position of each stage's next action
   std::vector<double> free_at(stages, 0.0);  // when each stage finishes its last action so far
+  // When each stage's last message so far has arrived: a stage receives one at a time, in the
+  // order its actions need them (one p2p stream or thread receives them all).
+  std::vector<double> received_at(stages, 0.0);
 
   // Every start time depends only on finish times that are fixed once known, so sweeping the stages
   // until none can advance gives the same times in any sweep order.
@@ -363,6 +366,7 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
         const PipelineAction& action = actions[stage][next[stage]];
         const int virtual_stage = times.virtual_stage(stage, action);
         double start = free_at[stage];
+        double arrival = -1.0;  // when this action's message arrives, if it needs one
         bool ready = true;
         for (const Dependency& dependency : dependencies_of(action, virtual_stage, virtual_stages)) {
           const double end = end_of(dependency);
@@ -370,10 +374,16 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
             ready = false;
             break;
           }
-          const bool crosses_stages = dependency.virtual_stage % stages != stage;
-          start = std::max(start, end + (crosses_stages ? durations.transfer : 0.0));
+          if (dependency.virtual_stage % stages != stage) {
+            // The transfer starts once the data exists and the stage's previous message is in.
+            arrival = std::max(end, received_at[stage]) + durations.transfer;
+            start = std::max(start, arrival);
+          } else {
+            start = std::max(start, end);
+          }
         }
         if (!ready) break;
+        if (arrival >= 0.0) received_at[stage] = arrival;
         const double end = start + duration_of(action.kind, durations);
         if (action.kind == Kind::kForward) times.forward_end(action.micro_batch, virtual_stage) = end;
         if (action.kind == Kind::kBackward || action.kind == Kind::kBackwardInput) {

@@ -125,6 +125,9 @@ struct PipelineSimulation {
 //   W(m, j) after I(m, j).
 // Virtual stage j runs on stage j % stages as chunk j / stages. Transfer is added only between two
 // different stages (one stage passing from its chunk to its next, when stages == 1, sends nothing).
+// A stage receives one message at a time, in the order its actions need them (weft posts a stage's
+// receives on one p2p stream or thread): a transfer starts once its data exists and the stage's
+// previous message has arrived, so transfers longer than the compute between them queue up.
 // A stage whose next action can never start is a deadlock: reported, not thrown. Throws weft::Error
 // for input that is no schedule at all: not one list per stage, a micro-batch or chunk out of the
 // shape, an action listed twice, a negative duration.

@@ -299,6 +299,20 @@ TEST(PipelineScheduleTest, TransferLatencyAddsTwoCrossingsPerStageToGpipe) {
   EXPECT_DOUBLE_EQ(simulation.makespan, 9 * 3.0 + 2 * 3 * 0.25);
 }
 
+TEST(PipelineScheduleTest, ReceivesQueueWhenTransfersOutlastTheCompute) {
+  // F = I = W = 0.1, T = 1: stage 0's forwards end at 0.1, 0.2, 0.3, 0.4, but stage 1 takes one
+  // message at a time, so they arrive at 1.1, 2.1, 3.1, 4.1; its last forward ends at 4.2 and its
+  // backwards (0.2 each) at 4.4, 4.6, 4.8, 5.0, whose gradients reach stage 0 at 5.4, 6.4, 7.4, 8.4:
+  // its last backward ends at 8.6. (Were the transfers independent, the step would end at 3.5.)
+  const PipelineShape shape{.stages = 2, .micro_batches = 4};
+  const PipelineDurations durations{0.1, 0.1, 0.1, 1.0};
+  const PipelineSimulation simulation =
+      simulate_pipeline(pipeline_actions(PipelineSchedule::kGpipe, shape), shape, durations);
+  EXPECT_NEAR(simulation.makespan, 8.6, 1e-12);
+  ASSERT_EQ(simulation.action_start[1].size(), 8u);
+  for (int m = 0; m < 4; ++m) EXPECT_NEAR(simulation.action_start[1][m], 1.1 + m, 1e-12) << "forward " << m;
+}
+
 TEST(PipelineScheduleTest, SimulatorReportsABackwardListedBeforeItsForward) {
   const PipelineShape shape{.stages = 1, .micro_batches = 2};
   const std::vector<std::vector<PipelineAction>> actions = {
