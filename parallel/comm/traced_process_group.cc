@@ -125,25 +125,18 @@ class TracedHandle final : public CollectiveHandle {
 template <class Issue>
 CollectiveHandlePtr TracedProcessGroup::traced(const CommStream& stream, Issue&& issue) {
   const Device device = inner_->device();
-  const bool in_line = runs_on_current_stream(stream, device);
-  std::shared_ptr<cuda::Event> issued;
-  if (device.is_cuda()) {
-    order_after_current_stream(stream);
-    issued = in_line ? nullptr : compute_stream_arrival(*recorder_, device);
-  }
+  if (device.is_cuda()) order_after_current_stream(stream);
   const double start = clock_ms();
   CollectiveHandlePtr handle = issue();
   if (device.is_cpu()) {
     // On the caller stream a CPU collective runs inside the call: the call is the wait.
     if (stream.is_caller()) recorder_->add_wait(start, clock_ms());
-  } else if (in_line) {
-    // In line with the compute: the compute stream stands still for all of it.
+  } else if (runs_on_current_stream(stream, device) || handle->is_done()) {
+    // In line with the compute, the compute stream stands still for all of it. So it does for one
+    // done before the call returned (a group that blocks the host, as the host-staged one does):
+    // nothing could be queued on the compute stream meanwhile, and the collective's stream, ordered
+    // after the compute, began it where the compute ran dry.
     recorder_->add_device_wait(nullptr, handle);
-  } else if (issued && handle->is_done()) {
-    // Done before the call returned (a group that blocks the host, as the host-staged one does):
-    // nothing was queued on the compute stream after `issued` until now, so from there to the
-    // collective's end it stood still, though its node's interval spans that time.
-    recorder_->add_device_wait(std::move(issued), handle);
   }
   recorder_->add(handle->description(), handle->bytes(), handle);
   return std::make_shared<TracedHandle>(std::move(handle), recorder_, device);

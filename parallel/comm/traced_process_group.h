@@ -11,10 +11,9 @@
 // blocks no thread; the compute stream stands still instead, from the moment it reaches the wait
 // (an event recorded on it just before the wait) until the collective's end event. A collective
 // that runs on the compute stream itself (the caller stream) holds the compute stream for all of
-// its span. A collective that has ended when its call returns (a group that blocks the host, as
-// the host-staged one does) held the compute stream from the call to its end: nothing could be
-// queued there meanwhile. add_recorded_collectives turns both kinds into the timeline's
-// compute_waits.
+// its span; so does one that has ended when its call returns (a group that blocks the host, as the
+// host-staged one does): nothing could be queued on the compute stream meanwhile. add_recorded_
+// collectives turns both kinds into the timeline's compute_waits.
 //
 // Streams. On CUDA each collective given a stream other than the caller's current one (the tp_comm
 // stream) is first ordered after the caller's work so far (parallel/comm/stream_order.h): every
@@ -48,7 +47,7 @@ class CollectiveRecorder {
   };
   // CUDA: the compute stream waited from `reached` (a timing event recorded on it just before the
   // wait) to the end of `collective`; a null `reached` means from the collective's start (it ran
-  // on the compute stream).
+  // on the compute stream, or held the host until it was done).
   struct DeviceWait {
     std::shared_ptr<cuda::Event> reached;
     CollectiveHandlePtr collective;

@@ -2,8 +2,8 @@
 // stream is ordered after the compute queued before it, and a step's timeline counts it as
 // communication and the compute stream's wait for it as exposed: all of it where compute waits at
 // once (the manual mode's way), none of it where compute ran on under it (the auto mode's), all of
-// it where it ran on the compute stream itself, from its call where the call blocked the host (the
-// compute stream ran dry meanwhile). Skipped without a GPU.
+// it where it ran on the compute stream itself or where the call blocked the host until it was done
+// (the compute stream ran dry meanwhile). Skipped without a GPU.
 //
 // "Compute" is a chain of bf16 matmuls on the compute stream; the "collective" is a fake group's
 // all-reduce that copies its tensor to pinned host memory on the stream it is given (a DMA engine,
