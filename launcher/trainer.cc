@@ -33,6 +33,7 @@
 #include "parallel/comm/gpu_assignment.h"
 #include "parallel/comm/host_staged_process_group.h"
 #include "parallel/comm/mpi_environment.h"
+#include "parallel/comm/mpi_poll_probe.h"
 #include "parallel/mesh.h"
 #include "parallel/step/fault_injection.h"
 #include "parallel/strategy.h"
@@ -161,6 +162,9 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   if (s.device.is_cpu()) {
     const std::string threads = share_cpu_cores_between_ranks();
     if (!threads.empty()) s.choices.push_back(threads);
+    // Before the calibration, whose figures should be taken the way the run will wait.
+    const MpiPollChoice waits = choose_mpi_poll_pause();
+    if (waits.measured) s.choices.push_back(waits.describe());
   }
 
   // Data first: a missing file should fail before any weights are drawn.

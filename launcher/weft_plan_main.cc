@@ -38,6 +38,7 @@
 #include "launcher/layout_search.h"
 #include "parallel/comm/fault_handler.h"
 #include "parallel/comm/mpi_environment.h"
+#include "parallel/comm/mpi_poll_probe.h"
 #include "parallel/cost/calibration.h"
 #include "parallel/cost/host_topology.h"
 #include "runtime/device.h"
@@ -187,7 +188,13 @@ int plan(int argc, char** argv) {
   }
 
   const weft::Device device = weft::Device::parse(config.train.device.rfind("cuda", 0) == 0 ? "cuda:0" : "cpu");
-  if (device.is_cpu()) weft::share_cpu_cores_between_ranks();  // measured as weft-train will run
+  std::string waits;  // how CPU ranks wait for MPI (parallel/comm/mpi_poll_probe.h)
+  if (device.is_cpu()) {
+    // Measured as weft-train will run.
+    weft::share_cpu_cores_between_ranks();
+    const weft::MpiPollChoice choice = weft::choose_mpi_poll_pause();
+    if (choice.measured) waits = choice.describe();
+  }
   weft::CostModel model;
   std::string anchor;  // what the compute anchor measured (launcher/compute_anchor.h)
   std::vector<int> host_ids;
@@ -240,6 +247,7 @@ int plan(int argc, char** argv) {
   }
   for (const std::string& line : model.describe()) std::printf("  %s\n", line.c_str());
   if (!anchor.empty()) std::printf("%s\n", anchor.c_str());
+  if (!waits.empty()) std::printf("%s\n", waits.c_str());
   if (!written.empty()) std::printf("cost model: written to %s (comm.calibration_file)\n", written.c_str());
   bool any_assumed = false;
   for (const auto& by_link : model.measured) {

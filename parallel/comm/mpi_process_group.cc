@@ -95,7 +95,7 @@ int64_t poll_pause_from_environment() {
 std::atomic<int64_t>& poll_pause_limit() {
   static std::atomic<int64_t> limit{[] {
     const int64_t configured = poll_pause_from_environment();
-    return configured >= 0 ? configured : int64_t{200};
+    return configured >= 0 ? configured : kCpuMpiPollPauseUs;
   }()};
   return limit;
 }
@@ -111,13 +111,18 @@ void set_mpi_poll_pause_limit_us(int64_t microseconds) {
 
 void wait_for_mpi_request(MPI_Request& request, const std::string& description, const std::vector<int>& world_ranks,
                           MPI_Status* status) {
+  wait_for_mpi_request_pausing(request, description, world_ranks, mpi_poll_pause_limit_us(), status);
+}
+
+void wait_for_mpi_request_pausing(MPI_Request& request, const std::string& description,
+                                  const std::vector<int>& world_ranks, int64_t pause_limit_us, MPI_Status* status) {
   using Clock = std::chrono::steady_clock;
   const double timeout = comm_timeout_seconds();
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
   // Poll quickly at first (most operations finish within microseconds), then back off to the limit
-  // (200 us on CPU ranks) so that a waiting comm thread leaves the cores to compute. Each MPI_Test
+  // (200 us on CPU ranks, unless the probe chose 0) so that a waiting comm thread leaves the cores to compute. Each MPI_Test
   // also drives MPI's progress, so where the limit is 0 it never sleeps (mpi_process_group.h).
-  const auto limit = std::chrono::microseconds(mpi_poll_pause_limit_us());
+  const auto limit = std::chrono::microseconds(std::max<int64_t>(pause_limit_us, 0));
   auto pause = std::min(std::chrono::microseconds(5), limit);
   for (int polls = 0;; ++polls) {
     int done = 0;

@@ -78,13 +78,25 @@ class MpiProcessGroup final : public ProcessGroup, public std::enable_shared_fro
 void wait_for_mpi_request(MPI_Request& request, const std::string& description, const std::vector<int>& world_ranks,
                           MPI_Status* status = MPI_STATUS_IGNORE);
 
+// As wait_for_mpi_request, sleeping at most `pause_limit_us` between polls whatever the process's
+// limit (the poll probe times both ways, parallel/comm/mpi_poll_probe.h).
+void wait_for_mpi_request_pausing(MPI_Request& request, const std::string& description,
+                                  const std::vector<int>& world_ranks, int64_t pause_limit_us,
+                                  MPI_Status* status = MPI_STATUS_IGNORE);
+
+// The longest sleep of CPU ranks between two polls, unless the poll probe or the environment says
+// otherwise: long enough that a waiting comm thread leaves the cores to compute.
+inline constexpr int64_t kCpuMpiPollPauseUs = 200;
+
 // The longest sleep between two polls of wait_for_mpi_request, in microseconds; 0: never sleep,
 // only yield. Why it matters: a message that MPI moves in fragments (shared memory without a
 // single-copy mechanism, as on the H200 machine) advances only while some MPI call runs, so each
 // sleep stalls it; there 200 us sleeps held the pipeline's host route to 0.31 GB/s
-// (docs/performance.md, 2026-12-05). CPU ranks keep 200 us, so that a waiting comm thread leaves
-// the cores to compute; processes with GPU ranks never sleep (their host cores do not compute):
-// making a process group for a CUDA device sets 0. WEFT_MPI_POLL_PAUSE_US, when set, wins over both.
+// (docs/performance.md, 2026-12-05). CPU ranks start at kCpuMpiPollPauseUs, so that a waiting comm
+// thread leaves the cores to compute, and choose_mpi_poll_pause (mpi_poll_probe.h) sets 0 where
+// sleeping measurably stalls the world's MPI; processes with GPU ranks never sleep (their host cores
+// do not compute): making a process group for a CUDA device sets 0. WEFT_MPI_POLL_PAUSE_US, when
+// set, wins over all of these.
 int64_t mpi_poll_pause_limit_us();
 // Sets the limit unless WEFT_MPI_POLL_PAUSE_US is set (process-wide).
 void set_mpi_poll_pause_limit_us(int64_t microseconds);
