@@ -120,8 +120,9 @@ void wait_for_mpi_request_pausing(MPI_Request& request, const std::string& descr
   const double timeout = comm_timeout_seconds();
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
   // Poll quickly at first (most operations finish within microseconds), then back off to the limit
-  // (200 us on CPU ranks, unless the probe chose 0) so that a waiting comm thread leaves the cores to compute. Each MPI_Test
-  // also drives MPI's progress, so where the limit is 0 it never sleeps (mpi_process_group.h).
+  // (200 us on CPU ranks, unless the poll probe chose 0) so that a waiting comm thread leaves the
+  // cores to compute. Each MPI_Test also drives MPI's progress, so where the limit is 0 it never
+  // sleeps (mpi_process_group.h).
   const auto limit = std::chrono::microseconds(std::max<int64_t>(pause_limit_us, 0));
   auto pause = std::min(std::chrono::microseconds(5), limit);
   for (int polls = 0;; ++polls) {

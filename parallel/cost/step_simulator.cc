@@ -292,7 +292,13 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     // The weight-gradient half of backward (every linear's dW; zero bubble runs it apart).
     durations.backward_input = backward / 2.0;
     durations.backward_weight = backward / 2.0;
-    durations.transfer = transfer;
+    // Where the transfer hides it is the edge's latency: the receive is posted ahead and the data
+    // moves while both sides compute. Where it does not (the manual mode posts each receive on the
+    // compute stream right where its data is needed; the auto mode on a host with no slot free to
+    // progress it), MPI moves the message once the receive is posted, so the transfer is inside
+    // the receiving action's duration (above) and the edge adds nothing; the send itself never
+    // waits (pipeline_step_builder.h). Counting it on the edge too paid each transfer twice.
+    durations.transfer = hides ? transfer : 0.0;
     const PipelineSchedule schedule = parse_pipeline_schedule(layout.schedule);
     const PipelineShape shape{layout.pp, layout.micro_batches, layout.virtual_stages};
     const PipelineSimulation simulation = simulate_pipeline(pipeline_actions(schedule, shape), shape, durations);

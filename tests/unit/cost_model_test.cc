@@ -285,6 +285,34 @@ TEST(StepSimulator, TheHostRouteOnGpusPaysItsCopies) {
   EXPECT_NE(layout_problem(workload, layout).find("pp_transport"), std::string::npos);
 }
 
+// A pipeline's transfer costs once: on the edge where the auto mode hides it (the receive is
+// posted ahead), inside the receiving action where the manual mode waits for it (its receive is
+// posted where the data is needed, and MPI moves the message then). GPipe over 2 stages, uniform
+// stages: the last backward ends at (m+1)(F+B) plus, in the auto mode, one transfer each way.
+TEST(StepSimulator, PipelinesPayEachTransferOnce) {
+  const Workload workload = small_gpt();
+  ParallelLayout layout;
+  layout.pp = 2;
+  layout.micro_batches = 4;
+  layout.schedule = "gpipe";
+  const double m = layout.micro_batches;
+  auto step_with_transfer_latency = [&](const std::string& mode, double latency_ms) {
+    CostModel model = model_with(0.01, 1e9);
+    for (CollectiveKind kind : {CollectiveKind::kSendRecv, CollectiveKind::kHostSendRecv}) {
+      model.fits[static_cast<size_t>(kind)].fill({latency_ms, 1e9, 2});
+    }
+    layout.comm_mode = mode;
+    return predict_step(workload, layout, model, 8).step_ms;
+  };
+  const double delta = 0.05;  // shorter than a stage's forward: no receive queues behind another
+  // Manual: every forward and backward of the stage waits for one transfer.
+  EXPECT_NEAR(step_with_transfer_latency("manual", 0.01 + delta) - step_with_transfer_latency("manual", 0.01),
+              2.0 * (m + 1.0) * delta, 1e-9);
+  // Auto: the transfers hide under compute, but for the first activation and the first gradient.
+  EXPECT_NEAR(step_with_transfer_latency("auto", 0.01 + delta) - step_with_transfer_latency("auto", 0.01),
+              2.0 * delta, 1e-9);
+}
+
 // weft-plan predicts each pipeline layout over the route its command runs: GPU to GPU in the auto
 // mode on GPUs, the host route otherwise.
 TEST(LayoutSearch, PipelinesTakeTheRouteTheirSettingsName) {
