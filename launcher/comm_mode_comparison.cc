@@ -65,6 +65,7 @@ nlohmann::json figures_json(const ModeFigures& figures) {
   return {{"measured_steps", figures.measured_steps},
           {"tokens_per_s", figures.tokens_per_s},
           {"step_ms", figures.step_ms},
+          {"predicted_step_ms", optional_number(figures.predicted_step_ms)},
           {"compute_ms", figures.compute_ms},
           {"comm_ms", figures.comm_ms},
           {"exposed_comm_ms", figures.exposed_comm_ms},

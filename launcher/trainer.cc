@@ -139,7 +139,8 @@ std::string resolve_resume_path(const RunConfig& config) {
   return resume;
 }
 
-Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::make_unique<State>()) {
+Trainer::Trainer(RunConfig config, std::shared_ptr<const CostModel> cost_model)
+    : config_(std::move(config)), state_(std::make_unique<State>()) {
   validate_config(config_);
   State& s = *state_;
   // The world: under mpirun every rank builds the same mesh and fails with the same message when
@@ -195,8 +196,14 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), state_(std::mak
   const std::string resume_path = resolve_resume_path(config_);
   std::optional<LoadedCheckpoint> resumed;
   if (!resume_path.empty()) resumed = load_checkpoint_state(resume_path);
-  s.cost = prepare_cost_model(config_, s.device, s.compute_dtype, s.world_rank,
-                              resumed.has_value() ? &resumed->state : nullptr);
+  if (cost_model != nullptr) {
+    s.cost.host_ids = world_host_ids();
+    s.cost.lines.push_back("cost model: figures given (" + cost_model->source + ")");
+    s.cost.model = std::move(cost_model);
+  } else {
+    s.cost = prepare_cost_model(config_, s.device, s.compute_dtype, s.world_rank,
+                                resumed.has_value() ? &resumed->state : nullptr);
+  }
 
   // The one-process model, or (tp > 1) this rank's part of it in the comm mode's form.
   // train.recompute reaches the layers that own the activations through the config they are built from.
@@ -338,6 +345,7 @@ TrainResult Trainer::run() {
   TrainResult result;
   result.first_step = s.start_step + 1;
   result.description = s.strategy->description();
+  result.cost_model = s.cost.model;
   if (!s.tensor_plan.empty()) {
     result.description.push_back(absl::StrFormat("tensor-parallel plan (%d layers): %s",
                                                   static_cast<int>(s.tensor_plan.size()),

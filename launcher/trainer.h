@@ -18,6 +18,7 @@
 #include "launcher/metrics_logger.h"
 #include "launcher/run_config.h"
 #include "layers/language_model.h"
+#include "parallel/cost/cost_model.h"
 
 namespace weft {
 
@@ -33,12 +34,17 @@ struct TrainResult {
   std::vector<std::string> description;
   std::optional<double> last_validation_loss;
   bool stopped_by_signal = false;   // the ranks agreed to stop early (SIGTERM/SIGINT; launcher/stop_signal.h)
+  // The cost-model figures the run chose and predicted by (null: it had none).
+  std::shared_ptr<const CostModel> cost_model;
 };
 
 class Trainer {
  public:
   // Validates what only a run can check (device present, data vocabulary vs model.vocab).
-  explicit Trainer(RunConfig config);
+  // `cost_model`, when given, is the run's cost model instead of what comm.calibrate and
+  // comm.calibration_file would give (weft-compare gives its auto run the figures its manual run
+  // measured: one calibration, both predictions from the same figures).
+  explicit Trainer(RunConfig config, std::shared_ptr<const CostModel> cost_model = nullptr);
   ~Trainer();
   TrainResult run();
   LanguageModel& model() { return *model_; }

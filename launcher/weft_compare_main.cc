@@ -11,6 +11,10 @@
 // (log.metrics_file), timeline.svg (the last step of both modes, stacked: launcher/timeline_picture.h)
 // and comparison.json (every figure, step by step, for comparing runs later).
 //
+// One cost model serves both runs: the manual run measures where the auto run would (comm.calibrate
+// auto), or reads comm.calibration_file, and the auto run takes its figures, so the table's
+// predictions for the two modes come from the same calibration.
+//
 // Both runs are forced to log.progress plain, no validation (data.val_every 0) and no checkpoints
 // (checkpoint.dir and checkpoint.resume empty): they measure training steps only. Bad input exits 2
 // with one line from rank 0, as weft-train does (every rank reaches the same verdict); a rank that
@@ -167,9 +171,20 @@ std::string file_in(const std::string& folder, const std::string& name) {
 
 // One mode's run: the trainer, then every rank's peak memory and mean exposed communication
 // gathered to rank 0.
-weft::ModeRun run_mode(const weft::RunConfig& shared, const std::string& mode, const std::string& folder) {
+// `cost_model`: in, the figures the earlier mode's run used (null: this run calibrates as its
+// config says); out, this run's (null: it had none).
+weft::ModeRun run_mode(const weft::RunConfig& shared, const std::string& mode, const std::string& folder,
+                       std::shared_ptr<const weft::CostModel>& cost_model) {
   weft::RunConfig config = shared;
   config.comm.mode = mode;
+  // One cost model for both modes: the manual run measures where the auto run would (comm.calibrate
+  // auto measures for the auto mode only), unless a calibration file is there to read, and the
+  // auto run takes the same figures. So both rows of "predicted by the cost model" come from one
+  // calibration, paid once.
+  const std::string& kept = config.comm.calibration_file;
+  if (mode == "manual" && config.comm.calibrate == "auto" && (kept.empty() || !std::filesystem::exists(kept))) {
+    config.comm.calibrate = "on";
+  }
   // The manual mode's pipelines post a stage's sends and receives on one stream, which the direct
   // route's in-order rendezvous would deadlock (config_loader.cc refuses the pair in weft-train):
   // its run sends pipeline messages over the host route, and the log says so.
@@ -187,10 +202,15 @@ weft::ModeRun run_mode(const weft::RunConfig& shared, const std::string& mode, c
   double peak_mb = 0;
   {
     // Gone before the next mode's trainer: its process groups, threads and buffers too.
-    weft::Trainer trainer(config);
+    weft::Trainer trainer(config, cost_model);
     weft::TrainResult result = trainer.run();
     run.steps = std::move(result.steps);
     run.description = std::move(result.description);
+    if (result.cost_model != nullptr && result.cost_model != cost_model) {
+      auto kept_model = std::make_shared<weft::CostModel>(*result.cost_model);
+      kept_model->source = "the " + mode + " run's: " + kept_model->source;
+      cost_model = std::move(kept_model);
+    }
   }
   for (const weft::StepMetrics& step : run.steps) peak_mb = std::max(peak_mb, step.memory_mb);
   const double exposed_ms = weft::mode_figures(run).exposed_comm_ms;  // this rank's steps
@@ -279,11 +299,12 @@ int main(int argc, char** argv) {
   if (leader) std::printf("weft-compare: writing into %s/\n", folder.c_str());
 
   std::vector<weft::ModeRun> runs;
+  std::shared_ptr<const weft::CostModel> cost_model;  // the first run's, for the second
   try {
     for (const char* mode : kModes) {
       if (leader) std::printf("\n== comm.mode %s ==\n", mode);
       std::fflush(stdout);
-      runs.push_back(run_mode(config, mode, folder));
+      runs.push_back(run_mode(config, mode, folder, cost_model));
     }
   } catch (const weft::Error& error) {
     weft::abort_all_if_distributed(std::string("weft-compare: error: ") + error.what());

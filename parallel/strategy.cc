@@ -68,6 +68,13 @@ void choose_dp_all_reduce(const Mesh& mesh, int world_rank, const ProcessGroup& 
                " (WEFT_RANKS_PER_HOST=K makes K consecutive ranks a host, for tests); use comm.dp_all_reduce: flat or auto");
     return;
   }
+  if (mode == "auto" && options.comm_mode == "manual") {
+    // Hand-written code fixes its path in advance; choosing it by the cost model is the auto mode's
+    // (weft-compare's manual run has the model too, and must show the hand-written path).
+    options.notes.push_back("dp all-reduce: flat (comm.mode manual fixes the path in advance; "
+                            "comm.dp_all_reduce: hierarchical takes the two levels)");
+    return;
+  }
   std::shared_ptr<HierarchicalAllReduce> two_level =
       HierarchicalAllReduce::make(data_group, mesh.group_index(Axis::kData, world_rank), options.host_ids);
   if (two_level == nullptr) {

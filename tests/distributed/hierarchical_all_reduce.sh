@@ -4,6 +4,7 @@
 #  - comm.dp_all_reduce hierarchical trains to the flat run's losses (f32 rounding of another sum order);
 #  - auto takes the path the cost model predicts faster: hierarchical with a calibration file whose
 #    across-hosts links are slow, flat with one whose host links are the slow ones — and says so;
+#    comm.mode manual keeps flat with the same file (hand-written code fixes its path);
 #  - hierarchical where it cannot apply (every rank on one host) stops with a message naming the key.
 #   usage: hierarchical_all_reduce.sh WEFT_TRAIN
 set -euo pipefail
@@ -52,6 +53,11 @@ done
 grep -q "cost model: dp all-reduce hierarchical" "$work/auto_slow.txt" || { cat "$work/auto_slow.txt"; exit 1; }
 grep -q "cost model: dp all-reduce flat" "$work/auto_fast.txt" || { cat "$work/auto_fast.txt"; exit 1; }
 grep -q "cost model: figures from $work/slow.json" "$work/auto_slow.txt"
+# The manual mode keeps the flat path that hand-written code fixes, even with the model at hand.
+"${mpirun[@]}" "$weft_train" "${common[@]}" --set comm.mode=manual --set comm.calibration_file="$work/slow.json" \
+  --set train.steps=2 > "$work/manual_slow.txt"
+grep -q "dp all-reduce: flat (comm.mode manual fixes the path in advance" "$work/manual_slow.txt" ||
+  { cat "$work/manual_slow.txt"; exit 1; }
 
 # Forced where it cannot apply: one host.
 unset WEFT_RANKS_PER_HOST

@@ -4,7 +4,8 @@
 #   rank's peak memory, and losses that are the same bits in both modes (data parallelism promises
 #   it on the CPU: comm_modes_agree.sh) and the same bits as a plain weft-train run of the same
 #   config in auto mode (the second trainer of weft-compare's process is not disturbed by the
-#   first); both traces hold both ranks' events; timeline.svg draws both panels.
+#   first); both traces hold both ranks' events; timeline.svg draws both panels; both modes have
+#   a predicted step time, from one calibration (the manual run's figures, given to the auto run).
 # - tp 2 with sp: the losses agree to f32 tolerance (the auto mode's ring reduce-scatter adds in
 #   another order), the auto mode's description names its tensor-parallel plan, and the
 #   tensor-parallel block's line counts are printed as tools/tp_block_lines.py counts them.
@@ -92,6 +93,16 @@ check(report["losses"]["bitwise"] and "losses: bitwise equal over 4 steps" in lo
 train = [json.loads(l)["loss"] for l in open(f"{work}/train-auto.jsonl")]
 check(train == auto, f"dp: weft-train's auto losses {train} differ from weft-compare's {auto}")
 print("dp 2, both modes and weft-train:", " ".join(repr(x) for x in auto))
+# One calibration, by the manual run (comm.calibrate auto measures for the auto mode, so weft-compare
+# measures in the first run), and a prediction in each mode's steps and table column.
+check(log.count("cost model: measured on 2 rank(s) of cpu") == 1, "dp: not exactly one calibration")
+check("cost model: figures given (the manual run's: measured on 2 rank(s) of cpu" in log,
+      "dp: the auto run did not take the manual run's figures")
+for mode in ("manual", "auto"):
+    check(all(s.get("predicted_step_ms", 0) > 0 for s in report["modes"][mode]["steps"]),
+          f"dp {mode}: a step without a predicted time")
+check(re.search(r"^  predicted by the cost model\s+[\d.]+\s+[\d.]+\s*$", log, re.M),
+      "dp: the table does not predict both modes")
 
 report, log = modes("tp")
 manual, auto = report["modes"]["manual"]["losses"], report["modes"]["auto"]["losses"]
