@@ -12,7 +12,8 @@
 // where nothing hides it), the data-parallel bucket reductions against the last backward, and the
 // optimizer. The comm mode decides what hides: `manual` waits for every collective where it is
 // called (tensor-parallel ones inside compute, gradient buckets after backward, receives on
-// compute); `auto` overlaps the gradient buckets with backward, pipelines the sequence-parallel
+// compute: a transfer counts once, inside the receiving action, not also on the pipeline's edge);
+// `auto` overlaps the gradient buckets with backward, pipelines the sequence-parallel
 // collective matmuls (all but one chunk of each ring under its matmul) and posts receives ahead.
 //
 // Memory per rank: weights, gradients and optimizer state (ZeRO shards them over dp), the master
@@ -24,8 +25,8 @@
 // Shared compute: where a host's ranks outnumber its compute slots (CostModel::compute_slots_per_host,
 // CPU ranks on fewer cores), the host's compute divided over its slots bounds the step from below,
 // and every collective or receive that ranks reach from compute pays the loaded wait of its group
-// size (CostModel::loaded_wait_ms): each tensor-parallel collective, each pipeline receive (on the
-// transfer's edge, posted ahead or not), the loss all-reduces, the data-parallel reduction that ends
+// size (CostModel::loaded_wait_ms): each tensor-parallel collective, each pipeline receive (with
+// its transfer, in the receiving action), the loss all-reduces, the data-parallel reduction that ends
 // backward and ZeRO's gather after the update; the buckets that follow it back to back do not.
 // There auto mode hides nothing either: overlap needs a free slot to progress the communication
 // while compute runs, and every slot is computing, so it is exposed as in manual mode.
