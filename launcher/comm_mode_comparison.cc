@@ -228,18 +228,23 @@ std::string comparison_table(const ComparisonContext& context, const ModeRun& ma
                   "process\n";
   out += absl::StrFormat("tensor-parallel block: manual %d lines, auto %d lines (tools/tp_block_lines.py)\n",
                          context.tensor_parallel_block_lines_manual, context.tensor_parallel_block_lines_auto);
-  // What the auto mode chose from the cost model (bucket size, dp all-reduce path, collective
-  // matmuls), as its start-up log says it.
-  bool heading = false;
-  for (const std::string& line : automatic.description) {
-    if (line.rfind("cost model: ", 0) != 0 && line.rfind("dp all-reduce", 0) != 0 &&
-        line.rfind("collective matmuls", 0) != 0) {
-      continue;
+  // What each mode took from the cost model, as its start-up log says it: the manual mode's fixed
+  // dp path (where the world spans hosts) and its prediction; the auto mode's choices (bucket size,
+  // dp all-reduce path, collective matmuls) and its prediction.
+  auto cost_model_lines = [&out](const std::vector<std::string>& description, const std::string& heading) {
+    bool headed = false;
+    for (const std::string& line : description) {
+      if (line.rfind("cost model: ", 0) != 0 && line.rfind("dp all-reduce", 0) != 0 &&
+          line.rfind("collective matmuls", 0) != 0) {
+        continue;
+      }
+      if (!headed) out += heading + "\n";
+      headed = true;
+      out += "  " + (line.rfind("cost model: ", 0) == 0 ? line.substr(12) : line) + "\n";
     }
-    if (!heading) out += "the auto mode's choices:\n";
-    heading = true;
-    out += "  " + (line.rfind("cost model: ", 0) == 0 ? line.substr(12) : line) + "\n";
-  }
+  };
+  cost_model_lines(manual.description, "the manual mode's path and prediction:");
+  cost_model_lines(automatic.description, "the auto mode's choices:");
   return out;
 }
 

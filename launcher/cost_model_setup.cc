@@ -137,6 +137,7 @@ ParallelLayout layout_of(const RunConfig& config) {
   layout.sequence_parallel = config.parallel.sp;
   layout.comm_mode = config.comm.mode;
   layout.bucket_bytes = static_cast<int64_t>(config.comm.bucket_mb * 1024.0 * 1024.0);
+  layout.dp_all_reduce = config.comm.dp_all_reduce;
   return layout;
 }
 

@@ -43,6 +43,7 @@ LayoutSearch search_layouts(const Workload& workload, const CostModel& model, co
               layout.virtual_stages = chunks;
               layout.sequence_parallel = sp;
               layout.comm_mode = options.comm_mode;
+              layout.dp_all_reduce = options.dp_all_reduce;
               // Pipelines on GPUs in the auto mode take NCCL's send/recv between stages; the manual
               // mode (and the CPU, where both routes are MPI's) the host route, the default.
               layout.pp_transport = options.on_gpus && options.comm_mode == "auto" ? "direct" : "host";

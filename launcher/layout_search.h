@@ -25,6 +25,7 @@ struct LayoutSearchOptions {
   int ranks_per_host = 8;
   double memory_limit_bytes = 0.0;  // 0: no limit
   std::string comm_mode = "auto";
+  std::string dp_all_reduce = "auto";  // comm.dp_all_reduce, for every layout
   int max_micro_batches = 64;       // larger counts are not tried
   bool on_gpus = false;             // the ranks are GPUs (the pipeline route, above)
 };

@@ -229,6 +229,7 @@ int plan(int argc, char** argv) {
   options.ranks_per_host = ranks_per_host;
   options.memory_limit_bytes = memory_gb * 1024.0 * 1024.0 * 1024.0;
   options.comm_mode = config.comm.mode;
+  options.dp_all_reduce = config.comm.dp_all_reduce;
   options.on_gpus = model.device == "cuda";
   const weft::Workload workload = weft::workload_of(config);
   const weft::LayoutSearch search = weft::search_layouts(workload, model, options);

@@ -332,10 +332,12 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     // Two levels when the dp group spans hosts with several of its ranks on each, if the model says so.
     const int dp_per_host = std::max(1, ranks_per_host / (layout.tp * layout.pp));
     if (kind == CollectiveKind::kAllReduce && dp_link == LinkClass::kAcrossHosts && dp_per_host >= 2 &&
-        layout.dp % dp_per_host == 0) {
+        layout.dp % dp_per_host == 0 && layout.dp_all_reduce != "flat") {
       const double flat = model.collective_ms(kind, gradient_bytes, layout.dp, dp_link);
       const double two_level = model.hierarchical_all_reduce_ms(gradient_bytes, dp_per_host, layout.dp / dp_per_host);
-      if (two_level < flat) {
+      // As the run decides (parallel/strategy.cc): forced by comm.dp_all_reduce, or chosen by the
+      // model in the auto mode only (hand-written code fixes its path in advance).
+      if (layout.dp_all_reduce == "hierarchical" || (!manual && two_level < flat)) {
         prediction.dp_hierarchical = true;
         buckets.reduce_ms *= two_level / flat;
         buckets.exposed_ms *= two_level / flat;

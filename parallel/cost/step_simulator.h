@@ -57,6 +57,9 @@ struct ParallelLayout {
   bool sequence_parallel = false;
   std::string comm_mode = "auto";
   int64_t bucket_bytes = 0;       // 0: auto chooses by the model, manual takes default_bucket_bytes
+  // comm.dp_all_reduce: auto (the auto mode takes two levels where the model predicts them faster;
+  // the manual mode keeps flat, as its run does), flat, hierarchical
+  std::string dp_all_reduce = "auto";
   int ranks() const { return dp * tp * pp; }
   // "dp 2 x tp 2 x pp 1, zero 0, 4 micro-batches, 1f1b, sp" (", direct" for that pipeline route)
   std::string describe() const;

@@ -102,8 +102,13 @@ TEST(CommModeComparisonTest, TableAndJsonCarryBothModes) {
   context.world_size = 2;
   context.tensor_parallel_block_lines_manual = 461;
   context.tensor_parallel_block_lines_auto = 18;
-  const ModeRun manual = run_of("manual", {50, 40, 40, 40}, 1.0);
-  const ModeRun automatic = run_of("auto", {50, 20, 20, 20}, 0.25);
+  ModeRun manual = run_of("manual", {50, 40, 40, 40}, 1.0);
+  ModeRun automatic = run_of("auto", {50, 20, 20, 20}, 0.25);
+  // What each mode took from the cost model, as weft-train's start-up lines say it.
+  manual.description = {"data parallel over 2 ranks", "dp all-reduce: flat (comm.mode manual fixes the path in advance)",
+                        "cost model: predicted step 38.00 ms"};
+  automatic.description = {"data parallel over 2 ranks", "cost model: bucket 256 KB: predicted exposed 0.1 ms",
+                           "dp all-reduce hierarchical: predicted 0.31 ms", "cost model: predicted step 19.00 ms"};
   const std::string table = comparison_table(context, manual, automatic);
   EXPECT_EQ(row(table, ""), std::vector<std::string>({"manual", "auto", "auto", "/", "manual"})) << table;
   EXPECT_EQ(row(table, "step ms"), std::vector<std::string>({"40.00", "20.00", "0.50"})) << table;
@@ -115,6 +120,16 @@ TEST(CommModeComparisonTest, TableAndJsonCarryBothModes) {
   EXPECT_NE(table.find("tensor-parallel block: manual 461 lines, auto 18 lines (tools/tp_block_lines.py)"),
             std::string::npos)
       << table;
+  EXPECT_NE(table.find("the manual mode's path and prediction:\n"
+                       "  dp all-reduce: flat (comm.mode manual fixes the path in advance)\n"
+                       "  predicted step 38.00 ms\n"
+                       "the auto mode's choices:\n"
+                       "  bucket 256 KB: predicted exposed 0.1 ms\n"
+                       "  dp all-reduce hierarchical: predicted 0.31 ms\n"
+                       "  predicted step 19.00 ms\n"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("data parallel over 2 ranks"), std::string::npos) << "only the cost model's lines";
   EXPECT_EQ(table.find("MFU"), std::string::npos) << "MFU is for GPUs only";
   EXPECT_EQ(table.find("pipeline bubble"), std::string::npos) << "no pipeline, no bubble rows";
 

@@ -235,10 +235,19 @@ TEST(StepSimulator, LinksAcrossHostsCostMore) {
   const StepPrediction one_host = predict_step(workload, layout, model, 8);
   const StepPrediction eight_hosts = predict_step(workload, layout, model, 1);
   EXPECT_GT(eight_hosts.dp_comm_ms, 10 * one_host.dp_comm_ms);
-  // With four hosts of two ranks the two-level all-reduce moves most bytes over the fast links.
+  // With four hosts of two ranks the two-level all-reduce moves most bytes over the fast links:
+  // the auto mode takes it; the manual mode keeps the flat path unless comm.dp_all_reduce says so.
+  EXPECT_FALSE(predict_step(workload, layout, model, 2).dp_hierarchical);
+  layout.dp_all_reduce = "hierarchical";
+  const StepPrediction forced = predict_step(workload, layout, model, 2);
+  EXPECT_TRUE(forced.dp_hierarchical);
+  layout.comm_mode = "auto";
+  layout.dp_all_reduce = "auto";
   const StepPrediction two_per_host = predict_step(workload, layout, model, 2);
   EXPECT_TRUE(two_per_host.dp_hierarchical);
-  EXPECT_LT(two_per_host.dp_comm_ms, eight_hosts.dp_comm_ms);
+  EXPECT_LT(two_per_host.dp_comm_ms, predict_step(workload, layout, model, 1).dp_comm_ms);
+  layout.dp_all_reduce = "flat";
+  EXPECT_FALSE(predict_step(workload, layout, model, 2).dp_hierarchical);
 }
 
 // The pipeline's two routes (parallel.pp_transport): the direct route costs send_recv's fit, the host
