@@ -158,13 +158,14 @@ CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
 }
 
 // GPUs' host route and copy to host memory where nothing was measured: the H200 machine's
-// (docs/performance.md, 2026-12-05, ninth and tenth sessions), from tools/cuda_host_route_benchmark's
-// legs with the route's page-locked buffers used again, as the route runs them one after another:
-// device to host 38.4 GB/s at 1 MiB and 51.7 at 8 MiB, MPI between the buffers 5.6 and 5.0, host
-// to device 35.7 and 52.6; so 0.244 ms for 1 MiB and 2.00 ms for 8 MiB, a latency too small to
-// fit. (Before GPU processes stopped sleeping between MPI polls the route moved 0.31 GB/s.) The
-// copy to host alone, over both sessions' rows: 1 MiB in 0.027-0.048 ms, 8 MiB in 0.159-0.162 ms.
-constexpr CollectiveFit kGpuHostRouteSameHost = {0.0, 4.2e6, 0};
+// (docs/performance.md, 2026-12-05, ninth to eleventh sessions). The route: the calibration's own
+// fit of it there (tools/device/pipeline-host-route, eleventh session: 0.106 ms + 3.39 GB/s, the
+// whole route as weft runs it at 1-8 MB, headers and upload included). Its legs timed apart
+// (tools/cuda_host_route_benchmark, page-locked buffers used again) add up to about 4.2 GB/s, the
+// default before. (Before GPU processes stopped sleeping between MPI polls it moved 0.31 GB/s.)
+// The copy to host alone, over the sessions' rows: 1 MiB in 0.027-0.048 ms, 8 MiB in
+// 0.159-0.162 ms; the eleventh session's fit 0.009 ms + 54.7 GB/s.
+constexpr CollectiveFit kGpuHostRouteSameHost = {0.106, 3.39e6, 0};
 constexpr CollectiveFit kGpuDeviceToHost = {0.02, 55e6, 0};
 
 // default_cost_model's links (calibration.h).
