@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 
 #include "parallel/comm/fault_handler.h"
@@ -41,6 +42,12 @@ int mpi_world_size() {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
+}
+
+std::vector<int> mpi_world_ranks() {
+  std::vector<int> ranks(static_cast<size_t>(mpi_world_size()));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
 }
 
 std::mutex& mpi_call_mutex() {

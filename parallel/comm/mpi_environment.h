@@ -20,6 +20,7 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "runtime/error.h"
 
@@ -61,6 +62,8 @@ bool mpi_is_active();
 // The world rank and size (0 and 1 while MPI is not active).
 int mpi_world_rank();
 int mpi_world_size();
+// 0, 1, ..., mpi_world_size() - 1: the world ranks of a group over the whole world.
+std::vector<int> mpi_world_ranks();
 // Held around every MPI call weft makes when MPI granted less than MPI_THREAD_MULTIPLE; callers
 // lock it through MpiCallLock, which does nothing under MPI_THREAD_MULTIPLE.
 std::mutex& mpi_call_mutex();

@@ -52,8 +52,7 @@ MpiPollChoice measure() {
     choice.pause_limit_us = mpi_poll_pause_limit_us();
     return choice;
   }
-  std::vector<int> world_ranks(static_cast<size_t>(mpi_world_size()));
-  for (size_t r = 0; r < world_ranks.size(); ++r) world_ranks[r] = static_cast<int>(r);
+  const std::vector<int> world_ranks = mpi_world_ranks();
   MPI_Comm comm = MPI_COMM_NULL;
   {
     MpiCallLock lock;

@@ -78,9 +78,7 @@ std::shared_ptr<ProcessGroup> make_world_process_group(Device device) {
     WEFT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
     WEFT_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   }
-  std::vector<int> ranks(static_cast<size_t>(mpi_world_size()));
-  for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = static_cast<int>(i);
-  return make_group_over(comm, "world", std::move(ranks), device);
+  return make_group_over(comm, "world", mpi_world_ranks(), device);
 }
 
 std::shared_ptr<ProcessGroup> make_split_process_group(int color, const std::string& name, Device device) {

@@ -66,9 +66,7 @@ int64_t sum_over_world(int64_t value, const std::string& what) {
     MpiCallLock lock;
     WEFT_MPI_CHECK(MPI_Iallreduce(&sent, &sum, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD, &request));
   }
-  std::vector<int> world_ranks(static_cast<size_t>(mpi_world_size()));
-  for (size_t r = 0; r < world_ranks.size(); ++r) world_ranks[r] = static_cast<int>(r);
-  wait_for_mpi_request(request, what, world_ranks);
+  wait_for_mpi_request(request, what, mpi_world_ranks());
   return static_cast<int64_t>(sum);
 }
 
