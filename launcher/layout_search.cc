@@ -48,6 +48,11 @@ LayoutSearch search_layouts(const Workload& workload, const CostModel& model, co
               // mode (and the CPU, where both routes are MPI's) the host route, the default.
               layout.pp_transport = options.on_gpus && options.comm_mode == "auto" ? "direct" : "host";
               if (!layout_problem(workload, layout).empty()) continue;
+              if (options.dp_all_reduce == "hierarchical" &&
+                  !hierarchical_all_reduce_problem(layout, options.ranks_per_host).empty()) {
+                ++search.refused_hierarchical;
+                continue;
+              }
               LayoutCandidate candidate;
               candidate.layout = layout;
               candidate.prediction = predict_step(workload, layout, model, options.ranks_per_host);

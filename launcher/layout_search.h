@@ -40,6 +40,8 @@ struct LayoutSearch {
   std::vector<LayoutCandidate> candidates;  // fitting ones first, each group by predicted step time
   int considered = 0;
   int too_large = 0;                        // dropped for memory
+  // Not offered: comm.dp_all_reduce hierarchical does not fit them (the run would refuse them).
+  int refused_hierarchical = 0;
 };
 
 LayoutSearch search_layouts(const Workload& workload, const CostModel& model, const LayoutSearchOptions& options);

@@ -260,8 +260,15 @@ int plan(int argc, char** argv) {
   }
   std::printf("%d layouts considered", search.considered);
   if (memory_gb > 0) std::printf(", %d need more than %.1f GB per rank", search.too_large, memory_gb);
+  if (search.refused_hierarchical > 0) {
+    std::printf(" (and %d left out: comm.dp_all_reduce hierarchical needs zero 0 and a dp group spanning hosts with "
+                "two or more of its ranks on each)", search.refused_hierarchical);
+  }
   std::printf("; predicted, fastest first:\n%s", weft::layout_table(search, top).c_str());
-  if (search.considered == search.too_large) {
+  if (search.considered == 0 && search.refused_hierarchical > 0) {
+    std::printf("no layout takes comm.dp_all_reduce hierarchical on %d ranks of %d per host: set it to auto or flat\n",
+                options.ranks, options.ranks_per_host);
+  } else if (search.considered == search.too_large) {
     std::printf("no layout fits: raise --memory-gb, use more GPUs, or lower train.batch_size\n");
   }
   // On GPUs the two pipeline routes differ: say which one the shown pipeline layouts were predicted on.

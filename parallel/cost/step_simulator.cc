@@ -120,6 +120,21 @@ std::string layout_problem(const Workload& workload, const ParallelLayout& layou
   return "";
 }
 
+std::string hierarchical_all_reduce_problem(const ParallelLayout& layout, int ranks_per_host) {
+  if (layout.zero > 0) return absl::StrFormat("parallel.zero %d reduce-scatters the gradients", layout.zero);
+  if (layout.dp < 2) return "parallel.dp is 1";
+  if (link_of_axis(layout.dp, layout.tp * layout.pp, ranks_per_host) != LinkClass::kAcrossHosts) {
+    return "the dp group is on one host";
+  }
+  // As in predict_step: the dp ranks of one host are those of its tp x pp blocks.
+  const int dp_per_host = std::max(1, ranks_per_host / (layout.tp * layout.pp));
+  if (dp_per_host < 2) return "one dp rank per host";
+  if (layout.dp % dp_per_host != 0) {
+    return absl::StrFormat("dp %d does not split into hosts of %d dp ranks", layout.dp, dp_per_host);
+  }
+  return "";
+}
+
 StepPrediction predict_step(const Workload& workload, const ParallelLayout& layout, const CostModel& model, int ranks_per_host) {
   const std::string problem = layout_problem(workload, layout);
   WEFT_CHECK(problem.empty(), "layout ", layout.describe(), ": ", problem);

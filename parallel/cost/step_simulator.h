@@ -97,4 +97,9 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
 // The reason `layout` cannot run `workload`, or "" when it can.
 std::string layout_problem(const Workload& workload, const ParallelLayout& layout);
 
+// Why comm.dp_all_reduce: hierarchical cannot run `layout` with `ranks_per_host` consecutive ranks
+// to a host (the run refuses it: parallel/strategy.cc), or "" when it can: it needs zero 0 and a dp
+// group spanning hosts with the same two or more of its ranks on each.
+std::string hierarchical_all_reduce_problem(const ParallelLayout& layout, int ranks_per_host);
+
 }  // namespace weft

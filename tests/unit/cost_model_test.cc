@@ -354,6 +354,44 @@ TEST(LayoutSearch, PipelinesTakeTheRouteTheirSettingsName) {
   }
 }
 
+// Under comm.dp_all_reduce: hierarchical weft-plan offers only the layouts the run takes it for: a
+// dp group over hosts with two or more of its ranks on each, without ZeRO. Each offered layout is
+// predicted with two levels; the others are counted, not shown as flat.
+TEST(LayoutSearch, HierarchicalAllReduceOffersOnlyLayoutsItFits) {
+  const Workload workload = small_gpt();
+  CostModel model = model_with(0.01, 1e6);
+  model.fits[static_cast<size_t>(CollectiveKind::kAllReduce)][1] = {0.1, 1e4, 2};
+  LayoutSearchOptions options;
+  options.ranks = 8;
+  options.ranks_per_host = 4;
+  options.comm_mode = "manual";
+  const LayoutSearch every = search_layouts(workload, model, options);
+  options.dp_all_reduce = "hierarchical";
+  const LayoutSearch hierarchical = search_layouts(workload, model, options);
+  EXPECT_EQ(every.refused_hierarchical, 0);
+  EXPECT_GT(hierarchical.refused_hierarchical, 0);
+  EXPECT_EQ(hierarchical.considered + hierarchical.refused_hierarchical, every.considered);
+  ASSERT_GT(hierarchical.considered, 0);
+  for (const LayoutCandidate& candidate : hierarchical.candidates) {
+    const ParallelLayout& layout = candidate.layout;
+    EXPECT_EQ(layout.zero, 0) << layout.describe();
+    EXPECT_GE(layout.dp, 4) << layout.describe();  // 8 ranks, 4 a host: dp spans hosts only from 4 on with 2 a host
+    EXPECT_TRUE(candidate.prediction.dp_hierarchical) << layout.describe();
+  }
+  ParallelLayout layout;
+  layout.dp = 8;
+  EXPECT_EQ(hierarchical_all_reduce_problem(layout, 4), "");
+  EXPECT_EQ(hierarchical_all_reduce_problem(layout, 8), "the dp group is on one host");
+  EXPECT_EQ(hierarchical_all_reduce_problem(layout, 1), "one dp rank per host");
+  layout.zero = 1;
+  EXPECT_EQ(hierarchical_all_reduce_problem(layout, 4), "parallel.zero 1 reduce-scatters the gradients");
+  layout = {};
+  layout.dp = 6;
+  EXPECT_EQ(hierarchical_all_reduce_problem(layout, 4), "dp 6 does not split into hosts of 4 dp ranks");
+  layout.dp = 1;
+  EXPECT_EQ(hierarchical_all_reduce_problem(layout, 4), "parallel.dp is 1");
+}
+
 TEST(StepSimulator, RefusesLayoutsThatDoNotFit) {
   const Workload workload = small_gpt();
   ParallelLayout layout;
