@@ -61,8 +61,8 @@ struct StrategyOptions {
   std::shared_ptr<HierarchicalAllReduce> hierarchical_all_reduce;
   // The optimizer's update on a stream of its own beside the next step's forward
   // (parallel/data/update_overlap.h): auto (on a GPU without ZeRO and without a pipeline), on (the
-  // same, an error elsewhere), off.
-  std::string overlap_update = "auto";
+  // same, an error elsewhere), off (the default until it is measured faster: docs/performance.md).
+  std::string overlap_update = "off";
   // Start-up lines the strategy adds to description() (filled by make_strategy: what it chose and why).
   std::vector<std::string> notes;
   // Builds the optimizer over the given groups (make_adamw / make_sgd with the run's options).

@@ -21,8 +21,8 @@
 // gradient norm counts replicated parameters once and sums split ones over tp; the loss is
 // vocabulary-parallel; checkpoints hold full tensors (gathered over tp, sharded again on load).
 //
-// On a GPU, without ZeRO and without a pipeline, the update runs on a stream of its own beside the
-// next step's forward, segment by segment (update_overlap.h; StrategyOptions::overlap_update).
+// On a GPU, without ZeRO and without a pipeline, the update can run on a stream of its own beside
+// the next step's forward, segment by segment (update_overlap.h; StrategyOptions::overlap_update).
 //
 // With one dp rank the group is the local group of one and no collective is added, unless ZeRO is
 // on (its collectives are then copies into and out of the shard) or
