@@ -431,10 +431,6 @@ void check_related_fields(const RunConfig& config,
   WEFT_CHECK(train.steps_in_flight != 2 || parallel.pp == 1, show("train.steps_in_flight"), " is not offered on a "
              "pipeline (", show("parallel.pp"), "), which completes its sends at each step's end; set "
              "train.steps_in_flight to 0 or 1");
-  WEFT_CHECK(train.overlap_update != "on" || (train.device != "cpu" && parallel.zero == 0 && parallel.pp == 1),
-             show("train.overlap_update"), " needs a GPU (", show("train.device"), "), ", show("parallel.zero"),
-             " 0 and ", show("parallel.pp"), " 1: the CPU runs the update inside the step, ZeRO updates shards and "
-             "gathers them back, a pipeline keeps one step at a time; set train.overlap_update to auto or off");
   WEFT_CHECK(!parallel.sp || parallel.tp > 1, show("parallel.sp"), " splits the sequence over the tensor-parallel "
              "group, and ", show("parallel.tp"), " has none; raise parallel.tp or set parallel.sp: false");
   WEFT_CHECK(parallel.tp_plan.empty() || config.comm.mode == "auto", "parallel.tp_plan (",

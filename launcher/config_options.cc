@@ -367,7 +367,6 @@ std::vector<ConfigOption> build_options() {
   add(make_option("train.seed", &R::train, &TrainConfig::seed, "seed of the data order (model.seed draws the weights and the dropout masks)"));
   add(make_option("train.on_nan", &R::train, &TrainConfig::on_nan, "on a NaN or infinite loss: stop the run, or skip the step", one_of({"stop", "skip"})));
   add(make_option("train.steps_in_flight", &R::train, &TrainConfig::steps_in_flight, "steps issued before the oldest one's loss is read (its log line then comes after the next step was issued): 2 keeps a GPU busy across step boundaries; 0: 2 on GPUs and 1 on the CPU (1 with parallel.pp > 1, which needs each step's report before the next)", between(0, 2)));
-  add(make_option("train.overlap_update", &R::train, &TrainConfig::overlap_update, "the optimizer's update on a CUDA stream of its own, segment by segment, beside the next step's forward (whose segments wait only for their own parameters): auto (on GPUs with parallel.zero 0 and parallel.pp 1), on (the same; an error elsewhere), off (the default: the update inside the step, on the compute stream)", one_of({"auto", "on", "off"})));
   add(make_option("train.recompute", &R::train, &TrainConfig::recompute, "activation recomputation: none (keep every activation), selective (free the MLP's hidden activation and rotary's q and k, rebuilt in backward by elementwise passes), full (keep each transformer block's input only and rerun the block in backward)", one_of({"none", "selective", "full"})));
 
   // data

@@ -37,10 +37,6 @@ struct TrainConfig {
   // Steps issued before the oldest one's loss is read: 1, 2, or 0 for the run's choice (2 on GPUs,
   // 1 on the CPU and wherever 2 is refused: on_nan skip, pipelines). Strategy::issue_step says why.
   int64_t steps_in_flight = 0;
-  // The optimizer's update on a stream of its own beside the next step's forward: auto (on GPUs
-  // without ZeRO or a pipeline) | on | off (parallel/data/update_overlap.h). Off by default until
-  // it is measured faster on a GPU (docs/performance.md).
-  std::string overlap_update = "off";
 };
 
 struct DataConfig {

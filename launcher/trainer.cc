@@ -241,7 +241,6 @@ Trainer::Trainer(RunConfig config, std::shared_ptr<const CostModel> cost_model)
   options.weight_decay = train.weight_decay;
   options.grad_clip = train.grad_clip;
   options.on_nan = train.on_nan;
-  options.overlap_update = train.overlap_update;
   options.trace = !config_.log.trace_file.empty();
   options.tensor_parallel = parallel_model.tensor_parallel;
   options.sequence_parallel = config_.parallel.sp;

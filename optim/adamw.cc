@@ -94,7 +94,6 @@ class AdamW final : public Optimizer {
                                 const Tensor& previous_guard) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "adamw: lr must be finite and >= 0, got ", lr);
     std::vector<AdamWTensorUpdate> updates;
-    std::vector<std::string> names;  // the parameter of each entry of `updates`
     std::vector<int64_t*> counts;  // the step count of each entry of `updates`
     size_t index = 0;
     for (const ParameterGroup& group : groups_) {
@@ -111,20 +110,19 @@ class AdamW final : public Optimizer {
                                 .step = count + 1};
         updates.push_back(
             tensor_update(parameter.tensor, grad, state.exp_avg, state.exp_avg_sq, state.master, scalars));
-        names.push_back(parameter.name);
         counts.push_back(&count);
       }
     }
-    // One call per device (and part): every CUDA parameter of a device in one launch.
+    // One call per device: every CUDA parameter of a device in one launch.
     const AdamWHyperparameters hyperparameters{.beta1 = options_.beta1,
                                                .beta2 = options_.beta2,
                                                .eps = options_.eps,
                                                .guard = guard,
                                                .gradient_scale = gradient_scale,
                                                .previous_guard = previous_guard};
-    launch_in_parts(std::move(updates), names, [&](const Device& device, const std::vector<AdamWTensorUpdate>& part) {
-      backend_for(device).adamw_update(part, hyperparameters);
-    });
+    for (const DeviceUpdates<AdamWTensorUpdate>& group : updates_by_device(std::move(updates))) {
+      backend_for(group.device).adamw_update(group.updates, hyperparameters);
+    }
     for (int64_t* count : counts) *count += 1;
     steps_ += 1;
     advanced_.push_front(std::move(counts));

@@ -54,21 +54,6 @@ void Optimizer::step_with_gradient_scale(double lr, const Tensor& guard, const T
             "before step() instead");
 }
 
-void Optimizer::split_updates(UpdateParts parts) {
-  WEFT_CHECK(parts.count >= 1, "optimizer: split_updates needs at least one part, got ", parts.count);
-  std::set<std::string> names;
-  for (const ParameterGroup& group : groups_) {
-    for (const NamedParameter& parameter : group.parameters) names.insert(parameter.name);
-  }
-  for (const auto& [name, part] : parts.part_of) {
-    WEFT_CHECK(names.count(name) == 1, "optimizer: split_updates names parameter '", name,
-               "', which this optimizer does not update");
-    WEFT_CHECK(part >= 0 && part < parts.count, "optimizer: split_updates puts '", name, "' in part ", part,
-               " of ", parts.count);
-  }
-  parts_ = std::move(parts);
-}
-
 void Optimizer::zero_grad() {
   // Dropping the gradient (PyTorch's set_to_none) frees its memory and lets the next backward
   // write a fresh buffer instead of adding to zeros.

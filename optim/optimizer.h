@@ -11,22 +11,14 @@
 // change. State is allocated (zeros) when the optimizer is built, so state_dict() always has every
 // entry. The implementations are sgd.h and adamw.h; master_weights.h says how a master copy stays
 // in step with a parameter that is written outside the optimizer (for example by loading weights).
-//
-// A step's update is one Backend call per device (on CUDA one launch), or, after split_updates(),
-// one per part and device, parts in order, with a callback after each part: the strategy updates a
-// model segment by segment on a stream of its own, so that the next step's forward of a segment
-// waits only for that segment's parameters (parallel/data/update_overlap.h). Parts change when
-// work is issued, never what it computes: each parameter's update reads only its own tensors.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/named_parameter.h"
-#include "optim/updates_by_device.h"
 #include "runtime/tensor.h"
 
 namespace weft {
@@ -40,14 +32,6 @@ struct ParameterGroup {
 // without decay (1-D: biases and norm weights), as GPT-2 and Llama training do.
 std::vector<ParameterGroup> default_parameter_groups(const std::vector<NamedParameter>& parameters,
                                                      double weight_decay);
-
-// How step() splits its update into launches (Optimizer::split_updates).
-struct UpdateParts {
-  int count = 1;                              // parts 0 .. count - 1
-  std::map<std::string, int> part_of;         // parameter name -> its part; a name not listed: part 0
-  // Called once per part after its launches are issued, parts ascending, an empty part included.
-  std::function<void(int part)> after_part;
-};
 
 class Optimizer {
  public:
@@ -77,9 +61,6 @@ class Optimizer {
   // there is no such step to undo (the last two steps can be undone, each once).
   virtual void undo_step(int later_steps = 0) = 0;
   void zero_grad();
-  // Issues every later step()'s update in `parts` (see the top of this file); the default is one part.
-  // weft::Error for a part outside [0, count) or a name the optimizer does not have.
-  void split_updates(UpdateParts parts);
   // Optimizer state for checkpoints: "<parameter name>.<state name>" -> tensor, plus "step".
   virtual std::map<std::string, Tensor> state_dict() const = 0;
   // Restores state_dict() output; missing or mismatched entries are errors naming them.
@@ -104,20 +85,6 @@ class Optimizer {
   // it copies anything, so a failed load leaves the optimizer as it was.
   std::map<std::string, Tensor> snapshot_state() const;
   void restore_state(const std::map<std::string, Tensor>& state);
-  // Issues `updates` (names[i]: the parameter of updates[i]) as split_updates() says: for each part
-  // in order, `launch(device, updates)` per device with an update of that part, then after_part.
-  template <class Update, class Launch>
-  void launch_in_parts(std::vector<Update> updates, const std::vector<std::string>& names, Launch launch) const {
-    std::vector<std::vector<Update>> by_part(parts_.count);
-    for (size_t i = 0; i < updates.size(); ++i) {
-      const auto found = parts_.part_of.find(names[i]);
-      by_part[found == parts_.part_of.end() ? 0 : found->second].push_back(std::move(updates[i]));
-    }
-    for (int part = 0; part < parts_.count; ++part) {
-      for (DeviceUpdates<Update>& group : updates_by_device(std::move(by_part[part]))) launch(group.device, group.updates);
-      if (parts_.after_part) parts_.after_part(part);
-    }
-  }
 
   std::vector<ParameterGroup> groups_;
   int64_t steps_ = 0;
@@ -125,7 +92,6 @@ class Optimizer {
  private:
   std::map<std::string, Tensor> state_;  // key -> live state tensor (aliases the subclass's handles)
   std::map<std::string, Tensor> master_parameters_;  // key of a master in state_ -> its parameter
-  UpdateParts parts_;
 };
 
 struct SgdOptions {

@@ -65,7 +65,6 @@ class Sgd final : public Optimizer {
   void step(double lr, const Tensor& guard, const Tensor& /*previous_guard*/) override {
     WEFT_CHECK(std::isfinite(lr) && lr >= 0.0, "sgd: lr must be finite and >= 0, got ", lr);
     std::vector<SgdTensorUpdate> updates;
-    std::vector<std::string> names;  // the parameter of each entry of `updates`
     size_t index = 0;
     for (const ParameterGroup& group : groups_) {
       for (const NamedParameter& parameter : group.parameters) {
@@ -77,15 +76,14 @@ class Sgd final : public Optimizer {
                               .nesterov = options_.nesterov,
                               .weight_decay = group.weight_decay};
         updates.push_back(tensor_update(parameter.tensor, grad, state.momentum_buffer, state.master, scalars));
-        names.push_back(parameter.name);
       }
     }
-    // One call per device (and part): every CUDA parameter of a device in one launch.
+    // One call per device: every CUDA parameter of a device in one launch.
     const SgdHyperparameters hyperparameters{
         .momentum = options_.momentum, .nesterov = options_.nesterov, .guard = guard};
-    launch_in_parts(std::move(updates), names, [&](const Device& device, const std::vector<SgdTensorUpdate>& part) {
-      backend_for(device).sgd_update(part, hyperparameters);
-    });
+    for (const DeviceUpdates<SgdTensorUpdate>& group : updates_by_device(std::move(updates))) {
+      backend_for(group.device).sgd_update(group.updates, hyperparameters);
+    }
     steps_ += 1;
     undoable_ = std::min(undoable_ + 1, kUndoableSteps);
   }

@@ -59,10 +59,6 @@ struct StrategyOptions {
   std::string dp_all_reduce = "auto";
   // Set by make_strategy when the two-level all-reduce is taken.
   std::shared_ptr<HierarchicalAllReduce> hierarchical_all_reduce;
-  // The optimizer's update on a stream of its own beside the next step's forward
-  // (parallel/data/update_overlap.h): auto (on a GPU without ZeRO and without a pipeline), on (the
-  // same, an error elsewhere), off (the default until it is measured faster: docs/performance.md).
-  std::string overlap_update = "off";
   // Start-up lines the strategy adds to description() (filled by make_strategy: what it chose and why).
   std::vector<std::string> notes;
   // Builds the optimizer over the given groups (make_adamw / make_sgd with the run's options).

@@ -163,36 +163,12 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
     group_->barrier(dp_comm_)->synchronize();
   }
 
-  // The update beside the next step's forward: one part per segment, a parameter in the part of the
-  // first segment that reads it (update_overlap.h).
-  WEFT_CHECK(options.overlap_update == "auto" || options.overlap_update == "on" || options.overlap_update == "off",
-             "train.overlap_update: '", options.overlap_update, "' is not one of auto, on, off");
-  const char* no_overlap = !UpdateOverlap::available(device_) ? "the update runs inside the step's issue on the CPU"
-                           : zero_ != nullptr ? "ZeRO updates its shards and gathers them back"
-                           : pipeline_ != nullptr ? "a pipeline keeps one step at a time"
-                                                  : nullptr;
-  WEFT_CHECK(options.overlap_update != "on" || no_overlap == nullptr, "train.overlap_update: on is not offered here (",
-             no_overlap, "); it needs a CUDA device, parallel.zero 0 and parallel.pp 1: set it to auto or off");
-  if (options.overlap_update != "off" && no_overlap == nullptr) {
-    update_overlap_ = std::make_unique<UpdateOverlap>(device_, static_cast<int>(segments_.size()));
-    UpdateParts parts;
-    parts.count = static_cast<int>(segments_.size());
-    const std::vector<int> first_reader = final_segments(buffer_, segments_);
-    for (size_t i = 0; i < buffer_.parameters().size(); ++i) parts.part_of[buffer_.parameters()[i].name] = first_reader[i];
-    parts.after_part = [overlap = update_overlap_.get()](int part) { overlap->part_done(part); };
-    optimizer_->split_updates(std::move(parts));
-    options_.notes.push_back("update: beside the next step's forward, segment by segment (train.overlap_update)");
-  }
-
   StepRecipe recipe;
   recipe.segments = segments_;
   recipe.loss = loss_;
   recipe.micro_batches = options.micro_batches;
   recipe.device = device_;
   recipe.update = [this](StepState& state) { update(state); };
-  if (update_overlap_ != nullptr) {
-    recipe.before_forward = [overlap = update_overlap_.get()](int segment) { overlap->before_forward(segment); };
-  }
   recipe.fault = FaultInjection::from_environment();
   recipe.world_rank = world_rank;
   if (communicate) {
@@ -314,27 +290,16 @@ void DataParallelStrategy::update(StepState& state) {
   }
   // The guard is finite exactly when the loss and the gradient norm both are (their sum, on the
   // device): a NaN or Inf in either skips the update, decided without a host read.
-  Tensor guard = add(state.loss_sum, sum(state.grad_squares).reshape({1}));
+  const Tensor guard = add(state.loss_sum, sum(state.grad_squares).reshape({1}));
   // A step still in flight (issued, not finished: this runs inside issue_step) may turn out skipped;
   // its guard tells the device to update with the counts that skip leaves. Kept alive until then.
-  Tensor previous_guard = issued_.empty() ? Tensor() : last_guard_;
-  const auto issue_update = [&] {
-    if (clip_factor.defined()) {
-      optimizer_->step_with_gradient_scale(state.lr, guard, clip_factor, previous_guard);
-    } else {
-      optimizer_->step(state.lr, guard, previous_guard);
-    }
-    last_guard_ = guard;
-    // On the update stream, what it reads is freed there (update_overlap.h); the last guard lives on.
-    guard = Tensor();
-    previous_guard = Tensor();
-    clip_factor = Tensor();
-  };
-  if (update_overlap_ != nullptr) {
-    update_overlap_->run(issue_update);
+  const Tensor previous_guard = issued_.empty() ? Tensor() : last_guard_;
+  if (clip_factor.defined()) {
+    optimizer_->step_with_gradient_scale(state.lr, guard, clip_factor, previous_guard);
   } else {
-    issue_update();
+    optimizer_->step(state.lr, guard, previous_guard);
   }
+  last_guard_ = guard;
   if (zero_ != nullptr) gather_pending_.assign(gather_pending_.size(), 1);
   buffer_.zero();  // in place: every .grad stays a view of its bucket
 }
@@ -375,9 +340,6 @@ StepReport DataParallelStrategy::finish_step() {
   const IssuedStep issued = std::move(issued_.front());
   issued_.pop_front();
   const int64_t step = issued.step;
-  // Nothing in flight: whatever the caller runs next on the compute stream (evaluation, a
-  // checkpoint's reads, the next step) comes after the last update, even where this throws.
-  if (update_overlap_ != nullptr && issued_.empty()) update_overlap_->join();
   graph::Executor::FinishedStep finished = executor_.finish();
   graph::StepTimeline& timeline = finished.timeline;
   add_recorded_collectives(issued.recorded, finished.device_start, timeline);

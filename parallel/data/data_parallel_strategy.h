@@ -21,9 +21,6 @@
 // gradient norm counts replicated parameters once and sums split ones over tp; the loss is
 // vocabulary-parallel; checkpoints hold full tensors (gathered over tp, sharded again on load).
 //
-// On a GPU, without ZeRO and without a pipeline, the update can run on a stream of its own beside
-// the next step's forward, segment by segment (update_overlap.h; StrategyOptions::overlap_update).
-//
 // With one dp rank the group is the local group of one and no collective is added, unless ZeRO is
 // on (its collectives are then copies into and out of the shard) or
 // options.collectives_for_one_rank asks for them (stream-ordering tests).
@@ -44,7 +41,6 @@
 #include "parallel/comm/process_group.h"
 #include "parallel/data/gradient_buffer.h"
 #include "parallel/data/reducer.h"
-#include "parallel/data/update_overlap.h"
 #include "parallel/data/zero_sharding.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/step/step_builder.h"
@@ -128,9 +124,6 @@ class DataParallelStrategy final : public Strategy {
   // that step is in flight.
   Tensor last_guard_;
   std::string trace_events_;
-  // The update beside the next step's forward (update_overlap.h); null where it does not run. Last,
-  // so that it is destroyed first: its stream's work ends before the tensors it read are freed.
-  std::unique_ptr<UpdateOverlap> update_overlap_;
 };
 
 }  // namespace weft

@@ -137,8 +137,7 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
       forward[s] = graph.add_node(
           {NodeKind::kForward, str("forward ", recipe.segments[s].name, " mb", micro), mb, StreamClass::kCompute, 0,
            graph::task([&state, forward = recipe.segments[s].forward, loss_of = recipe.loss, device = recipe.device, s, micro,
-                        micro_batches, last_segment, fault = recipe.fault, rank = recipe.world_rank,
-                        before_forward = recipe.before_forward] {
+                        micro_batches, last_segment, fault = recipe.fault, rank = recipe.world_rank] {
              if (fault && s == 0 && micro == 0) fault->at(rank, state.step, FaultInjection::Phase::kForward);
              std::vector<Tensor>& inputs = state.inputs[micro];
              std::vector<Tensor>& outputs = state.outputs[micro];
@@ -152,7 +151,6 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
                input.set_requires_grad(true);
                inputs[s] = input;
              }
-             if (before_forward && micro == 0) before_forward(s);
              Tensor output = forward(input);
              if (last_segment && micro == 0 && fault && fault->poisons_loss(rank, state.step)) {
                output = output * std::numeric_limits<double>::quiet_NaN();

@@ -97,10 +97,6 @@ struct StepRecipe {
   std::function<CompletionPtr(const graph::NodeContext&)> average_loss;
   // The update, on the compute stream: state.loss_sum is the loss to guard it with.
   std::function<void(StepState&)> update;
-  // Called in the first micro-batch's forward of each segment, before the segment computes (after
-  // segment 0 has loaded its micro-batch): where the parameters of an update issued beside the next
-  // step are waited for (parallel/data/update_overlap.h). Null: nothing to wait for.
-  std::function<void(int segment)> before_forward;
   // Tests: WEFT_FAULT's point (fault_injection.h), checked in the first forward, the last backward
   // and the optimizer node of this rank.
   std::optional<FaultInjection> fault;

@@ -8,9 +8,7 @@
 #include "runtime/cuda/stream.h"
 
 #include <array>
-#include <cstdlib>
 #include <mutex>
-#include <string>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/error.h"
@@ -48,17 +46,7 @@ StreamAndId default_stream(int device) {
   cudaStream_t& stream = defaults.streams[device];
   if (stream == nullptr) {
     set_device(device);
-    // Experiment (2026-12-05, docs/performance.md): WEFT_COMPUTE_STREAM_PRIORITY=high gives the
-    // compute stream CUDA's greatest priority, so that other streams' blocks (the update beside the
-    // next forward) take only the SMs compute leaves idle.
-    const char* priority = std::getenv("WEFT_COMPUTE_STREAM_PRIORITY");
-    if (priority != nullptr && std::string(priority) == "high") {
-      int least = 0, greatest = 0;
-      WEFT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      WEFT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
-    } else {
-      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    }
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     defaults.ids[device] = stream_id(stream);
   }
   return {stream, defaults.ids[device]};

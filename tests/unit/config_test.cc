@@ -77,7 +77,7 @@ TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
     RunConfig config;
     EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
   }
-  EXPECT_EQ(keys.size(), 77u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(keys.size(), 76u);  // every field of RunConfig; update with run_config.h
   EXPECT_EQ(find_config_option("train.lrr"), nullptr);
   EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
   EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);
@@ -195,16 +195,6 @@ TEST_F(ConfigTest, ValuesOutOfRangeOrNotAllowedSayWhatIsAllowed) {
   expect_contains(error_message([] { load_config({}, {"train.on_nan=ignore"}); }), {"one of stop|skip"});
   expect_contains(error_message([] { load_config({}, {"train.recompute=some"}); }),
                   {"train.recompute: must be one of none|selective|full, got 'some'"});
-  expect_contains(error_message([] { load_config({}, {"train.overlap_update=maybe"}); }),
-                  {"train.overlap_update: must be one of auto|on|off, got 'maybe'"});
-  // On is an error wherever the update cannot overlap, named with the keys that decide it.
-  expect_contains(error_message([] { load_config({}, {"train.overlap_update=on"}); }),
-                  {"train.overlap_update", "needs a GPU", "train.device", "set train.overlap_update to auto or off"});
-  expect_contains(error_message([] {
-                    load_config({}, {"train.overlap_update=on", "train.device=cuda", "parallel.zero=1"});
-                  }),
-                  {"parallel.zero", "ZeRO updates shards"});
-  EXPECT_EQ(load_config({}, {"train.overlap_update=off"}).train.overlap_update, "off");
   expect_contains(error_message([] { load_config({}, {"parallel.zero=3"}); }),
                   {"parallel.zero: must be one of 0|1|2, got '3'"});
   expect_contains(error_message([] { load_config({}, {"data.val_fraction=0.6"}); }),

@@ -7,8 +7,7 @@
 // tensors until the copy on another stream is done, whatever the caller does with the handle; a
 // one-rank NCCL group (MPI's singleton world) keys its communicators by stream id, sets aside the
 // communicator of a stream weft destroyed, and lets its watchdog release finished handles. Skipped
-// where no CUDA device is present. Two steps in flight give what one at a time gives, and so does
-// the update on a stream of its own beside the next step's forward.
+// where no CUDA device is present. Two steps in flight give what one at a time gives.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -20,7 +19,6 @@
 #include "layers/language_model.h"
 #include "parallel/comm/local_process_group.h"
 #include "parallel/comm/process_group.h"
-#include "parallel/data/update_overlap.h"
 #include "parallel/strategy.h"
 #include "runtime/weft.h"
 #include "tests/support/cuda_expectations.h"
@@ -74,8 +72,7 @@ MicroBatchSource batches(int64_t step) {
 // step's report of it.
 std::map<std::string, Tensor> train(Device device, const std::string& mode, int64_t zero, bool collectives,
                                     int in_flight = 1, std::vector<double>* losses = nullptr,
-                                    int64_t skipped_step = 0, std::vector<bool>* skipped = nullptr,
-                                    const std::string& overlap_update = "auto") {
+                                    int64_t skipped_step = 0, std::vector<bool>* skipped = nullptr) {
   std::shared_ptr<LanguageModel> model = build_model(model_config());
   if (!device.is_cpu()) model->to(device);
   StrategyOptions options;
@@ -86,7 +83,6 @@ std::map<std::string, Tensor> train(Device device, const std::string& mode, int6
   options.weight_decay = 0.1;
   options.grad_clip = 1.0;
   options.collectives_for_one_rank = collectives;
-  options.overlap_update = overlap_update;
   options.make_optimizer = [](std::vector<ParameterGroup> groups) {
     // SGD: a rounding difference stays a rounding difference (AdamW's first steps are sign-like).
     return make_sgd(std::move(groups), {0.9, false});
@@ -170,25 +166,6 @@ TEST_P(CudaStrategy, StepsInFlightWithASkippedStepMatchOneAtATime) {
   }
 }
 
-// The update on its own stream beside the next step's forward (train.overlap_update): the same
-// losses and weights, bit for bit, as the update inside the step, one step at a time and two in
-// flight, with the buckets' collectives on the dp_comm stream and without them.
-TEST(CudaStrategyOverlap, TheUpdateBesideTheNextForwardMatchesTheUpdateInsideTheStep) {
-  WEFT_SKIP_WITHOUT_CUDA_DEVICE("needs a CUDA device");
-  for (const bool collectives : {false, true}) {
-    std::vector<double> expected_losses;
-    const auto expected = train(Device::cuda(0), "auto", 0, collectives, 1, &expected_losses, 0, nullptr, "off");
-    for (const int in_flight : {1, 2}) {
-      std::vector<double> losses;
-      const auto actual = train(Device::cuda(0), "auto", 0, collectives, in_flight, &losses, 0, nullptr, "on");
-      EXPECT_EQ(losses, expected_losses) << "in flight " << in_flight << " collectives " << collectives;
-      for (const auto& [name, tensor] : actual) {
-        EXPECT_EQ(tensor.to_vector(), expected.at(name).to_vector()) << name << " in flight " << in_flight;
-      }
-    }
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(ZeroStages, CudaStrategy, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int64_t>& info) {
                            return "zero" + std::to_string(info.param);
@@ -216,51 +193,6 @@ class StreamGate {
   }
   std::atomic<bool> open_{false};
 };
-
-// Whether `event` completes within `seconds` (polled).
-bool completes_within(const cuda::Event& event, double seconds) {
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < limit) {
-    if (cudaEventQuery(event.get()) == cudaSuccess) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return cudaEventQuery(event.get()) == cudaSuccess;
-}
-
-// UpdateOverlap's ordering, with the update stream held at gates: a segment's forward waits for its
-// part of the update and for no later part; join() waits for the whole update.
-TEST(CudaUpdateOverlap, ASegmentWaitsForItsPartAndNoLaterOne) {
-  WEFT_SKIP_WITHOUT_CUDA_DEVICE("needs a CUDA device");
-  const Device gpu = Device::cuda(0);
-  UpdateOverlap overlap(gpu, 2);
-  Tensor first = Tensor::zeros({1024}, kFloat32, gpu);
-  Tensor second = Tensor::zeros({1024}, kFloat32, gpu);
-  overlap.before_forward(1);  // no update yet: nothing to wait for
-  std::unique_ptr<StreamGate> before_first, before_second;
-  overlap.run([&] {
-    before_first = std::make_unique<StreamGate>(cuda::current_stream(0));
-    first.fill_(1.0);
-    overlap.part_done(0);
-    before_second = std::make_unique<StreamGate>(cuda::current_stream(0));
-    second.fill_(2.0);
-    overlap.part_done(1);
-  });
-  cuda::Event read_first, read_second;
-  overlap.before_forward(0);
-  const Tensor first_seen = first.clone();
-  read_first.record(cuda::current_stream(0));
-  EXPECT_FALSE(completes_within(read_first, 0.05)) << "segment 0's forward did not wait for part 0";
-  before_first->open();
-  EXPECT_TRUE(completes_within(read_first, 10.0)) << "segment 0's forward waited for part 1";
-  EXPECT_EQ(first_seen.to(Device::cpu()).to_vector(), std::vector<double>(1024, 1.0));
-  overlap.join();
-  const Tensor second_seen = second.clone();
-  read_second.record(cuda::current_stream(0));
-  EXPECT_FALSE(completes_within(read_second, 0.05)) << "join() did not wait for the last part";
-  before_second->open();
-  EXPECT_TRUE(completes_within(read_second, 10.0));
-  EXPECT_EQ(second_seen.to(Device::cpu()).to_vector(), std::vector<double>(1024, 2.0));
-}
 
 int64_t allocated_bytes() { return cuda::memory_stats(0).allocated_bytes; }
 

@@ -348,52 +348,6 @@ TEST(AdamW, EachParameterCountsItsOwnSteps) {
   EXPECT_EQ(optimizer->state_dict().at("early.step").item(), 2.0);
 }
 
-// split_updates changes how the update is issued, not what it computes: three parts (one of them
-// empty) give the values of one, and after_part hears every part once, in order, after its
-// parameters have been written.
-TEST(Optimizer, UpdatesSplitIntoPartsComputeWhatOneLaunchDoes) {
-  for (const bool sgd : {false, true}) {
-    const auto make = [sgd](std::vector<ParameterGroup> groups) {
-      return sgd ? make_sgd(std::move(groups), {0.9, false}) : make_adamw(std::move(groups), {});
-    };
-    std::vector<NamedParameter> whole = {make_parameter("a", {1.0, 2.0}, {2}), make_parameter("b", {-1.0}, {1}),
-                                         make_parameter("c", {0.5, 0.25}, {2})};
-    std::vector<NamedParameter> split = {make_parameter("a", {1.0, 2.0}, {2}), make_parameter("b", {-1.0}, {1}),
-                                         make_parameter("c", {0.5, 0.25}, {2})};
-    auto one = make(one_group(whole, 0.1));
-    auto parted = make(one_group(split, 0.1));
-    std::vector<std::pair<int, double>> heard;  // (part, the value of "c" when part was reported)
-    UpdateParts parts;
-    parts.count = 3;
-    parts.part_of = {{"a", 2}, {"c", 0}};  // "b" unnamed: part 0; part 1 empty
-    parts.after_part = [&](int part) { heard.emplace_back(part, split[2].tensor.to_vector()[0]); };
-    parted->split_updates(std::move(parts));
-    for (int step = 1; step <= 3; ++step) {
-      for (size_t i = 0; i < whole.size(); ++i) {
-        whole[i].tensor.set_grad(synthetic_gradient(whole[i].tensor, step, static_cast<int>(i)).to(kFloat64));
-        split[i].tensor.set_grad(synthetic_gradient(split[i].tensor, step, static_cast<int>(i)).to(kFloat64));
-      }
-      const double c_before = split[2].tensor.to_vector()[0];
-      heard.clear();
-      one->step(0.01);
-      parted->step(0.01);
-      ASSERT_EQ(heard.size(), 3u) << (sgd ? "sgd" : "adamw");
-      for (int part = 0; part < 3; ++part) EXPECT_EQ(heard[part].first, part);
-      EXPECT_NE(heard[0].second, c_before) << "part 0 reported before its parameter was updated";
-      for (size_t i = 0; i < whole.size(); ++i) {
-        EXPECT_EQ(split[i].tensor.to_vector(), whole[i].tensor.to_vector()) << whole[i].name << " step " << step;
-      }
-    }
-  }
-  auto optimizer = make_adamw(one_group({make_parameter("a", {1.0}, {1})}), {});
-  expect_error([&] { optimizer->split_updates(UpdateParts{.count = 2, .part_of = {{"z", 0}}, .after_part = nullptr}); },
-               "names parameter 'z', which this optimizer does not update");
-  expect_error([&] { optimizer->split_updates(UpdateParts{.count = 2, .part_of = {{"a", 2}}, .after_part = nullptr}); },
-               "puts 'a' in part 2 of 2");
-  expect_error([&] { optimizer->split_updates(UpdateParts{.count = 0, .part_of = {}, .after_part = nullptr}); },
-               "at least one part");
-}
-
 TEST(AdamW, F32ParametersKeepF32StateAndAcceptBf16Gradients) {
   NamedParameter weight = make_parameter("w", {1.0, 2.0}, {2}, kFloat32);
   auto optimizer = make_adamw(one_group({weight}), {});
