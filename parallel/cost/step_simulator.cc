@@ -126,7 +126,7 @@ std::string hierarchical_all_reduce_problem(const ParallelLayout& layout, int ra
   if (link_of_axis(layout.dp, layout.tp * layout.pp, ranks_per_host) != LinkClass::kAcrossHosts) {
     return "the dp group is on one host";
   }
-  // As in predict_step: the dp ranks of one host are those of its tp x pp blocks.
+  // The dp ranks of one host are those of its tp x pp blocks (predict_step uses the same count).
   const int dp_per_host = std::max(1, ranks_per_host / (layout.tp * layout.pp));
   if (dp_per_host < 2) return "one dp rank per host";
   if (layout.dp % dp_per_host != 0) {
@@ -346,8 +346,7 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     BucketCandidate buckets = predict_buckets(busiest->backward_order, bucket, model, kind, layout.dp, dp_link);
     // Two levels when the dp group spans hosts with several of its ranks on each, if the model says so.
     const int dp_per_host = std::max(1, ranks_per_host / (layout.tp * layout.pp));
-    if (kind == CollectiveKind::kAllReduce && dp_link == LinkClass::kAcrossHosts && dp_per_host >= 2 &&
-        layout.dp % dp_per_host == 0 && layout.dp_all_reduce != "flat") {
+    if (layout.dp_all_reduce != "flat" && hierarchical_all_reduce_problem(layout, ranks_per_host).empty()) {
       const double flat = model.collective_ms(kind, gradient_bytes, layout.dp, dp_link);
       const double two_level = model.hierarchical_all_reduce_ms(gradient_bytes, dp_per_host, layout.dp / dp_per_host);
       // As the run decides (parallel/strategy.cc): forced by comm.dp_all_reduce, or chosen by the
