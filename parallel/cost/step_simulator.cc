@@ -65,6 +65,11 @@ LinkClass link_of_axis(int size, int stride, int ranks_per_host) {
   return static_cast<int64_t>(size - 1) * stride + 1 > ranks_per_host ? LinkClass::kAcrossHosts : LinkClass::kSameHost;
 }
 
+// The dp ranks on one host: those of its tp x pp blocks (at least one).
+int dp_ranks_per_host(const ParallelLayout& layout, int ranks_per_host) {
+  return std::max(1, ranks_per_host / (layout.tp * layout.pp));
+}
+
 // One segment's modelled work per micro-batch on one rank: what its compute stream is busy with
 // (including collectives it waits for there) and what it communicates.
 struct SegmentWork {
@@ -126,8 +131,7 @@ std::string hierarchical_all_reduce_problem(const ParallelLayout& layout, int ra
   if (link_of_axis(layout.dp, layout.tp * layout.pp, ranks_per_host) != LinkClass::kAcrossHosts) {
     return "the dp group is on one host";
   }
-  // The dp ranks of one host are those of its tp x pp blocks (predict_step uses the same count).
-  const int dp_per_host = std::max(1, ranks_per_host / (layout.tp * layout.pp));
+  const int dp_per_host = dp_ranks_per_host(layout, ranks_per_host);
   if (dp_per_host < 2) return "one dp rank per host";
   if (layout.dp % dp_per_host != 0) {
     return absl::StrFormat("dp %d does not split into hosts of %d dp ranks", layout.dp, dp_per_host);
@@ -345,7 +349,7 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     prediction.bucket_bytes = bucket;
     BucketCandidate buckets = predict_buckets(busiest->backward_order, bucket, model, kind, layout.dp, dp_link);
     // Two levels when the dp group spans hosts with several of its ranks on each, if the model says so.
-    const int dp_per_host = std::max(1, ranks_per_host / (layout.tp * layout.pp));
+    const int dp_per_host = dp_ranks_per_host(layout, ranks_per_host);
     if (layout.dp_all_reduce != "flat" && hierarchical_all_reduce_problem(layout, ranks_per_host).empty()) {
       const double flat = model.collective_ms(kind, gradient_bytes, layout.dp, dp_link);
       const double two_level = model.hierarchical_all_reduce_ms(gradient_bytes, dp_per_host, layout.dp / dp_per_host);

@@ -34,6 +34,14 @@ CostModel model_with(double latency_ms, double bytes_per_ms, double matmul_flops
   return model;
 }
 
+// model_with's links, with all-reduces across hosts ten times slower to start and a hundred times
+// slower to move bytes: where the two-level all-reduce pays.
+CostModel model_with_slow_links_across_hosts() {
+  CostModel model = model_with(0.01, 1e6);
+  model.fits[static_cast<size_t>(CollectiveKind::kAllReduce)][static_cast<size_t>(LinkClass::kAcrossHosts)] = {0.1, 1e4, 2};
+  return model;
+}
+
 TEST(CostModel, RingStepsAndTraffic) {
   EXPECT_DOUBLE_EQ(collective_steps(CollectiveKind::kAllReduce, 4), 6.0);
   EXPECT_DOUBLE_EQ(collective_traffic(CollectiveKind::kAllReduce, 4), 1.5);
@@ -226,8 +234,7 @@ TEST(StepSimulator, ZeroShardsMemoryAndTensorParallelismSplitsWeights) {
 
 TEST(StepSimulator, LinksAcrossHostsCostMore) {
   const Workload workload = small_gpt();
-  CostModel model = model_with(0.01, 1e6);
-  model.fits[static_cast<size_t>(CollectiveKind::kAllReduce)][1] = {0.1, 1e4, 2};
+  const CostModel model = model_with_slow_links_across_hosts();
   ParallelLayout layout;
   layout.dp = 8;
   layout.comm_mode = "manual";
@@ -359,8 +366,7 @@ TEST(LayoutSearch, PipelinesTakeTheRouteTheirSettingsName) {
 // predicted with two levels; the others are counted, not shown as flat.
 TEST(LayoutSearch, HierarchicalAllReduceOffersOnlyLayoutsItFits) {
   const Workload workload = small_gpt();
-  CostModel model = model_with(0.01, 1e6);
-  model.fits[static_cast<size_t>(CollectiveKind::kAllReduce)][1] = {0.1, 1e4, 2};
+  const CostModel model = model_with_slow_links_across_hosts();
   LayoutSearchOptions options;
   options.ranks = 8;
   options.ranks_per_host = 4;
