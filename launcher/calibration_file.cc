@@ -70,20 +70,8 @@ CostModel calibration_from_json(const nlohmann::json& json, CostModel model, con
       model.fits[host_send_recv] = model.fits[send_recv];
       model.measured[host_send_recv] = model.measured[send_recv];
     }
-    // The copy to host memory: GPUs only; where the file has none, the default (unmeasured) figure.
-    model.device_to_host.reset();
-    model.device_to_host_measured = false;
-    if (json.contains("device_to_host")) {
-      const nlohmann::json& copy = json.at("device_to_host");
-      CollectiveFit fit;
-      fit.latency_ms = positive(copy, "latency_ms", origin, /*allow_zero=*/true);
-      fit.bytes_per_ms = positive(copy, "bytes_per_ms", origin);
-      fit.measured_ranks = 1;
-      model.device_to_host = fit;
-      model.device_to_host_measured = copy.value("measured", true);
-    } else if (model.device != "cpu") {
-      model.device_to_host = default_cost_model(Device::cuda()).device_to_host;
-    }
+    // "device_to_host" (files of 2026-12-05 and before: the host route's sender's copy, which no
+    // longer holds its compute; cost_model.h) is left unread.
     const nlohmann::json& compute = json.at("compute");
     model.compute.matmul_flops_per_ms = positive(compute, "matmul_flops_per_ms", origin);
     model.compute.attention_flops_per_ms = positive(compute, "attention_flops_per_ms", origin);
@@ -124,11 +112,6 @@ nlohmann::json calibration_json(const CostModel& model) {
     }
   }
   json["collectives"] = collectives;
-  if (model.device_to_host) {
-    json["device_to_host"] = {{"latency_ms", model.device_to_host->latency_ms},
-                              {"bytes_per_ms", model.device_to_host->bytes_per_ms},
-                              {"measured", model.device_to_host_measured}};
-  }
   json["compute"] = {{"matmul_flops_per_ms", model.compute.matmul_flops_per_ms},
                      {"attention_flops_per_ms", model.compute.attention_flops_per_ms},
                      {"memory_bytes_per_ms", model.compute.memory_bytes_per_ms},

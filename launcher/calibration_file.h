@@ -7,13 +7,12 @@
 //    "source": "...", "ranks_per_host": 8,
 //    "collectives": [{"kind": "all_reduce", "link": "same_host", "latency_ms": 0.02,
 //                     "bytes_per_ms": 3.39e8, "measured_ranks": 2, "measured": true}, ...],
-//    "device_to_host": {"latency_ms": 0.01, "bytes_per_ms": 2e7, "measured": true},  (GPUs)
 //    "compute": {"matmul_flops_per_ms": ..., "attention_flops_per_ms": ..., "memory_bytes_per_ms": ...},
 //    "loaded_waits": [{"ranks": 2, "wait_ms": 0.4}, {"ranks": 4, "wait_ms": 0.6}]}
 //
 // A collective kind and link the file does not list keeps the default (unmeasured) figure, except
 // host_send_recv in a CPU file, which takes send_recv's (older files; on the CPU both are MPI's
-// messages); a GPU file without "device_to_host" takes the default copy figure; a file without
+// messages); older GPU files' "device_to_host" is not read (cost_model.h says why); a file without
 // "loaded_waits" (older ones, hosts that were not oversubscribed) has no loaded wait. Writes
 // are atomic (a temporary file renamed over the target): a crash leaves the old file or the new.
 #pragma once

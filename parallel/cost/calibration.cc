@@ -136,37 +136,13 @@ void measure_links(ProcessGroup& group, ProcessGroup& host_group, ProcessGroup& 
   }
 }
 
-// One rank's copy from its device to host memory, as the host route's sender makes it (into a
-// page-locked buffer used again), at the route's message sizes, fitted as a message (GPUs).
-CollectiveFit measure_device_to_host(Device device, ProcessGroup& world) {
-  const std::vector<int64_t> sizes = message_sizes(device, CollectiveKind::kHostSendRecv);
-  HostMessageBuffers staging;
-  std::vector<double> times;
-  for (int64_t bytes : sizes) {
-    const Tensor tensor = Tensor::ones({bytes / 4}, kFloat32, device);
-    backend_for(device).synchronize(device);
-    times.push_back(best_ms([&] {
-      Tensor buffer = staging.acquire({bytes / 4}, kFloat32);
-      buffer.copy_(tensor);  // waits for the device
-      staging.release(buffer);
-    }));
-  }
-  times = slowest_over(world, times);
-  std::vector<CollectiveSample> samples;
-  for (size_t i = 0; i < sizes.size(); ++i) samples.push_back({static_cast<double>(sizes[i] / 4 * 4), times[i]});
-  return fit_collective(CollectiveKind::kSendRecv, 2, samples);
-}
-
-// GPUs' host route and copy to host memory where nothing was measured: the H200 machine's
+// GPUs' host route where nothing was measured: the H200 machine's
 // (docs/performance.md, 2026-12-05, ninth to eleventh sessions). The route: the calibration's own
 // fit of it there (tools/device/pipeline-host-route, eleventh session: 0.106 ms + 3.39 GB/s, the
 // whole route as weft runs it at 1-8 MB, headers and upload included). Its legs timed apart
 // (tools/cuda_host_route_benchmark, page-locked buffers used again) add up to about 4.2 GB/s, the
 // default before. (Before GPU processes stopped sleeping between MPI polls it moved 0.31 GB/s.)
-// The copy to host alone, over the sessions' rows: 1 MiB in 0.027-0.048 ms, 8 MiB in
-// 0.159-0.162 ms; the eleventh session's fit 0.009 ms + 54.7 GB/s.
 constexpr CollectiveFit kGpuHostRouteSameHost = {0.106, 3.39e6, 0};
-constexpr CollectiveFit kGpuDeviceToHost = {0.02, 55e6, 0};
 
 // default_cost_model's links (calibration.h).
 void set_default_links(Device device, CostModel& model) {
@@ -190,7 +166,6 @@ void set_default_links(Device device, CostModel& model) {
     model.fits[static_cast<size_t>(kind)][0] = same_host;
     model.fits[static_cast<size_t>(kind)][1] = across_hosts;
   }
-  if (!device.is_cpu()) model.device_to_host = kGpuDeviceToHost;
 }
 
 // The compute rates of one rank alone: only the first rank of each host times (the others wait in
@@ -325,10 +300,6 @@ CalibrationResult calibrate(Device device, DType dtype, const CalibrationShapes&
   const int me = world->rank();
   const bool first_of_host = first_rank_of_host(host_ids, me);
   model.compute = measure_compute(device, dtype, shapes, *world, first_of_host);
-  if (!device.is_cpu()) {
-    model.device_to_host = measure_device_to_host(device, *world);
-    model.device_to_host_measured = true;
-  }
   // Each rank has a GPU of its own; CPU ranks share the host's cores (Open MPI binds none when
   // oversubscribed, so each sees them all).
   if (device.is_cpu()) {

@@ -48,7 +48,7 @@ struct CalibrationResult {
 
 // The figures used where nothing was measured (each marked unmeasured): on GPUs the 2 x H200
 // NVLink figures of ../shared/device/README.md within a host and a 400 Gb/s InfiniBand port per GPU
-// across hosts, and for the pipeline's host route and the copy to host memory the H200 machine's
+// across hosts, and for the pipeline's host route the H200 machine's
 // own (docs/performance.md); on the CPU a shared-memory MPI of a few GB/s; compute rates of
 // 1 GFLOP/s.
 // The mean time of `run` over at least `minimum_ms` (and three runs) after one warm-up. Compute is

@@ -110,10 +110,6 @@ double CostModel::collective_ms(CollectiveKind kind, double bytes, int ranks, Li
   return fit(kind, link).time_ms(kind, bytes, ranks);
 }
 
-double CostModel::device_to_host_ms(double bytes) const {
-  return device_to_host ? device_to_host->time_ms(CollectiveKind::kSendRecv, bytes, 2) : 0.0;
-}
-
 double CostModel::hierarchical_all_reduce_ms(double bytes, int local, int hosts) const {
   return collective_ms(CollectiveKind::kReduceScatter, bytes, local, LinkClass::kSameHost) +
          collective_ms(CollectiveKind::kAllReduce, bytes / std::max(local, 1), hosts, LinkClass::kAcrossHosts) +
@@ -153,11 +149,6 @@ std::vector<std::string> CostModel::describe() const {
                                       was_measured ? absl::StrFormat(" (measured on %d ranks)", f.measured_ranks)
                                                    : std::string(" (assumed: not measured)")));
     }
-  }
-  if (device_to_host) {
-    lines.push_back(absl::StrFormat("%-14s %-12s %.4f ms + %.3f GB/s%s", "device_to_host", "one rank",
-                                    device_to_host->latency_ms, device_to_host->bytes_per_ms / 1e6,
-                                    device_to_host_measured ? " (measured)" : " (assumed: not measured)"));
   }
   // flops per ms / 1e9 is TFLOP/s; GPUs are read in those, CPUs in GFLOP/s.
   auto rate = [](double flops_per_ms) {

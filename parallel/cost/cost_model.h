@@ -18,10 +18,11 @@
 // device on GPUs, MPI on the CPU): the pipeline's direct route. host_send_recv is a message of the
 // pipeline's host route (parallel.pp_transport host): on GPUs the sender's copy to host memory, MPI
 // between the two hosts' memories and the receiver's copy to its device, end to end; on the CPU it
-// is MPI's message, as send_recv. The host route's sender waits on its issuing thread for its copy
-// to host memory (Tensor::to waits for the device), so that copy is also kept on its own
-// (`device_to_host`, one rank's copy; none on the CPU): it is the part of a host-route message that
-// no comm mode hides.
+// is MPI's message, as send_recv. The sender's copy runs on a copy stream and its MPI send on a
+// thread of the transport (parallel/pipeline/staged_send_queue.h), so no part of a host-route
+// message holds the sender's compute: the route costs its transfer, as the direct route does.
+// (Until 2026-12-05 the sender copied on its issuing thread, and a `device_to_host` figure kept
+// that copy apart as the part no comm mode hid; calibration files may still carry it, unread.)
 //
 // Link classes: ranks on one host (NVLink, PCIe or shared memory) and ranks on different hosts. A
 // group uses the class of its slowest pair: across hosts as soon as it spans two. A class that was
@@ -44,7 +45,6 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,18 +123,12 @@ struct CostModel {
   // By group size, ascending (empty where the calibrating host was not oversubscribed, on GPUs, or
   // in files older than the figure): what a collective reached from compute waits beyond its fit.
   std::vector<LoadedWait> loaded_waits;
-  // GPUs: one rank's copy of a tensor from its device to host memory, as a message (one step of
-  // latency, the bytes at the copy's rate); nullopt on the CPU, where tensors are in host memory.
-  std::optional<CollectiveFit> device_to_host;
-  bool device_to_host_measured = false;
 
   const CollectiveFit& fit(CollectiveKind kind, LinkClass link) const {
     return fits[static_cast<size_t>(kind)][static_cast<size_t>(link)];
   }
   // 0 for ranks <= 1 (nothing moves).
   double collective_ms(CollectiveKind kind, double bytes, int ranks, LinkClass link) const;
-  // The sender's copy of a `bytes` message to host memory (0 without device_to_host).
-  double device_to_host_ms(double bytes) const;
   // Hierarchical all-reduce of `bytes` over `hosts` hosts of `local` ranks each: reduce-scatter on
   // each host, all-reduce of the 1/local shard across hosts, all-gather on each host.
   double hierarchical_all_reduce_ms(double bytes, int local, int hosts) const;

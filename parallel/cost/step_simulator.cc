@@ -300,14 +300,13 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     const double wait = loaded_wait(2);
     const bool host_route = layout.pp_transport == "host";
     const CollectiveKind route = host_route ? CollectiveKind::kHostSendRecv : CollectiveKind::kSendRecv;
+    // The host route's copies are in its fit, end to end; none holds the sender's compute (its copy
+    // to host memory runs on a copy stream: parallel/pipeline/pipeline_transport.h).
     const double transfer = model.collective_ms(route, activation_bytes, 2, pp_link) + wait;
-    // The host route's sender copies the tensor to host memory before it goes on issuing compute
-    // (a GPU's copy waits for the device), so where the transfer hides, that copy does not.
-    const double send_copy = host_route ? model.device_to_host_ms(activation_bytes) : 0.0;
     const double chunks = layout.virtual_stages;
     PipelineDurations durations;
-    durations.forward = busiest->forward / chunks + (hides ? send_copy : transfer);
-    const double backward = busiest->backward / chunks + (hides ? send_copy : transfer);
+    durations.forward = busiest->forward / chunks + (hides ? 0.0 : transfer);
+    const double backward = busiest->backward / chunks + (hides ? 0.0 : transfer);
     // The weight-gradient half of backward (every linear's dW; zero bubble runs it apart).
     durations.backward_input = backward / 2.0;
     durations.backward_weight = backward / 2.0;
@@ -326,7 +325,7 @@ StepPrediction predict_step(const Workload& workload, const ParallelLayout& layo
     peak_in_flight = *std::max_element(simulation.peak_in_flight.begin(), simulation.peak_in_flight.end());
     // Each micro-batch and chunk crosses each boundary forward and back.
     pp_comm = 2.0 * m * chunks * transfer;
-    pp_exposed = hides ? 2.0 * m * chunks * send_copy : pp_comm;
+    pp_exposed = hides ? 0.0 : pp_comm;
     // Receives per micro-batch of the busiest rank: a forward and a backward one per chunk, less
     // the first chunk's forward and the last chunk's backward, which two stages split between them.
     const double receives = m * (2.0 * chunks - (layout.pp == 2 ? 1.0 : 0.0));

@@ -8,8 +8,8 @@
 // added on the CPU and hidden under the kernels queued before it on a GPU), the tensor-parallel
 // collectives of every block, the pipeline schedule (simulate_pipeline over the stages' durations,
 // with the p2p transfers over the layout's route: send_recv's fit for parallel.pp_transport direct,
-// host_send_recv's for the host route, whose sender also waits for its copy to host memory on GPUs
-// where nothing hides it), the data-parallel bucket reductions against the last backward, and the
+// host_send_recv's for the host route, copies included, none of which holds the sender's compute),
+// the data-parallel bucket reductions against the last backward, and the
 // optimizer. The comm mode decides what hides: `manual` waits for every collective where it is
 // called (tensor-parallel ones inside compute, gradient buckets after backward, receives on
 // compute: a transfer counts once, inside the receiving action, not also on the pipeline's edge);

@@ -60,6 +60,46 @@ void HostMessageBuffers::upload_and_release(const Tensor& buffer, const Tensor& 
   give_back(buffer, nullptr);
 }
 
+std::shared_ptr<cuda::Event> HostMessageBuffers::download(const Tensor& source, const Tensor& buffer) {
+  WEFT_CHECK(source.defined() && source.is_contiguous() && source.shape() == buffer.shape() &&
+                 source.dtype() == buffer.dtype(),
+             "HostMessageBuffers::download: ", source.describe(), " is not a contiguous tensor of ", buffer.describe(),
+             "'s shape and dtype");
+#if WEFT_HAVE_CUDA
+  if (page_locked_ && source.device().is_cuda()) {
+    const int device = source.device().index;
+    cuda::set_device(device);
+    std::shared_ptr<cuda::Stream> copy_stream;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::shared_ptr<cuda::Stream>& stream = copy_streams_[device];
+      if (stream == nullptr) stream = std::make_shared<cuda::Stream>(device);
+      copy_stream = stream;
+    }
+    // The copy starts once the tensor is written: after the work queued so far where it was made.
+    cuda::Event written;
+    written.record(cuda::current_stream(device));
+    written.wait(copy_stream->get());
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(buffer.raw_data(), source.raw_data(),
+                                    static_cast<size_t>(source.numel() * source.element_size()),
+                                    cudaMemcpyDeviceToHost, copy_stream->get()));
+    auto copied = std::make_shared<cuda::Event>();
+    copied->record(copy_stream->get());
+    return copied;
+  }
+#endif
+  Tensor(buffer).copy_(source);
+  return nullptr;
+}
+
+void HostMessageBuffers::wait_until_copied(const std::shared_ptr<cuda::Event>& copied) {
+#if WEFT_HAVE_CUDA
+  if (copied != nullptr) copied->synchronize();
+#else
+  WEFT_CHECK(copied == nullptr, "HostMessageBuffers::wait_until_copied: a CUDA event in a build without CUDA");
+#endif
+}
+
 void HostMessageBuffers::give_back(const Tensor& buffer, std::shared_ptr<cuda::Event> copied) {
   WEFT_CHECK(buffer.defined() && buffer.device().is_cpu() && buffer.is_contiguous(),
              "HostMessageBuffers::release: ", buffer.describe(), " is not a buffer it handed out");

@@ -16,9 +16,15 @@
 // copy it into the upload staging's own page-locked slot, to be free to return at once). The
 // buffer then waits for an event behind that copy before it is handed out again.
 //
+// A message to be sent goes to its buffer the other way (download): a CUDA copy on a stream of
+// the buffers' own, behind the work queued so far on the caller's stream, so that neither the
+// caller's thread nor its stream waits for it; the event it returns says when the buffer holds the
+// message (the host route's sender waits for it on its own thread: staged_send_queue.h).
+//
 // Invariants: a buffer handed out by acquire() is handed out again only after release(), or after
 // upload_and_release() and the completion of its copy; the pool holds at most what was in flight
-// at once (one step's sends, a stage's receives being copied).
+// at once (one step's sends, a stage's receives being copied). download() reads its source on
+// the copy stream: the caller keeps the source alive and unwritten until the copy has completed.
 // Thread-safe (the executor's compute and p2p threads send and receive at once).
 #pragma once
 
@@ -34,6 +40,7 @@ namespace weft {
 
 namespace cuda {
 class Event;
+class Stream;
 }  // namespace cuda
 
 class HostMessageBuffers {
@@ -50,6 +57,13 @@ class HostMessageBuffers {
   // device, asynchronously, the buffer handed out again once the copy has completed. Otherwise
   // (pageable buffers, a CPU destination) the copy is done when this returns.
   void upload_and_release(const Tensor& buffer, const Tensor& destination);
+  // Copies `source` (contiguous, of `buffer`'s shape and dtype) into `buffer` (from acquire). A CUDA
+  // source into a page-locked buffer: on the copy stream of its device, after the work queued so
+  // far on the calling thread's current stream of that device, without waiting for either; returns
+  // the event that completes with the copy. Otherwise the copy is done when this returns (null).
+  std::shared_ptr<cuda::Event> download(const Tensor& source, const Tensor& buffer);
+  // Blocks until `copied` (from download; null: at once) has completed, rethrowing a CUDA failure.
+  static void wait_until_copied(const std::shared_ptr<cuda::Event>& copied);
   // Buffers held, in use or free (for tests).
   int64_t buffers() const;
 
@@ -64,6 +78,8 @@ class HostMessageBuffers {
   static bool copied_out(const Free& free);
   const bool page_locked_;
   mutable std::mutex mutex_;
+  // download's copy streams, by device (shared_ptr: cuda::Stream is complete in CUDA builds only)
+  std::map<int, std::shared_ptr<cuda::Stream>> copy_streams_;
   std::map<std::string, std::vector<Free>> free_;  // by dtype and shape
   int64_t buffers_ = 0;
 };

@@ -57,6 +57,11 @@ struct PipelineTransport::PendingSend {
   std::array<int64_t, kHeaderWords> header{};
   Tensor host;
   bool staged = false;  // `host` is one of host_buffers_, given back once sent
+  // A step message of a CUDA tensor: the tensor its copy to `host` reads on the copy stream, kept
+  // until finish_sends() (released there, on the thread and stream that made it).
+  Tensor source;
+  uint64_t number = 0;         // its place among the transport's sends, from 1
+  uint64_t queued_job = 0;     // > 0: staged_sends_'s job that posts it (its requests are written there)
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header, data
   std::string description;
   int peer_world_rank = -1;
@@ -124,6 +129,7 @@ PipelineTransport::DirectLink& PipelineTransport::direct_link(int peer, const ch
 }
 
 PipelineTransport::~PipelineTransport() {
+  staged_sends_.reset();  // no queued send may reach the communicators freed below
   if (step_comm_ == nullptr || !mpi_is_active()) return;
   // Sends still in flight (a step that threw) are left to MPI_Finalize: waiting here could hang on
   // a peer that is gone.
@@ -146,6 +152,7 @@ void PipelineTransport::post_send(const Tensor& tensor, int peer, int64_t tag, C
   const bool direct = route_ == Route::kDirect && channel == Channel::kStep;
   auto pending = std::make_unique<PendingSend>();
   Tensor data;
+  std::shared_ptr<cuda::Event> copied;  // a step message's copy to host memory, where it is queued
   if (direct) {
     WEFT_CHECK(tensor.device() == device_, "pipeline send from stage ", stage_, ": ", tensor.describe(),
                " is not on the transport's device ", device_.to_string());
@@ -156,6 +163,12 @@ void PipelineTransport::post_send(const Tensor& tensor, int peer, int64_t tag, C
     // write its tensor sends a clone.
     if (tensor.device().is_cpu()) {
       pending->host = tensor.contiguous();
+    } else if (channel == Channel::kStep) {
+      // Copied on the buffers' copy stream; the MPI send waits for it on the queue's thread.
+      pending->host = host_buffers_.acquire(tensor.shape(), tensor.dtype());
+      pending->staged = true;
+      pending->source = tensor.contiguous();
+      copied = host_buffers_.download(pending->source, pending->host);
     } else {
       // The copy waits for the device (the host reads the buffer next).
       pending->host = host_buffers_.acquire(tensor.shape(), tensor.dtype());
@@ -182,18 +195,29 @@ void PipelineTransport::post_send(const Tensor& tensor, int peer, int64_t tag, C
     link = &direct_link(peer, "send");
     pending->header[kSequenceWord] = link->sent++;
   }
-  {
+  MPI_Comm comm = as_comm(communicator(channel));
+  // The header, then (kHost) the data from host memory.
+  auto post = [comm, peer, tag, bytes, direct](PendingSend& send) {
     MpiCallLock lock;
-    MPI_Comm comm = as_comm(communicator(channel));
-    WEFT_MPI_CHECK(MPI_Isend(pending->header.data(), kHeaderWords, MPI_INT64_T, peer, static_cast<int>(2 * tag),
-                             comm, &pending->requests[0]));
+    WEFT_MPI_CHECK(MPI_Isend(send.header.data(), kHeaderWords, MPI_INT64_T, peer, static_cast<int>(2 * tag), comm,
+                             &send.requests[0]));
     if (!direct) {
-      WEFT_MPI_CHECK(MPI_Isend(pending->host.raw_data(), bytes, MPI_BYTE, peer, static_cast<int>(2 * tag + 1), comm,
-                               &pending->requests[1]));
+      WEFT_MPI_CHECK(MPI_Isend(send.host.raw_data(), bytes, MPI_BYTE, peer, static_cast<int>(2 * tag + 1), comm,
+                               &send.requests[1]));
     }
-  }
+  };
+  PendingSend& send = *pending;
+  if (copied == nullptr) post(send);
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    send.number = ++posted_;
+    // `send` lives in pending_ until finish_sends() has drained the queue up to its job.
+    if (copied != nullptr) {
+      send.queued_job = staged_sends_->post([post, &send, copied] {
+        HostMessageBuffers::wait_until_copied(copied);
+        post(send);
+      });
+    }
     pending_.push_back(std::move(pending));
   }
   // The data, in order on the direction's group. NCCL keeps `data` alive until its kernel is done
@@ -262,12 +286,24 @@ Tensor PipelineTransport::receive(Device device, int peer, int64_t tag, Channel 
   return on_device;
 }
 
-void PipelineTransport::finish_sends() {
+uint64_t PipelineTransport::sends_posted() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return posted_;
+}
+
+void PipelineTransport::finish_sends(uint64_t count) {
   std::vector<std::unique_ptr<PendingSend>> sends;
+  uint64_t queued_jobs = 0;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    sends.swap(pending_);
+    while (!pending_.empty() && pending_.front()->number <= count) {
+      queued_jobs = std::max(queued_jobs, pending_.front()->queued_job);
+      sends.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
   }
+  // Those queued handed to MPI first (their requests are written on the queue's thread).
+  staged_sends_->drain(queued_jobs);
   for (const std::unique_ptr<PendingSend>& send : sends) {
     for (MPI_Request& request : send->requests) {
       if (request != MPI_REQUEST_NULL) wait_for_mpi_request(request, send->description, {send->peer_world_rank});

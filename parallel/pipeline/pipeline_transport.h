@@ -26,7 +26,11 @@
 // - kHost (the default): the tensor itself as a tagged MPI message. CUDA tensors travel through
 //   host memory: copied to the host before sending and to the device after receiving, staged in
 //   page-locked buffers used again message after message (host_message_buffers.h: MPI and the
-//   copies run several times faster in them than in memory allocated for each message).
+//   copies run several times faster in them than in memory allocated for each message). A step
+//   message's copy to the host runs on a copy stream behind the work that wrote the tensor, and a
+//   thread of the transport posts the MPI send once it is done (staged_send_queue.h), so post_send
+//   neither waits for the device nor makes the caller's stream wait for the copy; the tensor is
+//   kept until finish_sends(). Control messages are copied on the calling thread, as before.
 // - kDirect: the tensor by the send/recv of a process group per direction between two stages (a
 //   group for this stage's sends to a peer, another for the peer's sends to it): NCCL on GPUs,
 //   device to device on the stream current at the call, never through the host; MPI on the CPU
@@ -49,6 +53,8 @@
 // the p2p list).
 #pragma once
 
+#include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +63,7 @@
 #include "parallel/comm/process_group.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline/host_message_buffers.h"
+#include "parallel/pipeline/staged_send_queue.h"
 #include "runtime/tensor.h"
 
 namespace weft {
@@ -94,8 +101,11 @@ class PipelineTransport {
   // `device`. Blocks until the header is in; kDirect on NCCL queues the data's receive on the
   // current stream, and the tensor is ready in stream order.
   Tensor receive(Device device, int peer, int64_t tag, Channel channel = Channel::kStep);
-  // Blocks until every send posted so far has completed (within the deadline).
-  void finish_sends();
+  // How many sends have been posted so far (post_send calls that returned), for finish_sends.
+  uint64_t sends_posted() const;
+  // Blocks until every send among the first `count` posted has completed (within the deadline):
+  // a step's sends, where the next step's are already posted (steps in flight), or all of them.
+  void finish_sends(uint64_t count = UINT64_MAX);
 
  private:
   struct PendingSend;
@@ -122,9 +132,13 @@ class PipelineTransport {
   std::vector<int> world_ranks_;   // per stage
   void* step_comm_ = nullptr;      // MPI_Comm, as void* to keep mpi.h out of this header
   void* control_comm_ = nullptr;
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<PendingSend>> pending_;
+  mutable std::mutex mutex_;
+  std::deque<std::unique_ptr<PendingSend>> pending_;  // in the order posted
+  uint64_t posted_ = 0;                               // sends posted; pending_ holds the last ones
   HostMessageBuffers host_buffers_;  // kHost's staging of CUDA tensors
+  // kHost's step messages of CUDA tensors, handed to MPI once copied; stopped first on destruction
+  // (its jobs post on the communicators above).
+  std::unique_ptr<StagedSendQueue> staged_sends_ = std::make_unique<StagedSendQueue>();
 };
 
 }  // namespace weft
