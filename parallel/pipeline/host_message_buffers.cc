@@ -92,10 +92,13 @@ std::shared_ptr<cuda::Event> HostMessageBuffers::download(const Tensor& source, 
   return nullptr;
 }
 
-void HostMessageBuffers::wait_until_copied(const std::shared_ptr<cuda::Event>& copied) {
+void HostMessageBuffers::wait_until_copied(const std::shared_ptr<cuda::Event>& copied, Device device) {
 #if WEFT_HAVE_CUDA
-  if (copied != nullptr) copied->synchronize();
+  if (copied == nullptr) return;
+  cuda::set_device(device.index);
+  copied->synchronize();
 #else
+  (void)device;
   WEFT_CHECK(copied == nullptr, "HostMessageBuffers::wait_until_copied: a CUDA event in a build without CUDA");
 #endif
 }

@@ -62,8 +62,10 @@ class HostMessageBuffers {
   // far on the calling thread's current stream of that device, without waiting for either; returns
   // the event that completes with the copy. Otherwise the copy is done when this returns (null).
   std::shared_ptr<cuda::Event> download(const Tensor& source, const Tensor& buffer);
-  // Blocks until `copied` (from download; null: at once) has completed, rethrowing a CUDA failure.
-  static void wait_until_copied(const std::shared_ptr<cuda::Event>& copied);
+  // Blocks until `copied` (from download of a tensor on `device`; null: at once) has completed,
+  // rethrowing a CUDA failure. Makes `device` current on the calling thread first: a thread that
+  // touches CUDA with no device current gets device 0's context, wherever its rank's GPU is.
+  static void wait_until_copied(const std::shared_ptr<cuda::Event>& copied, Device device);
   // Buffers held, in use or free (for tests).
   int64_t buffers() const;
 

@@ -213,8 +213,9 @@ void PipelineTransport::post_send(const Tensor& tensor, int peer, int64_t tag, C
     send.number = ++posted_;
     // `send` lives in pending_ until finish_sends() has drained the queue up to its job.
     if (copied != nullptr) {
-      send.queued_job = staged_sends_->post([post, &send, copied] {
-        HostMessageBuffers::wait_until_copied(copied);
+      const Device device = tensor.device();
+      send.queued_job = staged_sends_->post([post, &send, copied, device] {
+        HostMessageBuffers::wait_until_copied(copied, device);
         post(send);
       });
     }

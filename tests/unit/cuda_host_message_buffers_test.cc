@@ -75,7 +75,7 @@ TEST(CudaHostMessageBuffers, ADownloadWaitsForTheTensorsWorkOnItsOwnStream) {
   EXPECT_EQ(cudaEventQuery(copied->get()), cudaErrorNotReady) << "the copy did not wait for the tensor's writer";
   cudaGetLastError();
   // Its event alone is enough to read the buffer by.
-  HostMessageBuffers::wait_until_copied(copied);
+  HostMessageBuffers::wait_until_copied(copied, kGpu);
   bool equal = true;
   for (int64_t i = 0; i < kCount && equal; ++i) equal = buffer.data<float>()[i] == 3.25f;
   EXPECT_TRUE(equal) << "the buffer does not hold the tensor as its last write left it";
