@@ -332,7 +332,6 @@ void DataParallelStrategy::issue_step(int64_t step, double lr, const MicroBatchS
   IssuedStep issued;
   issued.step = step;
   if (recorder != nullptr) issued.recorded = recorder->take();
-  if (pipeline_ != nullptr) issued.pipeline_sends = pipeline_->transport().sends_posted();
   issued_.push_back(std::move(issued));
 }
 
@@ -345,9 +344,7 @@ StepReport DataParallelStrategy::finish_step() {
   graph::StepTimeline& timeline = finished.timeline;
   add_recorded_collectives(issued.recorded, finished.device_start, timeline);
   const double bubble = pipeline_ != nullptr ? pipeline_->measured_bubble(timeline) : 0.0;
-  // This step's sends only: with steps in flight the next step's are posted already, and their
-  // copies wait for that step's compute.
-  if (pipeline_ != nullptr) pipeline_->transport().finish_sends(issued.pipeline_sends);
+  if (pipeline_ != nullptr) pipeline_->transport().finish_sends();
   if (options_.trace) {
     const double started_ms = timeline.start_clock_ms - origin_ms_;
     std::string events = timeline.chrome_trace_events(world_rank_, str("rank ", world_rank_), started_ms);

@@ -118,7 +118,6 @@ class DataParallelStrategy final : public Strategy {
   struct IssuedStep {
     int64_t step = 0;
     CollectiveRecorder::Step recorded;      // the tp layers' collectives (tensor_parallel only)
-    uint64_t pipeline_sends = 0;            // the transport's sends posted by the end of its issue
   };
   std::deque<IssuedStep> issued_;
   // The last update's guard (one element on the device): the next update's previous guard while

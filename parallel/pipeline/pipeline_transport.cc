@@ -60,8 +60,6 @@ struct PipelineTransport::PendingSend {
   // A step message of a CUDA tensor: the tensor its copy to `host` reads on the copy stream, kept
   // until finish_sends() (released there, on the thread and stream that made it).
   Tensor source;
-  uint64_t number = 0;         // its place among the transport's sends, from 1
-  uint64_t queued_job = 0;     // > 0: staged_sends_'s job that posts it (its requests are written there)
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header, data
   std::string description;
   int peer_world_rank = -1;
@@ -210,16 +208,15 @@ void PipelineTransport::post_send(const Tensor& tensor, int peer, int64_t tag, C
   if (copied == nullptr) post(send);
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    send.number = ++posted_;
-    // `send` lives in pending_ until finish_sends() has drained the queue up to its job.
-    if (copied != nullptr) {
-      const Device device = tensor.device();
-      send.queued_job = staged_sends_->post([post, &send, copied, device] {
-        HostMessageBuffers::wait_until_copied(copied, device);
-        post(send);
-      });
-    }
     pending_.push_back(std::move(pending));
+  }
+  // `send` lives in pending_ until finish_sends(), which drains the queue before it looks.
+  if (copied != nullptr) {
+    const Device device = tensor.device();
+    staged_sends_->post([post, &send, copied, device] {
+      HostMessageBuffers::wait_until_copied(copied, device);
+      post(send);
+    });
   }
   // The data, in order on the direction's group. NCCL keeps `data` alive until its kernel is done
   // (the group's watchdog holds the handle), and wait() orders nothing new (the same stream); MPI
@@ -287,24 +284,14 @@ Tensor PipelineTransport::receive(Device device, int peer, int64_t tag, Channel 
   return on_device;
 }
 
-uint64_t PipelineTransport::sends_posted() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return posted_;
-}
-
-void PipelineTransport::finish_sends(uint64_t count) {
+void PipelineTransport::finish_sends() {
+  // Every queued send handed to MPI first (their requests are written on the queue's thread).
+  staged_sends_->drain();
   std::vector<std::unique_ptr<PendingSend>> sends;
-  uint64_t queued_jobs = 0;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    while (!pending_.empty() && pending_.front()->number <= count) {
-      queued_jobs = std::max(queued_jobs, pending_.front()->queued_job);
-      sends.push_back(std::move(pending_.front()));
-      pending_.pop_front();
-    }
+    sends.swap(pending_);
   }
-  // Those queued handed to MPI first (their requests are written on the queue's thread).
-  staged_sends_->drain(queued_jobs);
   for (const std::unique_ptr<PendingSend>& send : sends) {
     for (MPI_Request& request : send->requests) {
       if (request != MPI_REQUEST_NULL) wait_for_mpi_request(request, send->description, {send->peer_world_rank});

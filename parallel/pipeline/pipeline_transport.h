@@ -53,8 +53,6 @@
 // the p2p list).
 #pragma once
 
-#include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -101,11 +99,8 @@ class PipelineTransport {
   // `device`. Blocks until the header is in; kDirect on NCCL queues the data's receive on the
   // current stream, and the tensor is ready in stream order.
   Tensor receive(Device device, int peer, int64_t tag, Channel channel = Channel::kStep);
-  // How many sends have been posted so far (post_send calls that returned), for finish_sends.
-  uint64_t sends_posted() const;
-  // Blocks until every send among the first `count` posted has completed (within the deadline):
-  // a step's sends, where the next step's are already posted (steps in flight), or all of them.
-  void finish_sends(uint64_t count = UINT64_MAX);
+  // Blocks until every send posted so far has completed (within the deadline).
+  void finish_sends();
 
  private:
   struct PendingSend;
@@ -132,9 +127,8 @@ class PipelineTransport {
   std::vector<int> world_ranks_;   // per stage
   void* step_comm_ = nullptr;      // MPI_Comm, as void* to keep mpi.h out of this header
   void* control_comm_ = nullptr;
-  mutable std::mutex mutex_;
-  std::deque<std::unique_ptr<PendingSend>> pending_;  // in the order posted
-  uint64_t posted_ = 0;                               // sends posted; pending_ holds the last ones
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<PendingSend>> pending_;
   HostMessageBuffers host_buffers_;  // kHost's staging of CUDA tensors
   // kHost's step messages of CUDA tensors, handed to MPI once copied; stopped first on destruction
   // (its jobs post on the communicators above).

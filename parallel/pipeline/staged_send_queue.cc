@@ -15,23 +15,22 @@ StagedSendQueue::~StagedSendQueue() {
   if (thread_.joinable()) thread_.join();
 }
 
-uint64_t StagedSendQueue::post(std::function<void()> job) {
-  uint64_t place = 0;
+void StagedSendQueue::post(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.push_back(std::move(job));
-    place = ++posted_;
+    ++posted_;
     if (!thread_.joinable()) {
       thread_ = std::thread([this] { loop(); });
       pthread_setname_np(thread_.native_handle(), "weft-pp-sends");
     }
   }
   changed_.notify_all();
-  return place;
 }
 
-void StagedSendQueue::drain(uint64_t jobs) {
+void StagedSendQueue::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t jobs = posted_;
   changed_.wait(lock, [&] { return finished_ >= jobs || failure_ != nullptr; });
   if (failure_ != nullptr) std::rethrow_exception(failure_);
 }

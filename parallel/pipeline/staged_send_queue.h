@@ -11,9 +11,8 @@
 // Invariants:
 // - Jobs run one at a time, in the order they were posted, on one thread started at the first post
 //   (a transport that never sends a CUDA tensor starts none).
-// - drain(n) returns once the first n jobs posted have run (a caller finishing one step's sends
-//   does not wait for the next step's); it rethrows the first failure of any job, then and at
-//   every later drain(). Jobs posted after a failure are not run (a broken transport sends nothing
+// - drain() returns once every job posted before it has run; it rethrows the first failure of any
+//   job, then and at every later drain(). Jobs posted after a failure are not run (a broken transport sends nothing
 //   more); the receiver's deadline names this rank.
 // - The destructor runs no job that has not started; it waits for the one running.
 // Thread-safe: post and drain may be called from any thread.
@@ -36,11 +35,10 @@ class StagedSendQueue {
   StagedSendQueue(const StagedSendQueue&) = delete;
   StagedSendQueue& operator=(const StagedSendQueue&) = delete;
 
-  // Queues `job` behind the jobs posted before it; returns how many jobs have been posted with it
-  // (its place in the order, from 1).
-  uint64_t post(std::function<void()> job);
-  // Blocks until the first `jobs` jobs posted have run; rethrows the first failure of any job.
-  void drain(uint64_t jobs);
+  // Queues `job` behind the jobs posted before it.
+  void post(std::function<void()> job);
+  // Blocks until every job posted so far has run; rethrows the first failure of any job.
+  void drain();
 
  private:
   void loop();
