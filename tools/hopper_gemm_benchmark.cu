@@ -1,0 +1,337 @@
+// hopper_gemm_benchmark: weft's own Hopper product (runtime/cuda/hopper_gemm.cuh) against cuBLASLt on
+// the linear layers' forward shapes: plain, and bias + GELU with the pre-activation kept (cuBLASLt's
+// CUBLASLT_EPILOGUE_GELU_AUX_BIAS). Each cuBLASLt row is the fastest of the heuristic's first 8
+// algorithms, as weft's autotuner picks. Before timing, every output of weft's kernel is checked
+// against cuBLASLt's (relative to the output's largest magnitude), and odd shapes against a plain
+// f32 reference kernel, so a fast wrong kernel cannot pass.
+//
+//   hopper_gemm_benchmark [rounds]     (default 3; each round times every variant 20 times)
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/hopper_gemm.cuh"
+
+namespace {
+
+#define CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
+
+void check_cuda(cudaError_t error, const char* call, const char* file, int line) {
+  if (error == cudaSuccess) return;
+  std::fprintf(stderr, "%s:%d: %s failed: %s\n", file, line, call, cudaGetErrorString(error));
+  std::exit(1);
+}
+
+void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "%s:%d: %s failed: %s\n", file, line, call, cublasLtGetStatusName(status));
+  std::exit(1);
+}
+
+using bf16 = __nv_bfloat16;
+namespace hopper = weft::cuda::hopper;
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr int kRepeats = 20;
+
+__global__ void fill_kernel(bf16* data, size_t count, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    data[i] = __float2bfloat16(scale * (static_cast<float>(h & 0xFFFFFF) / 8388608.f - 1.f));
+  }
+}
+
+// out[m, n] = sum_k a[m, k] b[n, k] (+ bias[n]), in f32: the reference for odd shapes.
+__global__ void reference_kernel(const bf16* a, const bf16* b, const bf16* bias, float* out, int m_size, int n_size,
+                                 int k_size) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (n >= n_size) return;
+  float sum = 0.f;
+  for (int k = 0; k < k_size; ++k)
+    sum += __bfloat162float(a[size_t(m) * k_size + k]) * __bfloat162float(b[size_t(n) * k_size + k]);
+  if (bias != nullptr) sum += __bfloat162float(bias[n]);
+  out[size_t(m) * n_size + n] = sum;
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled function = [] {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || pointer == nullptr) {
+      std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
+      std::exit(1);
+    }
+    return reinterpret_cast<EncodeTiled>(pointer);
+  }();
+  return function;
+}
+
+// A TMA map of a row-major [rows, columns] bf16 matrix in boxes of [box_rows, 64].
+CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(columns) * sizeof(bf16)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(hopper::kBlockK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result =
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(data), dims, strides, box,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d) for [%d, %d]\n", static_cast<int>(result), rows, columns);
+    std::exit(1);
+  }
+  return map;
+}
+
+template <hopper::Epilogue kEpilogue>
+void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16* pre_gelu, int m, int n, int k,
+                cudaStream_t stream) {
+  static bool configured = false;
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(hopper::gemm_kernel<kEpilogue>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    hopper::kSharedBytes));
+    configured = true;
+  }
+  const CUtensorMap a_map = operand_map(a, m, k, hopper::kBlockM);
+  const CUtensorMap b_map = operand_map(b, n, k, hopper::kBlockN);
+  const dim3 grid((n + hopper::kBlockN - 1) / hopper::kBlockN, (m + hopper::kBlockM - 1) / hopper::kBlockM);
+  hopper::gemm_kernel<kEpilogue><<<grid, hopper::kThreads, hopper::kSharedBytes, stream>>>(a_map, b_map, m, n, k, bias,
+                                                                                         out, pre_gelu);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// cuBLASLt's out [M, N] = a [M, K] · b [N, K]ᵀ, column-major: out'[N, M] = op_T(b' [K, N]) · a' [K, M].
+struct Lt {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t description = nullptr;
+  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
+  cublasLtMatmulAlgo_t algorithm{};
+  void* workspace = nullptr;
+  const bf16 *a = nullptr, *b = nullptr;
+  bf16* d = nullptr;
+  cudaStream_t stream = nullptr;
+
+  void run() const {
+    const float alpha = 1.f, beta = 0.f;
+    CUBLAS_CHECK(cublasLtMatmul(handle, description, &alpha, b, a_layout, a, b_layout, &beta, d, d_layout, d, d_layout,
+                                &algorithm, workspace, kWorkspaceBytes, stream));
+  }
+};
+
+float time_ms(const std::function<void()>& product, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < kRepeats; ++i) product();
+  CUDA_CHECK(cudaEventRecord(stop, stream));
+  CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return ms / kRepeats;
+}
+
+Lt make_lt(cublasLtHandle_t handle, void* workspace, cudaStream_t stream, const bf16* a, const bf16* b,
+           const bf16* bias, bf16* d, bf16* aux, int m, int n, int k) {
+  Lt lt;
+  lt.handle = handle;
+  lt.workspace = workspace;
+  lt.stream = stream;
+  lt.a = a;
+  lt.b = b;
+  lt.d = d;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
+  if (bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = aux != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux != nullptr) {
+      const int64_t aux_ld = n;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                  sizeof(aux)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                  sizeof(aux_ld)));
+    }
+  }
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.a_layout, CUDA_R_16BF, k, n, k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.b_layout, CUDA_R_16BF, k, m, k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.d_layout, CUDA_R_16BF, n, m, n));
+  cublasLtMatmulPreference_t preference = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace_bytes = kWorkspaceBytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes, sizeof(workspace_bytes)));
+  std::array<cublasLtMatmulHeuristicResult_t, 8> candidates{};
+  int count = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, lt.description, lt.a_layout, lt.b_layout, lt.d_layout,
+                                              lt.d_layout, preference, 8, candidates.data(), &count));
+  float best = 1e30f;
+  cublasLtMatmulAlgo_t chosen = candidates[0].algo;
+  for (int i = 0; i < count; ++i) {
+    lt.algorithm = candidates[i].algo;
+    lt.run();  // warm-up
+    const float ms = time_ms([&] { lt.run(); }, stream);
+    if (ms < best) best = ms, chosen = candidates[i].algo;
+  }
+  lt.algorithm = chosen;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+  return lt;
+}
+
+std::vector<float> to_host(const bf16* data, size_t count) {
+  std::vector<bf16> raw(count);
+  CUDA_CHECK(cudaMemcpy(raw.data(), data, count * sizeof(bf16), cudaMemcpyDeviceToHost));
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = __bfloat162float(raw[i]);
+  return values;
+}
+
+// max |x - reference| / max |reference|.
+double relative_error(const std::vector<float>& values, const std::vector<float>& reference) {
+  double largest = 0, worst = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    largest = std::max(largest, std::fabs(double(reference[i])));
+    const double difference = std::fabs(double(values[i]) - reference[i]);
+    worst = std::max(worst, std::isnan(difference) ? 1e30 : difference);
+  }
+  return worst / std::max(largest, 1e-30);
+}
+
+float host_gelu(float x) { return 0.5f * x * (1.f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+
+bool check_odd_shape(int m, int n, int k, cudaStream_t stream) {
+  bf16 *a, *b, *bias, *out, *pre;
+  float* reference;
+  CUDA_CHECK(cudaMalloc(&a, size_t(m) * k * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&b, size_t(n) * k * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&bias, size_t(n) * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&out, size_t(m) * n * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&pre, size_t(m) * n * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&reference, size_t(m) * n * sizeof(float)));
+  fill_kernel<<<256, 256, 0, stream>>>(a, size_t(m) * k, 1, 1.f);
+  fill_kernel<<<256, 256, 0, stream>>>(b, size_t(n) * k, 2, 1.f / std::sqrt(float(k)));
+  fill_kernel<<<256, 256, 0, stream>>>(bias, n, 3, 0.5f);
+  CUDA_CHECK(cudaMemsetAsync(out, 0xFF, size_t(m) * n * sizeof(bf16), stream));
+  launch_own<hopper::Epilogue::kBiasGelu>(a, b, bias, out, pre, m, n, k, stream);
+  reference_kernel<<<dim3((n + 127) / 128, m), 128, 0, stream>>>(a, b, bias, reference, m, n, k);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> expected(size_t(m) * n), expected_gelu(expected.size());
+  CUDA_CHECK(cudaMemcpy(expected.data(), reference, expected.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < expected.size(); ++i) expected_gelu[i] = host_gelu(expected[i]);
+  const double pre_error = relative_error(to_host(pre, expected.size()), expected);
+  const double out_error = relative_error(to_host(out, expected.size()), expected_gelu);
+  const bool ok = pre_error < 1e-2 && out_error < 1e-2;
+  std::printf("odd shape m %d n %d k %d: pre-activation error %.2e, output error %.2e  %s\n", m, n, k, pre_error,
+              out_error, ok ? "ok" : "WRONG");
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias), static_cast<void*>(out),
+                  static_cast<void*>(pre), static_cast<void*>(reference)})
+    CUDA_CHECK(cudaFree(p));
+  return ok;
+}
+
+struct Shape {
+  const char* name;
+  int m, n, k;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  cublasLtHandle_t handle;
+  CUBLAS_CHECK(cublasLtCreate(&handle));
+  void* workspace;
+  CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+
+  bool all_ok = true;
+  for (const std::array<int, 3>& odd : {std::array<int, 3>{200, 136, 72}, {129, 130, 64}, {64, 8, 8}, {1000, 520, 776}})
+    all_ok = check_odd_shape(odd[0], odd[1], odd[2], stream) && all_ok;
+
+  const std::vector<Shape> shapes = {
+      {"gpt2 up (16384x3072x768)", 16384, 3072, 768},   {"gpt2 qkv (16384x2304x768)", 16384, 2304, 768},
+      {"gpt2 proj (16384x768x768)", 16384, 768, 768},   {"gpt2 down (16384x768x3072)", 16384, 768, 3072},
+      {"1.3B up (8192x8192x2048)", 8192, 8192, 2048},   {"1.3B qkv (8192x6144x2048)", 8192, 6144, 2048},
+      {"1.3B down (8192x2048x8192)", 8192, 2048, 8192},
+  };
+  std::printf("\n%-28s %10s %10s %10s %10s   %8s %8s   %s\n", "shape", "lt plain", "own plain", "lt gelu", "own gelu",
+              "own/lt p", "own/lt g", "errors (plain, gelu out, pre-gelu) against cuBLASLt");
+  for (const Shape& shape : shapes) {
+    const int m = shape.m, n = shape.n, k = shape.k;
+    bf16 *a, *b, *bias, *lt_out, *lt_aux, *own_out, *own_aux;
+    CUDA_CHECK(cudaMalloc(&a, size_t(m) * k * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&b, size_t(n) * k * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&bias, size_t(n) * sizeof(bf16)));
+    for (bf16** p : {&lt_out, &lt_aux, &own_out, &own_aux}) CUDA_CHECK(cudaMalloc(p, size_t(m) * n * sizeof(bf16)));
+    fill_kernel<<<1024, 256, 0, stream>>>(a, size_t(m) * k, 11, 1.f);
+    fill_kernel<<<1024, 256, 0, stream>>>(b, size_t(n) * k, 12, 1.f / std::sqrt(float(k)));
+    fill_kernel<<<1024, 256, 0, stream>>>(bias, n, 13, 0.5f);
+    const size_t count = size_t(m) * n;
+
+    const Lt plain = make_lt(handle, workspace, stream, a, b, nullptr, lt_out, nullptr, m, n, k);
+    const Lt gelu = make_lt(handle, workspace, stream, a, b, bias, lt_out, lt_aux, m, n, k);
+    auto own_plain = [&] { launch_own<hopper::Epilogue::kNone>(a, b, nullptr, own_out, nullptr, m, n, k, stream); };
+    auto own_gelu = [&] { launch_own<hopper::Epilogue::kBiasGelu>(a, b, bias, own_out, own_aux, m, n, k, stream); };
+
+    plain.run();
+    own_plain();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double plain_error = relative_error(to_host(own_out, count), to_host(lt_out, count));
+    gelu.run();
+    own_gelu();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double gelu_error = relative_error(to_host(own_out, count), to_host(lt_out, count));
+    const double aux_error = relative_error(to_host(own_aux, count), to_host(lt_aux, count));
+    const bool ok = plain_error < 1e-2 && gelu_error < 1e-2 && aux_error < 1e-2;
+    all_ok = all_ok && ok;
+
+    std::vector<float> lt_plain_ms, own_plain_ms, lt_gelu_ms, own_gelu_ms;
+    for (int round = 0; round < rounds; ++round) {
+      lt_plain_ms.push_back(time_ms([&] { plain.run(); }, stream));
+      own_plain_ms.push_back(time_ms(own_plain, stream));
+      lt_gelu_ms.push_back(time_ms([&] { gelu.run(); }, stream));
+      own_gelu_ms.push_back(time_ms(own_gelu, stream));
+    }
+    auto median = [](std::vector<float> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const float lp = median(lt_plain_ms) * 1e3f, op = median(own_plain_ms) * 1e3f, lg = median(lt_gelu_ms) * 1e3f,
+                og = median(own_gelu_ms) * 1e3f;
+    const double flops = 2.0 * m * n * k;
+    std::printf("%-28s %7.1f us %7.1f us %7.1f us %7.1f us   %8.3f %8.3f   %.1e %.1e %.1e %s  (own plain %.0f TFLOP/s)\n",
+                shape.name, lp, op, lg, og, lp / op, lg / og, plain_error, gelu_error, aux_error, ok ? "ok" : "WRONG",
+                flops / (op * 1e-6) * 1e-12);
+    for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias), static_cast<void*>(lt_out),
+                    static_cast<void*>(lt_aux), static_cast<void*>(own_out), static_cast<void*>(own_aux)})
+      CUDA_CHECK(cudaFree(p));
+  }
+  std::printf("\n%s\n", all_ok ? "every output checked: ok" : "SOME OUTPUTS WRONG");
+  return all_ok ? 0 : 1;
+}
