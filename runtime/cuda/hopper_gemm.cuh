@@ -10,7 +10,7 @@
 //   bias     [N] bf16 or null
 //   out      [M, N] bf16                      = epilogue(a · bᵀ + bias)
 //   pre_gelu [M, N] bf16 or null              = a · bᵀ + bias, for kBiasGelu only
-// Invariants: K a multiple of 8 and N even (TMA's 16-byte row strides; bf16 pairs in the epilogue);
+// Invariants: K and N multiples of 8 (TMA's 16-byte row strides);
 // M, N, K otherwise free: TMA fills tiles past the edges with zeros and the epilogue writes only
 // inside [M, N]. Everything 16-byte aligned.
 //
@@ -31,13 +31,31 @@
 
 namespace weft::cuda::hopper {
 
-constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 64, kStages = 3;
-constexpr int kConsumerThreads = 128;                  // one warpgroup
-constexpr int kThreads = kConsumerThreads + 32;       // and one producer warp
-constexpr int kATileBytes = kBlockM * kBlockK * 2;     // [128, 64] bf16
-constexpr int kBTileBytes = kBlockN * kBlockK * 2;     // [128, 64] bf16
-constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr int kSharedBytes = kStages * kStageBytes + 1024 + 2 * kStages * 8;  // + alignment + barriers
+// A CTA's tiling: kBlockN columns of a 128-row tile, computed by kConsumers warpgroups (each
+// 128 / kConsumers rows, in 64-row halves), fed through kStages stages of 64-wide K slices.
+// One consumer: a producer warp beside it and two CTAs an SM, so one CTA's epilogue runs under the
+// other's products. Two consumers: a producer warpgroup that gives its registers to them
+// (setmaxnreg), one CTA an SM.
+template <int kColumns, int kConsumerGroups, int kStageCount>
+struct Tiling {
+  static constexpr int kBlockM = 128, kBlockN = kColumns, kBlockK = 64, kStages = kStageCount;
+  static constexpr int kConsumers = kConsumerGroups;
+  static constexpr int kHalves = kBlockM / 64 / kConsumers;  // 64-row halves per consumer warpgroup
+  static constexpr int kAccumulators = kBlockN / 2;          // f32 values per thread per half
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = kConsumerThreads + (kConsumers == 1 ? 32 : 128);
+  static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
+  static constexpr int kATileBytes = kBlockM * kBlockK * 2;  // [128, 64] bf16
+  static constexpr int kBTileBytes = kBlockN * kBlockK * 2;  // [kBlockN, 64] bf16
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  // Each consumer warpgroup stages its [64, kBlockN] output in [64, 64] boxes of 128-byte swizzled
+  // rows (8 KiB each) for TMA's stores.
+  static constexpr int kStagingBytes = 64 * kBlockN * 2;
+  static constexpr int kSharedBytes =
+      kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + 2 * kStages * 8;  // + alignment + barriers
+};
+using WideTiling = Tiling<256, 2, 3>;
+constexpr int kBlockK = 64;
 
 enum class Epilogue { kNone, kBias, kBiasGelu };
 
@@ -88,6 +106,23 @@ __device__ inline void tma_load(void* destination, const CUtensorMap* map, uint6
       : "memory");
 }
 
+// A [64, 64] box of shared memory to (column, row) of the map's matrix; TMA clips what lies outside.
+__device__ inline void tma_store(const CUtensorMap* map, const void* source, int column, int row) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(shared_address(source)), "r"(column), "r"(row)
+               : "memory");
+}
+__device__ inline void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Until every committed store has read its shared memory (it may still be writing to global).
+__device__ inline void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ inline void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Shared-memory writes of this thread visible to TMA (the async proxy).
+__device__ inline void fence_for_tma() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ inline void warpgroup_sync(int group) {
+  asm volatile("bar.sync %0, 128;" ::"r"(group + 1) : "memory");
+}
+
 // wgmma's shared-memory operand: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
 __device__ inline uint64_t operand_descriptor(const void* tile) {
   uint64_t descriptor = (shared_address(tile) & 0x3FFFF) >> 4;
@@ -105,9 +140,10 @@ __device__ inline void wgmma_wait() {
 }
 
 // Keeps the compiler from moving reads of the accumulators across a wgmma wait.
-__device__ inline void fence_registers(float (&d)[64]) {
+template <int kCount>
+__device__ inline void fence_registers(float (&d)[kCount]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // d[64 × 128] += a[64 × 16] · b[128 × 16]ᵀ, both from shared memory.
@@ -132,113 +168,212 @@ __device__ inline void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) 
       : "l"(a), "l"(b));
 }
 
+// d[64 × 256] += a[64 × 16] · b[256 × 16]ᵀ, both from shared memory.
+__device__ inline void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, 1, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b));
+}
+
+template <int kCount>
+__device__ inline void wgmma_tile(float (&d)[kCount], uint64_t a, uint64_t b) {
+  if constexpr (kCount == 64) {
+    wgmma_m64n128k16(d, a, b);
+  } else {
+    static_assert(kCount == 128, "wgmma_tile: 128 or 256 columns");
+    wgmma_m64n256k16(d, a, b);
+  }
+}
+
 // GELU, the tanh form (as cuBLASLt's GELU epilogue and weft's UnaryOp::kGelu).
 __device__ inline float gelu_tanh(float x) {
   const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.f + tanhf(inner));
+  float tanh_inner;  // the hardware's approximation: 2^-11 relative, under bf16's 2^-8
+  asm("tanh.approx.f32 %0, %1;" : "=f"(tanh_inner) : "f"(inner));
+  return 0.5f * x * (1.f + tanh_inner);
 }
 
 }  // namespace device
 #endif  // WEFT_HOPPER_GEMM_DEVICE
 
-// a [M, K] · b [N, K]ᵀ → out [M, N] with kEpilogue; a_map and b_map are TMA maps of a and b with
-// boxes of [128 rows, 64 columns] and a 128-byte swizzle (make_operand_map in hopper_gemm.cu).
-template <Epilogue kEpilogue>
-__global__ void __launch_bounds__(kThreads, 2)
-    gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map, int m_size,
-                int n_size, int k_size, const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ out,
-                __nv_bfloat16* __restrict__ pre_gelu) {
+// a [M, K] · b [N, K]ᵀ → out [M, N] with kEpilogue. Persistent: each CTA takes tiles
+// blockIdx.x, blockIdx.x + gridDim.x, ... (row-major over the [M / 128, N / kBlockN] tiles), and its
+// producer runs ahead into the next tile while the consumers finish one. Maps (128-byte swizzle):
+// a_map boxes [128 rows, 64], b_map [kBlockN rows, 64], out_map and pre_gelu_map [64 rows, 64].
+template <typename T, Epilogue kEpilogue>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
+    gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap pre_gelu_map,
+                int m_size, int n_size, int k_size, const __nv_bfloat16* __restrict__ bias, bool keep_pre_gelu) {
 #ifdef WEFT_HOPPER_GEMM_DEVICE
   using namespace device;
   extern __shared__ uint8_t shared_raw[];
   // The 128-byte swizzle repeats every 1024 bytes, and wgmma's descriptors assume tiles aligned to it.
   uint8_t* shared = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t{1023});
-  uint64_t* full = reinterpret_cast<uint64_t*>(shared + kStages * kStageBytes);  // [kStages]
-  uint64_t* empty = full + kStages;                                                // [kStages]
-  const int m_start = blockIdx.y * kBlockM, n_start = blockIdx.x * kBlockN;
-  const int k_blocks = (k_size + kBlockK - 1) / kBlockK;
+  uint8_t* staging_all = shared + T::kStages * T::kStageBytes;                               // [kConsumers]
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging_all + T::kConsumers * T::kStagingBytes);  // [kStages]
+  uint64_t* empty = full + T::kStages;                                                          // [kStages]
+  const int n_tiles = (n_size + T::kBlockN - 1) / T::kBlockN;
+  const int tiles = ((m_size + T::kBlockM - 1) / T::kBlockM) * n_tiles;
+  const int k_blocks = (k_size + T::kBlockK - 1) / T::kBlockK;
 
   if (threadIdx.x == 0) {
-    for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(&full[stage], 1);   // the producer's expect_tx; the bytes complete it
-      barrier_init(&empty[stage], 4);  // one arrival from each consumer warp
+    for (int stage = 0; stage < T::kStages; ++stage) {
+      barrier_init(&full[stage], 1);                  // the producer's expect_tx; the bytes complete it
+      barrier_init(&empty[stage], 4 * T::kConsumers);  // one arrival from each consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
-  if (threadIdx.x >= kConsumerThreads) {  // the producer warp: one lane issues every load
-    if (threadIdx.x == kConsumerThreads) {
-      for (int k_block = 0; k_block < k_blocks; ++k_block) {
-        const int stage = k_block % kStages;
-        if (k_block >= kStages) barrier_wait(&empty[stage], ((k_block / kStages) - 1) & 1);
-        uint8_t* a_tile = shared + stage * kStageBytes;
-        barrier_expect_bytes(&full[stage], kStageBytes);
-        tma_load(a_tile, &a_map, &full[stage], k_block * kBlockK, m_start);
-        tma_load(a_tile + kATileBytes, &b_map, &full[stage], k_block * kBlockK, n_start);
+  if (threadIdx.x >= T::kConsumerThreads) {  // the producer: one lane issues every load
+    if constexpr (T::kConsumers > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == T::kConsumerThreads) {
+      int use = 0;  // of the stage ring, over every tile of this CTA
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int m_start = (tile / n_tiles) * T::kBlockM, n_start = (tile % n_tiles) * T::kBlockN;
+        for (int k_block = 0; k_block < k_blocks; ++k_block, ++use) {
+          const int stage = use % T::kStages;
+          if (use >= T::kStages) barrier_wait(&empty[stage], ((use / T::kStages) - 1) & 1);
+          uint8_t* a_tile = shared + stage * T::kStageBytes;
+          barrier_expect_bytes(&full[stage], T::kStageBytes);
+          tma_load(a_tile, &a_map, &full[stage], k_block * T::kBlockK, m_start);
+          tma_load(a_tile + T::kATileBytes, &b_map, &full[stage], k_block * T::kBlockK, n_start);
+        }
       }
     }
     return;
   }
+  if constexpr (T::kConsumers > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 
-  float accumulators[2][64];  // the tile's two 64-row halves, in wgmma's fragment layout
+  const int group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const bool leader = threadIdx.x % 128 == 0;  // issues this warpgroup's stores
+  const int first_half = group * T::kHalves;   // of the tile's 128 / 64 halves
+  uint8_t* staging = staging_all + group * T::kStagingBytes;
+  float accumulators[T::kHalves][T::kAccumulators];  // this warpgroup's 64-row halves, wgmma's layout
+  int use = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int m_start = (tile / n_tiles) * T::kBlockM, n_start = (tile % n_tiles) * T::kBlockN;
 #pragma unroll
-  for (int half = 0; half < 2; ++half)
+    for (int half = 0; half < T::kHalves; ++half)
 #pragma unroll
-    for (int i = 0; i < 64; ++i) accumulators[half][i] = 0.f;
+      for (int i = 0; i < T::kAccumulators; ++i) accumulators[half][i] = 0.f;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int k_block = 0; k_block < k_blocks; ++k_block) {
-    const int stage = k_block % kStages;
-    barrier_wait(&full[stage], (k_block / kStages) & 1);
-    const uint8_t* a_tile = shared + stage * kStageBytes;
-    const uint64_t a_top = operand_descriptor(a_tile), a_bottom = operand_descriptor(a_tile + kATileBytes / 2);
-    const uint64_t b_all = operand_descriptor(a_tile + kATileBytes);
-    wgmma_fence();
+    for (int k_block = 0; k_block < k_blocks; ++k_block, ++use) {
+      const int stage = use % T::kStages;
+      barrier_wait(&full[stage], (use / T::kStages) & 1);
+      const uint8_t* a_tile = shared + stage * T::kStageBytes;
+      const uint64_t b_all = operand_descriptor(a_tile + T::kATileBytes);
+      wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kBlockK / 16; ++k) {
-      // 16 columns of bf16 are 32 bytes along the swizzled row: 2 in the descriptor's address field.
-      wgmma_m64n128k16(accumulators[0], a_top + 2 * k, b_all + 2 * k);
-      wgmma_m64n128k16(accumulators[1], a_bottom + 2 * k, b_all + 2 * k);
+      for (int k = 0; k < T::kBlockK / 16; ++k) {
+#pragma unroll
+        for (int half = 0; half < T::kHalves; ++half) {
+          // 64 rows of 128 bytes per half; 16 columns of bf16 are 32 bytes along the swizzled row,
+          // 2 in the descriptor's address field.
+          const uint64_t a_half = operand_descriptor(a_tile + (first_half + half) * 64 * 128);
+          wgmma_tile(accumulators[half], a_half + 2 * k, b_all + 2 * k);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous slice's products are done: its stage may be loaded again
+      if (k_block > 0 && lane == 0) barrier_arrive(&empty[(use - 1) % T::kStages]);
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // the previous slice's products are done: its stage may be loaded again
-    if (k_block > 0 && lane == 0) barrier_arrive(&empty[(k_block - 1) % kStages]);
-  }
-  wgmma_wait<0>();
-  fence_registers(accumulators[0]);
-  fence_registers(accumulators[1]);
+    wgmma_wait<0>();
+    if (lane == 0) barrier_arrive(&empty[(use - 1) % T::kStages]);  // the tile's last slice
+#pragma unroll
+    for (int half = 0; half < T::kHalves; ++half) fence_registers(accumulators[half]);
 
-  // Fragment layout of m64nNk16's f32 accumulators: value 4c + r of a thread sits at row
-  // 16·warp + lane/4 + 8·(r/2) and column 8c + 2·(lane%4) + r%2 of the 64-row half.
+    // The epilogue: values into the staging boxes, then TMA stores them. Fragment layout of
+    // m64nNk16's f32 accumulators: value 4c + r of a thread sits at row 16·warp + lane/4 + 8·(r/2)
+    // and column 8c + 2·(lane%4) + r%2 of the 64-row half. In a box, row r's 16-byte chunk j sits at
+    // chunk j ^ (r % 8), the 128-byte swizzle; that also keeps the 8 rows of a store on 32 banks.
+    auto stage_and_store = [&](int half, const CUtensorMap* map, auto value_of) {
+      if (leader) tma_store_wait_read();  // the staging boxes' previous stores have read them
+      warpgroup_sync(group);
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
+      for (int pair = 0; pair < 2; ++pair) {
+        const int row = 16 * warp + lane / 4 + 8 * pair;
 #pragma unroll
-    for (int pair = 0; pair < 2; ++pair) {
-      const int row = m_start + 64 * half + 16 * warp + lane / 4 + 8 * pair;
-      if (row >= m_size) continue;
+        for (int c = 0; c < T::kBlockN / 8; ++c) {
+          const int column = 8 * c + 2 * (lane % 4);
+          const int box = column / 64, chunk = (column % 64) / 8;
+          const __nv_bfloat162 values =
+              value_of(accumulators[half][4 * c + 2 * pair], accumulators[half][4 * c + 2 * pair + 1], n_start + column);
+          *reinterpret_cast<__nv_bfloat162*>(staging + box * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
+                                             (column % 8) * 2) = values;
+        }
+      }
+      fence_for_tma();
+      warpgroup_sync(group);
+      if (leader) {
+        const int row_start = m_start + 64 * (first_half + half);
 #pragma unroll
-      for (int c = 0; c < kBlockN / 8; ++c) {
-        const int column = n_start + 8 * c + 2 * (lane % 4);
-        if (column >= n_size) continue;
-        float first = accumulators[half][4 * c + 2 * pair], second = accumulators[half][4 * c + 2 * pair + 1];
-        if constexpr (kEpilogue != Epilogue::kNone) {
+        for (int box = 0; box < T::kBlockN / 64; ++box) {
+          if (n_start + 64 * box < n_size && row_start < m_size) tma_store(map, staging + box * 8192, n_start + 64 * box, row_start);
+        }
+        tma_store_commit();
+      }
+    };
+    auto biased = [&](float first, float second, int column, float& first_out, float& second_out) {
+      first_out = first, second_out = second;
+      if constexpr (kEpilogue != Epilogue::kNone) {
+        if (column < n_size) {
           const __nv_bfloat162 bias_pair = *reinterpret_cast<const __nv_bfloat162*>(bias + column);
-          first += __bfloat162float(bias_pair.x);
-          second += __bfloat162float(bias_pair.y);
+          first_out += __bfloat162float(bias_pair.x);
+          second_out += __bfloat162float(bias_pair.y);
         }
-        const size_t offset = static_cast<size_t>(row) * n_size + column;
-        if constexpr (kEpilogue == Epilogue::kBiasGelu) {
-          if (pre_gelu != nullptr) {
-            *reinterpret_cast<__nv_bfloat162*>(pre_gelu + offset) = __floats2bfloat162_rn(first, second);
-          }
-          first = gelu_tanh(first);
-          second = gelu_tanh(second);
+      }
+    };
+#pragma unroll
+    for (int half = 0; half < T::kHalves; ++half) {
+      if constexpr (kEpilogue == Epilogue::kBiasGelu) {
+        if (keep_pre_gelu) {
+          stage_and_store(half, &pre_gelu_map, [&](float first, float second, int column) {
+            biased(first, second, column, first, second);
+            return __floats2bfloat162_rn(first, second);
+          });
         }
-        *reinterpret_cast<__nv_bfloat162*>(out + offset) = __floats2bfloat162_rn(first, second);
+        stage_and_store(half, &out_map, [&](float first, float second, int column) {
+          biased(first, second, column, first, second);
+          return __floats2bfloat162_rn(gelu_tanh(first), gelu_tanh(second));
+        });
+      } else {
+        stage_and_store(half, &out_map, [&](float first, float second, int column) {
+          biased(first, second, column, first, second);
+          return __floats2bfloat162_rn(first, second);
+        });
       }
     }
   }
+  if (leader) tma_store_wait_all();  // the staging boxes stay valid until every store has read them
 #endif  // WEFT_HOPPER_GEMM_DEVICE
 }
 
