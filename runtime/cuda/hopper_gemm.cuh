@@ -36,11 +36,15 @@ namespace weft::cuda::hopper {
 // One consumer: a producer warp beside it and two CTAs an SM, so one CTA's epilogue runs under the
 // other's products. Two consumers: a producer warpgroup that gives its registers to them
 // (setmaxnreg), one CTA an SM.
-template <int kColumns, int kConsumerGroups, int kStageCount>
+template <int kColumns, int kConsumerGroups, int kStageCount, bool kAlternating = false>
 struct Tiling {
   static constexpr int kBlockM = 128, kBlockN = kColumns, kBlockK = 64, kStages = kStageCount;
   static constexpr int kConsumers = kConsumerGroups;
-  static constexpr int kHalves = kBlockM / 64 / kConsumers;  // 64-row halves per consumer warpgroup
+  // Alternating ("ping-pong"): each consumer warpgroup computes whole tiles, every kConsumers-th of
+  // the CTA's, so one's epilogue runs while the other's products run. Otherwise the warpgroups split
+  // each tile's rows and finish it together.
+  static constexpr bool kPingPong = kAlternating;
+  static constexpr int kHalves = kBlockM / 64 / (kPingPong ? 1 : kConsumers);  // 64-row halves per warpgroup
   static constexpr int kAccumulators = kBlockN / 2;          // f32 values per thread per half
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + (kConsumers == 1 ? 32 : 128);
@@ -50,11 +54,14 @@ struct Tiling {
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   // Each consumer warpgroup stages its [64, kBlockN] output in [64, 64] boxes of 128-byte swizzled
   // rows (8 KiB each) for TMA's stores.
-  static constexpr int kStagingBytes = 64 * kBlockN * 2;
+  static constexpr int kStagingBytes = kHalves * 64 * kBlockN * 2;
   static constexpr int kSharedBytes =
-      kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + 2 * kStages * 8;  // + alignment + barriers
+      kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + (2 * kStages + 2) * 8;  // + alignment + barriers
 };
+// The tiling measured best (docs/performance.md, 2026-12-05, fourteenth session): two stagings per
+// warpgroup (2 stages, or 128 columns) lost more in the products than they won in the stores.
 using WideTiling = Tiling<256, 2, 3>;
+using AlternatingTiling = Tiling<128, 2, 5, true>;
 constexpr int kBlockK = 64;
 
 enum class Epilogue { kNone, kBias, kBiasGelu };
@@ -240,6 +247,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   uint8_t* staging_all = shared + T::kStages * T::kStageBytes;                               // [kConsumers]
   uint64_t* full = reinterpret_cast<uint64_t*>(staging_all + T::kConsumers * T::kStagingBytes);  // [kStages]
   uint64_t* empty = full + T::kStages;                                                          // [kStages]
+  uint64_t* turn = empty + T::kStages;  // [2]: alternating warpgroup g may start its products on turn[g]
   const int n_tiles = (n_size + T::kBlockN - 1) / T::kBlockN;
   const int tiles = ((m_size + T::kBlockM - 1) / T::kBlockM) * n_tiles;
   const int k_blocks = (k_size + T::kBlockK - 1) / T::kBlockK;
@@ -247,8 +255,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < T::kStages; ++stage) {
       barrier_init(&full[stage], 1);                  // the producer's expect_tx; the bytes complete it
-      barrier_init(&empty[stage], 4 * T::kConsumers);  // one arrival from each consumer warp
+      // One arrival from each warp of the warpgroups that read a stage.
+      barrier_init(&empty[stage], T::kPingPong ? 4 : 4 * T::kConsumers);
     }
+    barrier_init(&turn[0], 4);  // one arrival from each warp of the other warpgroup
+    barrier_init(&turn[1], 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -275,11 +286,24 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
   const int group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const bool leader = threadIdx.x % 128 == 0;  // issues this warpgroup's stores
-  const int first_half = group * T::kHalves;   // of the tile's 128 / 64 halves
+  const int first_half = T::kPingPong ? 0 : group * T::kHalves;  // of the tile's 128 / 64 halves
   uint8_t* staging = staging_all + group * T::kStagingBytes;
   float accumulators[T::kHalves][T::kAccumulators];  // this warpgroup's 64-row halves, wgmma's layout
-  int use = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  // The ring's stages are used in the order the producer loads them: tile by tile of this CTA. An
+  // alternating warpgroup takes every kConsumers-th tile, and skips the others' uses.
+  // A warpgroup waits on a stage's "full" barrier by the parity of the use it wants; that tells the
+  // right phase only while the barrier is at most one phase behind. So alternating warpgroups take
+  // turns: one starts a tile's products once the other has waited on all of its previous tile's
+  // (turn), which also keeps their products from interleaving.
+  static_assert(!T::kPingPong || T::kConsumers == 2, "alternating: two consumer warpgroups");
+  const int tile_step = T::kPingPong ? T::kConsumers : 1;
+  int use = T::kPingPong ? group * k_blocks : 0;
+  int turns_waited = 0;
+  for (int tile = blockIdx.x + (T::kPingPong ? group * gridDim.x : 0); tile < tiles;
+       tile += tile_step * gridDim.x, use += (tile_step - 1) * k_blocks) {
+    if constexpr (T::kPingPong) {
+      if (group == 1 || tile != static_cast<int>(blockIdx.x)) barrier_wait(&turn[group], turns_waited++ & 1);
+    }
     const int m_start = (tile / n_tiles) * T::kBlockM, n_start = (tile % n_tiles) * T::kBlockN;
 #pragma unroll
     for (int half = 0; half < T::kHalves; ++half)
@@ -306,6 +330,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       wgmma_wait<1>();  // the previous slice's products are done: its stage may be loaded again
       if (k_block > 0 && lane == 0) barrier_arrive(&empty[(use - 1) % T::kStages]);
     }
+    if constexpr (T::kPingPong) {
+      if (lane == 0) barrier_arrive(&turn[1 - group]);
+    }
     wgmma_wait<0>();
     if (lane == 0) barrier_arrive(&empty[(use - 1) % T::kStages]);  // the tile's last slice
 #pragma unroll
@@ -315,29 +342,37 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     // m64nNk16's f32 accumulators: value 4c + r of a thread sits at row 16·warp + lane/4 + 8·(r/2)
     // and column 8c + 2·(lane%4) + r%2 of the 64-row half. In a box, row r's 16-byte chunk j sits at
     // chunk j ^ (r % 8), the 128-byte swizzle; that also keeps the 8 rows of a store on 32 banks.
-    auto stage_and_store = [&](int half, const CUtensorMap* map, auto value_of) {
+    auto stage_and_store = [&](const CUtensorMap* map, auto value_of) {
       if (leader) tma_store_wait_read();  // the staging boxes' previous stores have read them
       warpgroup_sync(group);
 #pragma unroll
-      for (int pair = 0; pair < 2; ++pair) {
-        const int row = 16 * warp + lane / 4 + 8 * pair;
+      for (int half = 0; half < T::kHalves; ++half) {
 #pragma unroll
-        for (int c = 0; c < T::kBlockN / 8; ++c) {
-          const int column = 8 * c + 2 * (lane % 4);
-          const int box = column / 64, chunk = (column % 64) / 8;
-          const __nv_bfloat162 values =
-              value_of(accumulators[half][4 * c + 2 * pair], accumulators[half][4 * c + 2 * pair + 1], n_start + column);
-          *reinterpret_cast<__nv_bfloat162*>(staging + box * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
-                                             (column % 8) * 2) = values;
+        for (int pair = 0; pair < 2; ++pair) {
+          const int row = 16 * warp + lane / 4 + 8 * pair;
+#pragma unroll
+          for (int c = 0; c < T::kBlockN / 8; ++c) {
+            const int column = 8 * c + 2 * (lane % 4);
+            const int box = half * (T::kBlockN / 64) + column / 64, chunk = (column % 64) / 8;
+            const __nv_bfloat162 values = value_of(accumulators[half][4 * c + 2 * pair],
+                                                   accumulators[half][4 * c + 2 * pair + 1], n_start + column);
+            *reinterpret_cast<__nv_bfloat162*>(staging + box * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
+                                               (column % 8) * 2) = values;
+          }
         }
       }
       fence_for_tma();
       warpgroup_sync(group);
       if (leader) {
-        const int row_start = m_start + 64 * (first_half + half);
 #pragma unroll
-        for (int box = 0; box < T::kBlockN / 64; ++box) {
-          if (n_start + 64 * box < n_size && row_start < m_size) tma_store(map, staging + box * 8192, n_start + 64 * box, row_start);
+        for (int half = 0; half < T::kHalves; ++half) {
+          const int row_start = m_start + 64 * (first_half + half);
+#pragma unroll
+          for (int box = 0; box < T::kBlockN / 64; ++box) {
+            if (n_start + 64 * box < n_size && row_start < m_size) {
+              tma_store(map, staging + (half * (T::kBlockN / 64) + box) * 8192, n_start + 64 * box, row_start);
+            }
+          }
         }
         tma_store_commit();
       }
@@ -352,25 +387,22 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         }
       }
     };
-#pragma unroll
-    for (int half = 0; half < T::kHalves; ++half) {
-      if constexpr (kEpilogue == Epilogue::kBiasGelu) {
-        if (keep_pre_gelu) {
-          stage_and_store(half, &pre_gelu_map, [&](float first, float second, int column) {
-            biased(first, second, column, first, second);
-            return __floats2bfloat162_rn(first, second);
-          });
-        }
-        stage_and_store(half, &out_map, [&](float first, float second, int column) {
-          biased(first, second, column, first, second);
-          return __floats2bfloat162_rn(gelu_tanh(first), gelu_tanh(second));
-        });
-      } else {
-        stage_and_store(half, &out_map, [&](float first, float second, int column) {
+    if constexpr (kEpilogue == Epilogue::kBiasGelu) {
+      if (keep_pre_gelu) {
+        stage_and_store(&pre_gelu_map, [&](float first, float second, int column) {
           biased(first, second, column, first, second);
           return __floats2bfloat162_rn(first, second);
         });
       }
+      stage_and_store(&out_map, [&](float first, float second, int column) {
+        biased(first, second, column, first, second);
+        return __floats2bfloat162_rn(gelu_tanh(first), gelu_tanh(second));
+      });
+    } else {
+      stage_and_store(&out_map, [&](float first, float second, int column) {
+        biased(first, second, column, first, second);
+        return __floats2bfloat162_rn(first, second);
+      });
     }
   }
   if (leader) tma_store_wait_all();  // the staging boxes stay valid until every store has read them

@@ -1,11 +1,11 @@
-// hopper_gemm_benchmark: weft's own Hopper product (runtime/cuda/hopper_gemm.cuh) against cuBLASLt on
+// cuda_hopper_gemm_benchmark: weft's own Hopper product (runtime/cuda/hopper_gemm.cuh) against cuBLASLt on
 // the linear layers' forward shapes: plain, and bias + GELU with the pre-activation kept (cuBLASLt's
 // CUBLASLT_EPILOGUE_GELU_AUX_BIAS). Each cuBLASLt row is the fastest of the heuristic's first 8
 // algorithms, as weft's autotuner picks. Before timing, every output of weft's kernel is checked
 // against cuBLASLt's (relative to the output's largest magnitude), and odd shapes against a plain
 // f32 reference kernel, so a fast wrong kernel cannot pass.
 //
-//   hopper_gemm_benchmark [rounds]     (default 3; each round times every variant 20 times)
+//   cuda_hopper_gemm_benchmark [rounds]     (default 3; each round times every variant 20 times)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -277,9 +277,11 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
 
   bool all_ok = true;
-  for (const std::array<int, 3>& odd : {std::array<int, 3>{200, 136, 72}, {129, 136, 64}, {64, 8, 8}, {1000, 520, 776}})
+  for (const std::array<int, 3>& odd : {std::array<int, 3>{200, 136, 72}, {129, 136, 64}, {64, 8, 8}, {1000, 520, 776}, {4000, 1032, 136}})
   {
     all_ok = check_odd_shape<hopper::WideTiling>("wide", odd[0], odd[1], odd[2], stream) && all_ok;
+    all_ok = check_odd_shape<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream) && all_ok;
+
   }
 
   const std::vector<Shape> shapes = {
@@ -288,8 +290,9 @@ int main(int argc, char** argv) {
       {"1.3B up (8192x8192x2048)", 8192, 8192, 2048},   {"1.3B qkv (8192x6144x2048)", 8192, 6144, 2048},
       {"1.3B down (8192x2048x8192)", 8192, 2048, 8192},
   };
-  std::printf("\n%-28s %9s %9s | %9s %9s %7s %7s   (µs; lt/own above 1: own is faster)\n", "shape", "lt plain",
-              "lt gelu", "own p", "own g", "lt/own p", "lt/own g");
+  std::printf("\n%-28s %9s %9s | %9s %9s | %9s %9s | %8s %8s   (µs; cooperative, then alternating; lt/alt above 1: "
+              "own is faster)\n", "shape", "lt plain", "lt gelu", "coop p", "coop g", "alt p", "alt g", "lt/alt p",
+              "lt/alt g");
   for (const Shape& shape : shapes) {
     const int m = shape.m, n = shape.n, k = shape.k;
     bf16 *a, *b, *bias, *lt_out, *lt_aux, *own_out, *own_aux;
@@ -309,6 +312,9 @@ int main(int argc, char** argv) {
         [&] { gelu.run(); },
         [&] { launch_own<hopper::WideTiling, hopper::Epilogue::kNone>(a, b, nullptr, own_out, nullptr, m, n, k, stream); },
         [&] { launch_own<hopper::WideTiling, hopper::Epilogue::kBiasGelu>(a, b, bias, own_out, own_aux, m, n, k, stream); },
+        [&] { launch_own<hopper::AlternatingTiling, hopper::Epilogue::kNone>(a, b, nullptr, own_out, nullptr, m, n, k, stream); },
+        [&] { launch_own<hopper::AlternatingTiling, hopper::Epilogue::kBiasGelu>(a, b, bias, own_out, own_aux, m, n, k, stream); },
+
     };
     // Outputs first: each own variant against cuBLASLt's (plain against plain, GELU and its
     // pre-activation against GELU_AUX_BIAS's).
@@ -317,7 +323,7 @@ int main(int argc, char** argv) {
     gelu.run();
     const std::vector<float> lt_gelu_out = to_host(lt_out, count), lt_pre = to_host(lt_aux, count);
     double worst = 0;
-    for (int v = 2; v < 4; ++v) {
+    for (int v = 2; v < static_cast<int>(variants.size()); ++v) {
       CUDA_CHECK(cudaMemsetAsync(own_out, 0xFF, count * sizeof(bf16), stream));
       CUDA_CHECK(cudaMemsetAsync(own_aux, 0xFF, count * sizeof(bf16), stream));
       variants[v]();
@@ -340,9 +346,9 @@ int main(int argc, char** argv) {
       std::sort(times.begin(), times.end());
       us.push_back(times[times.size() / 2] * 1e3f);
     }
-    std::printf("%-28s %9.1f %9.1f | %9.1f %9.1f %7.3f %7.3f   error %.1e %s  (own plain %.0f TFLOP/s)\n",
-                shape.name, us[0], us[1], us[2], us[3], us[0] / us[2], us[1] / us[3], worst, ok ? "ok" : "WRONG",
-                2.0 * m * n * k / (us[2] * 1e-6) * 1e-12);
+    std::printf("%-28s %9.1f %9.1f | %9.1f %9.1f | %9.1f %9.1f | %8.3f %8.3f   error %.1e %s  (alt plain %.0f TFLOP/s)\n",
+                shape.name, us[0], us[1], us[2], us[3], us[4], us[5], us[0] / us[4], us[1] / us[5], worst,
+                ok ? "ok" : "WRONG", 2.0 * m * n * k / (us[4] * 1e-6) * 1e-12);
     for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias), static_cast<void*>(lt_out),
                     static_cast<void*>(lt_aux), static_cast<void*>(own_out), static_cast<void*>(own_aux)})
       CUDA_CHECK(cudaFree(p));
