@@ -124,6 +124,12 @@ __device__ inline void tma_store_commit() { asm volatile("cp.async.bulk.commit_g
 // Until every committed store has read its shared memory (it may still be writing to global).
 __device__ inline void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 __device__ inline void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// A store to shared memory that the compiler may move global loads across (a plain store through a
+// generic pointer could alias the bias, and every bias load would wait for the stores before it).
+__device__ inline void store_shared(void* destination, __nv_bfloat162 value) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(shared_address(destination)),
+               "r"(*reinterpret_cast<uint32_t*>(&value)));
+}
 // Shared-memory writes of this thread visible to TMA (the async proxy).
 __device__ inline void fence_for_tma() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ inline void warpgroup_sync(int group) {
@@ -348,16 +354,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 #pragma unroll
       for (int half = 0; half < T::kHalves; ++half) {
 #pragma unroll
-        for (int pair = 0; pair < 2; ++pair) {
-          const int row = 16 * warp + lane / 4 + 8 * pair;
+        for (int c = 0; c < T::kBlockN / 8; ++c) {
+          const int column = 8 * c + 2 * (lane % 4);
+          const int box = half * (T::kBlockN / 64) + column / 64, chunk = (column % 64) / 8;
 #pragma unroll
-          for (int c = 0; c < T::kBlockN / 8; ++c) {
-            const int column = 8 * c + 2 * (lane % 4);
-            const int box = half * (T::kBlockN / 64) + column / 64, chunk = (column % 64) / 8;
+          for (int pair = 0; pair < 2; ++pair) {
+            const int row = 16 * warp + lane / 4 + 8 * pair;
             const __nv_bfloat162 values = value_of(accumulators[half][4 * c + 2 * pair],
                                                    accumulators[half][4 * c + 2 * pair + 1], n_start + column);
-            *reinterpret_cast<__nv_bfloat162*>(staging + box * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
-                                               (column % 8) * 2) = values;
+            store_shared(staging + box * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2, values);
           }
         }
       }
