@@ -1,8 +1,14 @@
 // A bf16 matrix product for Hopper (sm_90a) with its epilogue fused: D = A · Bᵀ (+ bias) (then GELU,
 // the tanh form, with the pre-activation kept for backward), f32 accumulation. It exists because
 // cuBLASLt's epilogue kernels for GELU run well below its plain ones (docs/performance.md,
-// 2026-12-03/04: the GPT-2 up-projection with bias + GELU_AUX at 72% of the plain product's pace):
-// writing two outputs from a tile is half the tile's time when nothing overlaps it.
+// 2026-12-03/04: the GPT-2 up-projection with bias + GELU_AUX at 72% of the plain product's pace),
+// and weft's one-GPU targets (issue #16) need those epilogues at the plain products' pace.
+//
+// Status: a kernel lab, not yet called by the runtime (runtime/cuda/matmul.cu uses cuBLASLt for
+// every product). tools/cuda_hopper_gemm_benchmark checks it against cuBLASLt and a reference and
+// times both; docs/performance.md (2026-12-05, fourteenth session) has where it stands and why: on
+// an H100 the alternating tiling's bias + GELU beats cuBLASLt's by 4% on GPT-2's up-projection, its
+// plain products run at 0.83-1.04x cuBLASLt's, and the 1.3B shapes lose 10-25%.
 //
 // Shapes (row-major, leading dimension = the row's length):
 //   a        [M, K] bf16, K contiguous (the activations)
@@ -10,17 +16,18 @@
 //   bias     [N] bf16 or null
 //   out      [M, N] bf16                      = epilogue(a · bᵀ + bias)
 //   pre_gelu [M, N] bf16 or null              = a · bᵀ + bias, for kBiasGelu only
-// Invariants: K and N multiples of 8 (TMA's 16-byte row strides);
-// M, N, K otherwise free: TMA fills tiles past the edges with zeros and the epilogue writes only
-// inside [M, N]. Everything 16-byte aligned.
+// Invariants: K and N multiples of 8 (TMA's 16-byte row strides); M, N, K otherwise free: TMA fills
+// tiles past the edges with zeros and clips its stores to [M, N]. Everything 16-byte aligned.
 //
-// How it runs: a CTA computes a 128 × 128 tile of D. One producer warp issues TMA loads of 64-wide K
-// slices of A and B (128-byte swizzle, the layout wgmma reads) into a ring of three stages, each
-// guarded by a "full" mbarrier (the bytes have landed) and an "empty" one (the consumers are done
-// with it). One consumer warpgroup runs wgmma m64n128k16 on each slice for the tile's two 64-row
-// halves, keeps one slice's products in flight, and applies the epilogue from registers. Two CTAs
-// fit an SM (97 KiB of shared memory, 160 threads each), so one CTA's epilogue runs under the other's
-// products: that is the overlap cuBLASLt's GELU kernels lack.
+// How it runs: a persistent CTA per SM walks its tiles of D. A producer warpgroup (one lane active,
+// its registers given to the others through setmaxnreg) issues TMA loads of 64-wide K slices of A
+// and B (128-byte swizzle, the layout wgmma reads) into a ring of stages, each guarded by a "full"
+// mbarrier (the bytes have landed) and an "empty" one (the consumers are done with it). Two consumer
+// warpgroups run wgmma on each slice, keep one slice's products in flight, then stage their results
+// in shared memory (bf16, swizzled like the operands) for TMA to store while they go on.
+// - Cooperative tilings: both warpgroups share a 128 × 256 tile, 64 rows each (wgmma m64n256k16).
+// - The alternating tiling: each warpgroup takes every other 128 × 128 tile (two m64n128k16 halves),
+//   and they take turns, so that one's epilogue runs under the other's products.
 #pragma once
 
 #include <cuda.h>
@@ -31,15 +38,12 @@
 
 namespace weft::cuda::hopper {
 
-// A CTA's tiling: kBlockN columns of a 128-row tile, computed by kConsumers warpgroups (each
-// 128 / kConsumers rows, in 64-row halves), fed through kStages stages of 64-wide K slices.
-// One consumer: a producer warp beside it and two CTAs an SM, so one CTA's epilogue runs under the
-// other's products. Two consumers: a producer warpgroup that gives its registers to them
-// (setmaxnreg), one CTA an SM.
-template <int kColumns, int kConsumerGroups, int kStageCount, bool kAlternating = false>
+// A CTA's tiling: kBlockN columns of a 128-row tile, computed by two consumer warpgroups, fed
+// through kStages stages of 64-wide K slices.
+template <int kColumns, int kStageCount, bool kAlternating = false, int kStagingBoxCount = 0>
 struct Tiling {
   static constexpr int kBlockM = 128, kBlockN = kColumns, kBlockK = 64, kStages = kStageCount;
-  static constexpr int kConsumers = kConsumerGroups;
+  static constexpr int kConsumers = 2;
   // Alternating ("ping-pong"): each consumer warpgroup computes whole tiles, every kConsumers-th of
   // the CTA's, so one's epilogue runs while the other's products run. Otherwise the warpgroups split
   // each tile's rows and finish it together.
@@ -47,21 +51,24 @@ struct Tiling {
   static constexpr int kHalves = kBlockM / 64 / (kPingPong ? 1 : kConsumers);  // 64-row halves per warpgroup
   static constexpr int kAccumulators = kBlockN / 2;          // f32 values per thread per half
   static constexpr int kConsumerThreads = 128 * kConsumers;
-  static constexpr int kThreads = kConsumerThreads + (kConsumers == 1 ? 32 : 128);
-  static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
+  static constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
   static constexpr int kATileBytes = kBlockM * kBlockK * 2;  // [128, 64] bf16
   static constexpr int kBTileBytes = kBlockN * kBlockK * 2;  // [kBlockN, 64] bf16
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  // Each consumer warpgroup stages its [64, kBlockN] output in [64, 64] boxes of 128-byte swizzled
-  // rows (8 KiB each) for TMA's stores.
-  static constexpr int kStagingBytes = kHalves * 64 * kBlockN * 2;
+  // Each consumer warpgroup stages its output in [64, 64] boxes of 128-byte swizzled rows (8 KiB
+  // each) for TMA's stores: all of its boxes at once, or kStagingBoxCount at a time (in rounds, each
+  // waiting until TMA has read the round before), leaving shared memory to the stages.
+  static constexpr int kBoxes = kHalves * kBlockN / 64;
+  static constexpr int kStagingBoxes = kStagingBoxCount == 0 ? kBoxes : kStagingBoxCount;
+  static_assert(kBoxes % kStagingBoxes == 0, "Tiling: the staging rounds divide the boxes");
+  static constexpr int kStagingBytes = kStagingBoxes * 8192;
   static constexpr int kSharedBytes =
       kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + (2 * kStages + 2) * 8;  // + alignment + barriers
 };
-// The tiling measured best (docs/performance.md, 2026-12-05, fourteenth session): two stagings per
-// warpgroup (2 stages, or 128 columns) lost more in the products than they won in the stores.
-using WideTiling = Tiling<256, 2, 3>;
-using AlternatingTiling = Tiling<128, 2, 5, true>;
+// The tilings docs/performance.md compares (2026-12-05, fourteenth session).
+using WideTiling = Tiling<256, 3>;                  // all of a warpgroup's output staged at once
+using WideFourStages = Tiling<256, 4, false, 2>;    // a fourth stage; the output staged half at a time
+using AlternatingTiling = Tiling<128, 5, true>;
 constexpr int kBlockK = 64;
 
 enum class Epilogue { kNone, kBias, kBiasGelu };
@@ -241,7 +248,7 @@ __device__ inline float gelu_tanh(float x) {
 // producer runs ahead into the next tile while the consumers finish one. Maps (128-byte swizzle):
 // a_map boxes [128 rows, 64], b_map [kBlockN rows, 64], out_map and pre_gelu_map [64 rows, 64].
 template <typename T, Epilogue kEpilogue>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
+__global__ void __launch_bounds__(T::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                 const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap pre_gelu_map,
                 int m_size, int n_size, int k_size, const __nv_bfloat16* __restrict__ bias, bool keep_pre_gelu) {
@@ -271,7 +278,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   __syncthreads();
 
   if (threadIdx.x >= T::kConsumerThreads) {  // the producer: one lane issues every load
-    if constexpr (T::kConsumers > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == T::kConsumerThreads) {
       int use = 0;  // of the stage ring, over every tile of this CTA
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -288,7 +295,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     }
     return;
   }
-  if constexpr (T::kConsumers > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 
   const int group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const bool leader = threadIdx.x % 128 == 0;  // issues this warpgroup's stores
@@ -301,7 +308,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   // right phase only while the barrier is at most one phase behind. So alternating warpgroups take
   // turns: one starts a tile's products once the other has waited on all of its previous tile's
   // (turn), which also keeps their products from interleaving.
-  static_assert(!T::kPingPong || T::kConsumers == 2, "alternating: two consumer warpgroups");
   const int tile_step = T::kPingPong ? T::kConsumers : 1;
   int use = T::kPingPong ? group * k_blocks : 0;
   int turns_waited = 0;
@@ -349,37 +355,41 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     // and column 8c + 2·(lane%4) + r%2 of the 64-row half. In a box, row r's 16-byte chunk j sits at
     // chunk j ^ (r % 8), the 128-byte swizzle; that also keeps the 8 rows of a store on 32 banks.
     auto stage_and_store = [&](const CUtensorMap* map, auto value_of) {
-      if (leader) tma_store_wait_read();  // the staging boxes' previous stores have read them
-      warpgroup_sync(group);
 #pragma unroll
-      for (int half = 0; half < T::kHalves; ++half) {
-#pragma unroll
-        for (int c = 0; c < T::kBlockN / 8; ++c) {
-          const int column = 8 * c + 2 * (lane % 4);
-          const int box = half * (T::kBlockN / 64) + column / 64, chunk = (column % 64) / 8;
-#pragma unroll
-          for (int pair = 0; pair < 2; ++pair) {
-            const int row = 16 * warp + lane / 4 + 8 * pair;
-            const __nv_bfloat162 values = value_of(accumulators[half][4 * c + 2 * pair],
-                                                   accumulators[half][4 * c + 2 * pair + 1], n_start + column);
-            store_shared(staging + box * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2, values);
-          }
-        }
-      }
-      fence_for_tma();
-      warpgroup_sync(group);
-      if (leader) {
+      for (int round = 0; round < T::kBoxes / T::kStagingBoxes; ++round) {
+        if (leader) tma_store_wait_read();  // the staging boxes' previous stores have read them
+        warpgroup_sync(group);
 #pragma unroll
         for (int half = 0; half < T::kHalves; ++half) {
-          const int row_start = m_start + 64 * (first_half + half);
 #pragma unroll
-          for (int box = 0; box < T::kBlockN / 64; ++box) {
-            if (n_start + 64 * box < n_size && row_start < m_size) {
-              tma_store(map, staging + (half * (T::kBlockN / 64) + box) * 8192, n_start + 64 * box, row_start);
+          for (int c = 0; c < T::kBlockN / 8; ++c) {
+            const int column = 8 * c + 2 * (lane % 4);
+            const int box = half * (T::kBlockN / 64) + column / 64, chunk = (column % 64) / 8;
+            if (box / T::kStagingBoxes != round) continue;  // known at compile time once unrolled
+#pragma unroll
+            for (int pair = 0; pair < 2; ++pair) {
+              const int row = 16 * warp + lane / 4 + 8 * pair;
+              const __nv_bfloat162 values = value_of(accumulators[half][4 * c + 2 * pair],
+                                                     accumulators[half][4 * c + 2 * pair + 1], n_start + column);
+              store_shared(staging + (box % T::kStagingBoxes) * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
+                               (column % 8) * 2,
+                           values);
             }
           }
         }
-        tma_store_commit();
+        fence_for_tma();
+        warpgroup_sync(group);
+        if (leader) {
+#pragma unroll
+          for (int box = round * T::kStagingBoxes; box < (round + 1) * T::kStagingBoxes; ++box) {
+            const int row_start = m_start + 64 * (first_half + box / (T::kBlockN / 64));
+            const int column_start = n_start + 64 * (box % (T::kBlockN / 64));
+            if (column_start < n_size && row_start < m_size) {
+              tma_store(map, staging + (box % T::kStagingBoxes) * 8192, column_start, row_start);
+            }
+          }
+          tma_store_commit();
+        }
       }
     };
     auto biased = [&](float first, float second, int column, float& first_out, float& second_out) {
