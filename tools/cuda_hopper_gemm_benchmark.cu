@@ -296,8 +296,37 @@ int main(int argc, char** argv) {
       {"1.3B up (8192x8192x2048)", 8192, 8192, 2048},   {"1.3B qkv (8192x6144x2048)", 8192, 6144, 2048},
       {"1.3B down (8192x2048x8192)", 8192, 2048, 8192},
   };
-  std::printf("\n%-28s %8s %8s | %8s %8s | %8s %8s | %8s %8s   (µs; cooperative 3 stages, cooperative 4 stages, "
-              "alternating)\n", "shape", "lt plain", "lt gelu", "coop p", "coop g", "coop4 p", "coop4 g", "alt p", "alt g");
+  // The variants, in the table's order: cuBLASLt's, then each of weft's tilings, plain and with
+  // bias + GELU.
+  struct Variant {
+    const char* name;
+    bool gelu;
+    std::function<void(const Lt& plain, const Lt& gelu, const bf16* a, const bf16* b, const bf16* bias, bf16* out,
+                       bf16* pre, int m, int n, int k)>
+        run;
+  };
+  using hopper::Epilogue;
+  const std::vector<Variant> variants = {
+      {"lt plain", false, [](const Lt& p, const Lt&, auto...) { p.run(); }},
+      {"lt gelu", true, [](const Lt&, const Lt& g, auto...) { g.run(); }},
+#define WEFT_OWN_VARIANT(label, tiling, epilogue, gelu)                                                           \
+  {label, gelu,                                                                                                  \
+   [stream](const Lt&, const Lt&, const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16* pre, int m, \
+            int n, int k) {                                                                                      \
+     launch_own<hopper::tiling, Epilogue::epilogue>(a, b, gelu ? bias : nullptr, out, gelu ? pre : nullptr, m, n, \
+                                                    k, stream);                                                  \
+   }}
+      WEFT_OWN_VARIANT("coop p", WideTiling, kNone, false),
+      WEFT_OWN_VARIANT("coop g", WideTiling, kBiasGelu, true),
+      WEFT_OWN_VARIANT("coop4 p", WideFourStages, kNone, false),
+      WEFT_OWN_VARIANT("coop4 g", WideFourStages, kBiasGelu, true),
+      WEFT_OWN_VARIANT("alt p", AlternatingTiling, kNone, false),
+      WEFT_OWN_VARIANT("alt g", AlternatingTiling, kBiasGelu, true),
+#undef WEFT_OWN_VARIANT
+  };
+  std::printf("\n%-28s", "shape (µs)");
+  for (const Variant& variant : variants) std::printf(" %9s", variant.name);
+  std::printf("\n");
   for (const Shape& shape : shapes) {
     const int m = shape.m, n = shape.n, k = shape.k;
     bf16 *a, *b, *bias, *lt_out, *lt_aux, *own_out, *own_aux;
@@ -312,30 +341,22 @@ int main(int argc, char** argv) {
 
     const Lt plain = make_lt(handle, workspace, stream, a, b, nullptr, lt_out, nullptr, m, n, k);
     const Lt gelu = make_lt(handle, workspace, stream, a, b, bias, lt_out, lt_aux, m, n, k);
-    const std::vector<std::function<void()>> variants = {
-        [&] { plain.run(); },
-        [&] { gelu.run(); },
-        [&] { launch_own<hopper::WideTiling, hopper::Epilogue::kNone>(a, b, nullptr, own_out, nullptr, m, n, k, stream); },
-        [&] { launch_own<hopper::WideTiling, hopper::Epilogue::kBiasGelu>(a, b, bias, own_out, own_aux, m, n, k, stream); },
-        [&] { launch_own<hopper::WideFourStages, hopper::Epilogue::kNone>(a, b, nullptr, own_out, nullptr, m, n, k, stream); },
-        [&] { launch_own<hopper::WideFourStages, hopper::Epilogue::kBiasGelu>(a, b, bias, own_out, own_aux, m, n, k, stream); },
-        [&] { launch_own<hopper::AlternatingTiling, hopper::Epilogue::kNone>(a, b, nullptr, own_out, nullptr, m, n, k, stream); },
-        [&] { launch_own<hopper::AlternatingTiling, hopper::Epilogue::kBiasGelu>(a, b, bias, own_out, own_aux, m, n, k, stream); },
-
+    auto run = [&](const Variant& variant, bf16* out, bf16* pre) {
+      variant.run(plain, gelu, a, b, bias, out, pre, m, n, k);
     };
-    // Outputs first: each own variant against cuBLASLt's (plain against plain, GELU and its
+    // Outputs first: each of weft's variants against cuBLASLt's (plain against plain, GELU and its
     // pre-activation against GELU_AUX_BIAS's).
     plain.run();
     const std::vector<float> lt_plain_out = to_host(lt_out, count);
     gelu.run();
     const std::vector<float> lt_gelu_out = to_host(lt_out, count), lt_pre = to_host(lt_aux, count);
     double worst = 0;
-    for (int v = 2; v < static_cast<int>(variants.size()); ++v) {
+    for (size_t v = 2; v < variants.size(); ++v) {
       CUDA_CHECK(cudaMemsetAsync(own_out, 0xFF, count * sizeof(bf16), stream));
       CUDA_CHECK(cudaMemsetAsync(own_aux, 0xFF, count * sizeof(bf16), stream));
-      variants[v]();
+      run(variants[v], own_out, own_aux);
       CUDA_CHECK(cudaStreamSynchronize(stream));
-      if (v % 2 == 0) {
+      if (!variants[v].gelu) {
         worst = std::max(worst, relative_error(to_host(own_out, count), lt_plain_out));
       } else {
         worst = std::max(worst, relative_error(to_host(own_out, count), lt_gelu_out));
@@ -347,14 +368,14 @@ int main(int argc, char** argv) {
 
     std::vector<std::vector<float>> ms(variants.size());
     for (int round = 0; round < rounds; ++round)
-      for (size_t v = 0; v < variants.size(); ++v) ms[v].push_back(time_ms(variants[v], stream));
-    std::vector<float> us;
+      for (size_t v = 0; v < variants.size(); ++v)
+        ms[v].push_back(time_ms([&] { run(variants[v], own_out, own_aux); }, stream));
+    std::printf("%-28s", shape.name);
     for (std::vector<float>& times : ms) {
       std::sort(times.begin(), times.end());
-      us.push_back(times[times.size() / 2] * 1e3f);
+      std::printf(" %9.1f", times[times.size() / 2] * 1e3f);
     }
-    std::printf("%-28s %8.1f %8.1f | %8.1f %8.1f | %8.1f %8.1f | %8.1f %8.1f   error %.1e %s\n", shape.name, us[0],
-                us[1], us[2], us[3], us[4], us[5], us[6], us[7], worst, ok ? "ok" : "WRONG");
+    std::printf("   error %.1e %s\n", worst, ok ? "ok" : "WRONG");
     for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias), static_cast<void*>(lt_out),
                     static_cast<void*>(lt_aux), static_cast<void*>(own_out), static_cast<void*>(own_aux)})
       CUDA_CHECK(cudaFree(p));

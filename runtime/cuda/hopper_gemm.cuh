@@ -6,9 +6,10 @@
 //
 // Status: a kernel lab, not yet called by the runtime (runtime/cuda/matmul.cu uses cuBLASLt for
 // every product). tools/cuda_hopper_gemm_benchmark checks it against cuBLASLt and a reference and
-// times both; docs/performance.md (2026-12-05, fourteenth session) has where it stands and why: on
-// an H100 the alternating tiling's bias + GELU beats cuBLASLt's by 4% on GPT-2's up-projection, its
-// plain products run at 0.83-1.04x cuBLASLt's, and the 1.3B shapes lose 10-25%.
+// times both; docs/performance.md (2026-12-05, fourteenth session) has where it stands and why. On
+// an H100: the cooperative tilings' plain products at 0.87-1.1x cuBLASLt's pace on GPT-2's shapes,
+// the alternating tiling's bias + GELU level with cuBLASLt's (1.0-1.1x) on GPT-2's up-projection;
+// the 1.3B shapes lose 5-30%. Not enough to move a training step, so not wired in.
 //
 // Shapes (row-major, leading dimension = the row's length):
 //   a        [M, K] bf16, K contiguous (the activations)
@@ -246,7 +247,10 @@ __device__ inline float gelu_tanh(float x) {
 // a [M, K] · b [N, K]ᵀ → out [M, N] with kEpilogue. Persistent: each CTA takes tiles
 // blockIdx.x, blockIdx.x + gridDim.x, ... (row-major over the [M / 128, N / kBlockN] tiles), and its
 // producer runs ahead into the next tile while the consumers finish one. Maps (128-byte swizzle):
-// a_map boxes [128 rows, 64], b_map [kBlockN rows, 64], out_map and pre_gelu_map [64 rows, 64].
+// a_map boxes [128 rows, 64], b_map [kBlockN rows, 64], out_map and pre_gelu_map [64 rows, 64];
+// keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu). Both outputs go through the
+// staging boxes: the pre-activation stored from registers in wgmma's fragment layout instead (8
+// rows of 16 bytes a warp's store) measured 35-40% slower.
 template <typename T, Epilogue kEpilogue>
 __global__ void __launch_bounds__(T::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
