@@ -287,6 +287,10 @@ int main(int argc, char** argv) {
     all_ok = check_odd_shape<hopper::WideTiling>("wide", odd[0], odd[1], odd[2], stream) && all_ok;
     all_ok = check_odd_shape<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream) && all_ok;
     all_ok = check_odd_shape<hopper::WideFourStages>("wide, four stages", odd[0], odd[1], odd[2], stream) && all_ok;
+    all_ok = check_odd_shape<hopper::AlternatingWide>("alternating, 192 columns", odd[0], odd[1], odd[2], stream) && all_ok;
+    all_ok = check_odd_shape<hopper::AlternatingWideThreeStages>("alternating, 192 columns, 3 stages", odd[0], odd[1],
+                                                                 odd[2], stream) &&
+             all_ok;
 
   }
 
@@ -322,6 +326,10 @@ int main(int argc, char** argv) {
       WEFT_OWN_VARIANT("coop4 g", WideFourStages, kBiasGelu, true),
       WEFT_OWN_VARIANT("alt p", AlternatingTiling, kNone, false),
       WEFT_OWN_VARIANT("alt g", AlternatingTiling, kBiasGelu, true),
+      WEFT_OWN_VARIANT("alt192 p", AlternatingWide, kNone, false),
+      WEFT_OWN_VARIANT("alt192 g", AlternatingWide, kBiasGelu, true),
+      WEFT_OWN_VARIANT("a192s3 p", AlternatingWideThreeStages, kNone, false),
+      WEFT_OWN_VARIANT("a192s3 g", AlternatingWideThreeStages, kBiasGelu, true),
 #undef WEFT_OWN_VARIANT
   };
   std::printf("\n%-28s", "shape (µs)");

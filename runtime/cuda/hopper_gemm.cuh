@@ -6,10 +6,10 @@
 //
 // Status: a kernel lab, not yet called by the runtime (runtime/cuda/matmul.cu uses cuBLASLt for
 // every product). tools/cuda_hopper_gemm_benchmark checks it against cuBLASLt and a reference and
-// times both; docs/performance.md (2026-12-05, fourteenth session) has where it stands and why. On
-// an H100: the cooperative tilings' plain products at 0.87-1.1x cuBLASLt's pace on GPT-2's shapes,
-// the alternating tiling's bias + GELU level with cuBLASLt's (1.0-1.1x) on GPT-2's up-projection;
-// the 1.3B shapes lose 5-30%. Not enough to move a training step, so not wired in.
+// times both; docs/performance.md (2026-12-05, fourteenth session) has where it stands and why. In
+// the same call as cuBLASLt (H100 and H200): the alternating 192-column tiling's plain products at
+// 0.94-1.04x cuBLASLt's on GPT-2's shapes, the alternating 128-column tiling's bias + GELU at
+// 0.95-1.07x on GPT-2's up-projection; about 0.2 ms of a 29 ms GPT-2 step in all, so not wired in.
 //
 // Shapes (row-major, leading dimension = the row's length):
 //   a        [M, K] bf16, K contiguous (the activations)
@@ -70,6 +70,8 @@ struct Tiling {
 using WideTiling = Tiling<256, 3>;                  // all of a warpgroup's output staged at once
 using WideFourStages = Tiling<256, 4, false, 2>;    // a fourth stage; the output staged half at a time
 using AlternatingTiling = Tiling<128, 5, true>;
+using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; the output staged in halves
+using AlternatingWideThreeStages = Tiling<192, 3, true>;  // the same, the output staged at once
 constexpr int kBlockK = 64;
 
 enum class Epilogue { kNone, kBias, kBiasGelu };
@@ -223,12 +225,42 @@ __device__ inline void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b)
       : "l"(a), "l"(b));
 }
 
+// d[64 × 192] += a[64 × 16] · b[192 × 16]ᵀ, both from shared memory.
+__device__ inline void wgmma_m64n192k16(float (&d)[96], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+      "%96, %97, 1, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(a), "l"(b));
+}
+
 template <int kCount>
 __device__ inline void wgmma_tile(float (&d)[kCount], uint64_t a, uint64_t b) {
   if constexpr (kCount == 64) {
     wgmma_m64n128k16(d, a, b);
+  } else if constexpr (kCount == 96) {
+    wgmma_m64n192k16(d, a, b);
   } else {
-    static_assert(kCount == 128, "wgmma_tile: 128 or 256 columns");
+    static_assert(kCount == 128, "wgmma_tile: 128, 192 or 256 columns");
     wgmma_m64n256k16(d, a, b);
   }
 }
