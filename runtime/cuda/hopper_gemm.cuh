@@ -9,7 +9,7 @@
 // times both; docs/performance.md (2026-12-05, fourteenth session) has where it stands and why. In
 // the same call as cuBLASLt (H100 and H200): the alternating 192-column tiling's plain products at
 // 0.94-1.04x cuBLASLt's on GPT-2's shapes, the alternating 128-column tiling's bias + GELU at
-// 0.95-1.07x on GPT-2's up-projection; about 0.2 ms of a 29 ms GPT-2 step in all, so not wired in.
+// 0.96-1.12x on GPT-2's up-projection; about 0.2 ms of a 29 ms GPT-2 step in all, so not wired in.
 //
 // Shapes (row-major, leading dimension = the row's length):
 //   a        [M, K] bf16, K contiguous (the activations)
