@@ -21,23 +21,9 @@
 #include <vector>
 
 #include "runtime/cuda/hopper_gemm.cuh"
+#include "tools/standalone_cuda_checks.h"
 
 namespace {
-
-#define CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
-#define CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
-
-void check_cuda(cudaError_t error, const char* call, const char* file, int line) {
-  if (error == cudaSuccess) return;
-  std::fprintf(stderr, "%s:%d: %s failed: %s\n", file, line, call, cudaGetErrorString(error));
-  std::exit(1);
-}
-
-void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  std::fprintf(stderr, "%s:%d: %s failed: %s\n", file, line, call, cublasLtGetStatusName(status));
-  std::exit(1);
-}
 
 using bf16 = __nv_bfloat16;
 namespace hopper = weft::cuda::hopper;

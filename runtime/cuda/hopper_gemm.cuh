@@ -74,6 +74,8 @@ using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; 
 using AlternatingWideThreeStages = Tiling<192, 3, true>;  // the same, the output staged at once
 constexpr int kBlockK = 64;
 
+// What the epilogue applies to a · bᵀ before the bf16 store: nothing, + bias, or + bias then GELU
+// (keeping the pre-activation when asked).
 enum class Epilogue { kNone, kBias, kBiasGelu };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -253,6 +255,7 @@ __device__ inline void wgmma_m64n192k16(float (&d)[96], uint64_t a, uint64_t b) 
       : "l"(a), "l"(b));
 }
 
+// The wgmma of a 64-row half with kCount accumulators a thread: 2 · kCount columns.
 template <int kCount>
 __device__ inline void wgmma_tile(float (&d)[kCount], uint64_t a, uint64_t b) {
   if constexpr (kCount == 64) {
