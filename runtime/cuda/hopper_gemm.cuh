@@ -343,10 +343,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   float accumulators[T::kHalves][T::kAccumulators];  // this warpgroup's 64-row halves, wgmma's layout
   // The ring's stages are used in the order the producer loads them: tile by tile of this CTA. An
   // alternating warpgroup takes every kConsumers-th tile, and skips the others' uses.
-  // A warpgroup waits on a stage's "full" barrier by the parity of the use it wants; that tells the
-  // right phase only while the barrier is at most one phase behind. So alternating warpgroups take
-  // turns: one starts a tile's products once the other has waited on all of its previous tile's
-  // (turn), which also keeps their products from interleaving.
+  // A warpgroup waits on a stage's "full" barrier by the parity of the use it wants. Waiting before
+  // the barrier has reached that use's phase would pass at once (the phase in progress has the
+  // other parity). So alternating warpgroups take turns: one starts a tile's products once the
+  // other has waited on all of its previous tile's (turn), which also keeps their products from
+  // interleaving.
   const int tile_step = T::kPingPong ? T::kConsumers : 1;
   int use = T::kPingPong ? group * k_blocks : 0;
   int turns_waited = 0;
