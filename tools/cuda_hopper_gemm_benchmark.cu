@@ -126,6 +126,13 @@ struct Lt {
   bf16* d = nullptr;
   cudaStream_t stream = nullptr;
 
+  void destroy() const {
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(a_layout));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(b_layout));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(d_layout));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(description));
+  }
+
   void run() const {
     const float alpha = 1.f, beta = 0.f;
     CUBLAS_CHECK(cublasLtMatmul(handle, description, &alpha, b, a_layout, a, b_layout, &beta, d, d_layout, d, d_layout,
@@ -284,7 +291,6 @@ int main(int argc, char** argv) {
     all_ok = check_odd_shape<hopper::AlternatingWideThreeStages>("alternating, 192 columns, 3 stages", odd[0], odd[1],
                                                                  odd[2], stream) &&
              all_ok;
-
   }
 
   const std::vector<Shape> shapes = {
@@ -380,6 +386,8 @@ int main(int argc, char** argv) {
       std::printf(" %9.1f", times[times.size() / 2] * 1e3f);
     }
     std::printf("   error %.1e %s\n", worst, ok ? "ok" : "WRONG");
+    plain.destroy();
+    gelu.destroy();
     for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias), static_cast<void*>(lt_out),
                     static_cast<void*>(lt_aux), static_cast<void*>(own_out), static_cast<void*>(own_aux)})
       CUDA_CHECK(cudaFree(p));
