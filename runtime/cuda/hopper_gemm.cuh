@@ -39,11 +39,14 @@
 
 namespace weft::cuda::hopper {
 
+// Every tiling's K slice: 64 bf16 are the 128 bytes the swizzle (and TMA's box for it) spans.
+constexpr int kBlockK = 64;
+
 // A CTA's tiling: kBlockN columns of a 128-row tile, computed by two consumer warpgroups, fed
 // through kStages stages of 64-wide K slices.
 template <int kColumns, int kStageCount, bool kAlternating = false, int kStagingBoxCount = 0>
 struct Tiling {
-  static constexpr int kBlockM = 128, kBlockN = kColumns, kBlockK = 64, kStages = kStageCount;
+  static constexpr int kBlockM = 128, kBlockN = kColumns, kBlockK = hopper::kBlockK, kStages = kStageCount;
   static constexpr int kConsumers = 2;
   // Alternating ("ping-pong"): each consumer warpgroup computes whole tiles, every kConsumers-th of
   // the CTA's, so one's epilogue runs while the other's products run. Otherwise the warpgroups split
@@ -72,7 +75,6 @@ using WideFourStages = Tiling<256, 4, false, 2>;    // a fourth stage; the outpu
 using AlternatingTiling = Tiling<128, 5, true>;
 using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; the output staged in halves
 using AlternatingWideThreeStages = Tiling<192, 3, true>;  // the same, the output staged at once
-constexpr int kBlockK = 64;
 
 // What the epilogue applies to a · bᵀ before the bf16 store: nothing, + bias, or + bias then GELU
 // (keeping the pre-activation when asked).
