@@ -6,10 +6,13 @@
 //
 // Status: a kernel lab, not yet called by the runtime (runtime/cuda/matmul.cu uses cuBLASLt for
 // every product). tools/cuda_hopper_gemm_benchmark checks it against cuBLASLt and a reference and
-// times both; docs/performance.md (2026-12-05, fourteenth session) has where it stands and why. In
-// the same call as cuBLASLt (H100 and H200): the alternating 192-column tiling's plain products at
-// 0.94-1.04x cuBLASLt's on GPT-2's shapes, the alternating 128-column tiling's bias + GELU at
-// 0.96-1.12x on GPT-2's up-projection; about 0.2 ms of a 29 ms GPT-2 step in all, so not wired in.
+// times both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it
+// stands and why. In the same call as cuBLASLt (H100 and H200): the alternating 192-column tiling's
+// plain products at 0.94-1.04x cuBLASLt's on GPT-2's shapes, the alternating 128-column tiling's
+// bias + GELU at 0.96-1.12x on GPT-2's up-projection; about 0.2 ms of a 29 ms GPT-2 step in all, so
+// not wired in. Under Nsight Compute the tensor pipe is busy 82-85% of the time in the 192-column
+// tiling against 91% in cuBLASLt's kernel, with neither shared memory (60-65% of its peak) nor L2
+// (65% once pairs of CTAs share B's loads) at their limits.
 //
 // Shapes (row-major, leading dimension = the row's length):
 //   a        [M, K] bf16, K contiguous (the activations)
@@ -44,10 +47,17 @@ constexpr int kBlockK = 64;
 
 // A CTA's tiling: kBlockN columns of a 128-row tile, computed by two consumer warpgroups, fed
 // through kStages stages of 64-wide K slices.
-template <int kColumns, int kStageCount, bool kAlternating = false, int kStagingBoxCount = 0>
+// kClusterRows CTAs of a cluster take vertically adjacent tiles (the same columns of B): each loads
+// its own A slice and a 1 / kClusterRows share of the B slice, which TMA multicasts to every CTA of
+// the cluster. That cuts the loads' L2 traffic, which bounds the unclustered tilings (Nsight Compute,
+// docs/performance.md 2026-12-05 fifteenth session: L2 at 80% of its peak, shared memory at 60-65%).
+template <int kColumns, int kStageCount, bool kAlternating = false, int kStagingBoxCount = 0, int kClusterRows = 1>
 struct Tiling {
   static constexpr int kBlockM = 128, kBlockN = kColumns, kBlockK = hopper::kBlockK, kStages = kStageCount;
   static constexpr int kConsumers = 2;
+  static constexpr int kCluster = kClusterRows;
+  static constexpr int kBSliceRows = kBlockN / kCluster;  // rows of B each CTA of a cluster loads
+  static_assert(kBSliceRows % 8 == 0, "Tiling: B's share keeps whole 8-row swizzle groups");
   // Alternating ("ping-pong"): each consumer warpgroup computes whole tiles, every kConsumers-th of
   // the CTA's, so one's epilogue runs while the other's products run. Otherwise the warpgroups split
   // each tile's rows and finish it together.
@@ -74,7 +84,10 @@ using WideTiling = Tiling<256, 3>;                  // all of a warpgroup's outp
 using WideFourStages = Tiling<256, 4, false, 2>;    // a fourth stage; the output staged half at a time
 using AlternatingTiling = Tiling<128, 5, true>;
 using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; the output staged in halves
-using AlternatingWideThreeStages = Tiling<192, 3, true>;  // the same, the output staged at once
+// The same tilings with pairs of CTAs sharing B's loads.
+using WideFourStagesPaired = Tiling<256, 4, false, 2, 2>;
+using AlternatingPaired = Tiling<128, 5, true, 0, 2>;
+using AlternatingWidePaired = Tiling<192, 4, true, 3, 2>;
 
 // What the epilogue applies to a · bᵀ before the bf16 store: nothing, + bias, or + bias then GELU
 // (keeping the pre-activation when asked).
@@ -125,6 +138,37 @@ __device__ inline void tma_load(void* destination, const CUtensorMap* map, uint6
           shared_address(destination)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(barrier)), "r"(column), "r"(row)
       : "memory");
+}
+
+// The same load multicast: the box lands at the same offset of every CTA in cta_mask's cluster
+// ranks, and is counted on each one's barrier at the same offset.
+__device__ inline void tma_load_multicast(void* destination, const CUtensorMap* map, uint64_t* barrier, int column,
+                                          int row, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(shared_address(destination)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(barrier)), "r"(column), "r"(row), "h"(cta_mask)
+      : "memory");
+}
+
+__device__ inline uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// An arrival on the barrier at this barrier's offset in the cluster's CTA of that rank. Release at
+// the CTA's scope, as a local arrival: the stage's readers are this CTA's wgmma, done by now; a
+// cluster-scope release measured 2-3.5 times slower products.
+__device__ inline void barrier_arrive_in(uint64_t* barrier, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(barrier)), "r"(rank));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+// Every thread of every CTA of the cluster (not .aligned: the producer's lanes arrive apart).
+__device__ inline void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
 // A [64, 64] box of shared memory to (column, row) of the map's matrix; TMA clips what lies outside.
@@ -281,10 +325,12 @@ __device__ inline float gelu_tanh(float x) {
 }  // namespace device
 #endif  // WEFT_HOPPER_GEMM_DEVICE
 
-// a [M, K] · b [N, K]ᵀ → out [M, N] with kEpilogue. Persistent: each CTA takes tiles
-// blockIdx.x, blockIdx.x + gridDim.x, ... (row-major over the [M / 128, N / kBlockN] tiles), and its
-// producer runs ahead into the next tile while the consumers finish one. Maps (128-byte swizzle):
-// a_map boxes [128 rows, 64], b_map [kBlockN rows, 64], out_map and pre_gelu_map [64 rows, 64];
+// a [M, K] · b [N, K]ᵀ → out [M, N] with kEpilogue. Persistent: cluster c (of gridDim.x / kCluster;
+// a CTA alone when kCluster is 1) takes tile groups c, c + clusters, ... (row-major over
+// [M / (128 · kCluster), N / kBlockN]), and each CTA's producer runs ahead into the next tile while
+// its consumers finish one. Launched with clusters of kCluster CTAs along x when kCluster > 1.
+// Maps (128-byte swizzle): a_map boxes [128 rows, 64], b_map [kBSliceRows rows, 64], out_map and
+// pre_gelu_map [64 rows, 64];
 // keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu). Both outputs go through the
 // staging boxes: the pre-activation stored from registers in wgmma's fragment layout instead (8
 // rows of 16 bytes a warp's store) measured 35-40% slower.
@@ -302,38 +348,67 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(staging_all + T::kConsumers * T::kStagingBytes);  // [kStages]
   uint64_t* empty = full + T::kStages;                                                          // [kStages]
   uint64_t* turn = empty + T::kStages;  // [2]: alternating warpgroup g may start its products on turn[g]
+  // A cluster's tile group: kCluster vertically adjacent tiles, rank r of the cluster taking the
+  // r-th (past the last row, its loads are TMA's zeros and its stores are skipped). Without
+  // clusters a group is a tile and a CTA its own cluster.
   const int n_tiles = (n_size + T::kBlockN - 1) / T::kBlockN;
-  const int tiles = ((m_size + T::kBlockM - 1) / T::kBlockM) * n_tiles;
+  const int m_groups = ((m_size + T::kBlockM - 1) / T::kBlockM + T::kCluster - 1) / T::kCluster;
+  const int tiles = m_groups * n_tiles;  // tile groups
   const int k_blocks = (k_size + T::kBlockK - 1) / T::kBlockK;
+  const int cluster = blockIdx.x / T::kCluster, clusters = gridDim.x / T::kCluster;
+  const uint32_t rank = T::kCluster > 1 ? cluster_rank() : 0;
+  auto m_start_of = [&](int tile) { return ((tile / n_tiles) * T::kCluster + static_cast<int>(rank)) * T::kBlockM; };
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < T::kStages; ++stage) {
       barrier_init(&full[stage], 1);                  // the producer's expect_tx; the bytes complete it
-      // One arrival from each warp of the warpgroups that read a stage.
-      barrier_init(&empty[stage], T::kPingPong ? 4 : 4 * T::kConsumers);
+      // One arrival from each warp of the warpgroups that read a stage, in every CTA of the cluster
+      // (the stage is loaded into all of them at once).
+      barrier_init(&empty[stage], (T::kPingPong ? 4 : 4 * T::kConsumers) * T::kCluster);
     }
     barrier_init(&turn[0], 4);  // one arrival from each warp of the other warpgroup
     barrier_init(&turn[1], 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (T::kCluster > 1) {
+    cluster_sync();  // the other CTAs' barriers are initialized before anything reaches them
+  } else {
+    __syncthreads();
+  }
+  // A consumer warp is done with a stage: every CTA of the cluster may load it again (lane r
+  // tells the CTA of rank r).
+  auto release = [&](int stage, int lane) {
+    if constexpr (T::kCluster > 1) {
+      if (lane < T::kCluster) barrier_arrive_in(&empty[stage], lane);
+    } else {
+      if (lane == 0) barrier_arrive(&empty[stage]);
+    }
+  };
 
   if (threadIdx.x >= T::kConsumerThreads) {  // the producer: one lane issues every load
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == T::kConsumerThreads) {
       int use = 0;  // of the stage ring, over every tile of this CTA
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int m_start = (tile / n_tiles) * T::kBlockM, n_start = (tile % n_tiles) * T::kBlockN;
+      for (int tile = cluster; tile < tiles; tile += clusters) {
+        const int m_start = m_start_of(tile), n_start = (tile % n_tiles) * T::kBlockN;
         for (int k_block = 0; k_block < k_blocks; ++k_block, ++use) {
           const int stage = use % T::kStages;
           if (use >= T::kStages) barrier_wait(&empty[stage], ((use / T::kStages) - 1) & 1);
           uint8_t* a_tile = shared + stage * T::kStageBytes;
+          // The whole stage lands here: A from this CTA's load, B's shares from every CTA's.
           barrier_expect_bytes(&full[stage], T::kStageBytes);
           tma_load(a_tile, &a_map, &full[stage], k_block * T::kBlockK, m_start);
-          tma_load(a_tile + T::kATileBytes, &b_map, &full[stage], k_block * T::kBlockK, n_start);
+          if constexpr (T::kCluster > 1) {
+            tma_load_multicast(a_tile + T::kATileBytes + rank * T::kBSliceRows * 128, &b_map, &full[stage],
+                               k_block * T::kBlockK, n_start + rank * T::kBSliceRows, (1u << T::kCluster) - 1);
+          } else {
+            tma_load(a_tile + T::kATileBytes, &b_map, &full[stage], k_block * T::kBlockK, n_start);
+          }
         }
       }
     }
+    // A CTA leaves only once no other CTA of its cluster will load into it or arrive on its barriers.
+    if constexpr (T::kCluster > 1) cluster_sync();
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -353,12 +428,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int tile_step = T::kPingPong ? T::kConsumers : 1;
   int use = T::kPingPong ? group * k_blocks : 0;
   int turns_waited = 0;
-  for (int tile = blockIdx.x + (T::kPingPong ? group * gridDim.x : 0); tile < tiles;
-       tile += tile_step * gridDim.x, use += (tile_step - 1) * k_blocks) {
+  for (int tile = cluster + (T::kPingPong ? group * clusters : 0); tile < tiles;
+       tile += tile_step * clusters, use += (tile_step - 1) * k_blocks) {
     if constexpr (T::kPingPong) {
-      if (group == 1 || tile != static_cast<int>(blockIdx.x)) barrier_wait(&turn[group], turns_waited++ & 1);
+      if (group == 1 || tile != cluster) barrier_wait(&turn[group], turns_waited++ & 1);
     }
-    const int m_start = (tile / n_tiles) * T::kBlockM, n_start = (tile % n_tiles) * T::kBlockN;
+    const int m_start = m_start_of(tile), n_start = (tile % n_tiles) * T::kBlockN;
 #pragma unroll
     for (int half = 0; half < T::kHalves; ++half)
 #pragma unroll
@@ -382,13 +457,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous slice's products are done: its stage may be loaded again
-      if (k_block > 0 && lane == 0) barrier_arrive(&empty[(use - 1) % T::kStages]);
+      if (k_block > 0) release((use - 1) % T::kStages, lane);
     }
     if constexpr (T::kPingPong) {
       if (lane == 0) barrier_arrive(&turn[1 - group]);
     }
     wgmma_wait<0>();
-    if (lane == 0) barrier_arrive(&empty[(use - 1) % T::kStages]);  // the tile's last slice
+    release((use - 1) % T::kStages, lane);  // the tile's last slice
 #pragma unroll
     for (int half = 0; half < T::kHalves; ++half) fence_registers(accumulators[half]);
 
@@ -463,6 +538,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
   }
   if (leader) tma_store_wait_all();  // the staging boxes stay valid until every store has read them
+  if constexpr (T::kCluster > 1) cluster_sync();
 #endif  // WEFT_HOPPER_GEMM_DEVICE
 }
 
