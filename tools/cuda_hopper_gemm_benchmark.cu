@@ -311,6 +311,12 @@ int main(int argc, char** argv) {
     all_ok = check_odd_shape<hopper::WideFourStagesPaired>("wide, four stages, paired", odd[0], odd[1], odd[2],
                                                            stream) &&
              all_ok;
+    all_ok = check_odd_shape<hopper::AlternatingSixStagesPaired>("alternating, six stages, paired", odd[0], odd[1],
+                                                                 odd[2], stream) &&
+             all_ok;
+    all_ok = check_odd_shape<hopper::AlternatingWideFiveStagesPaired>("alternating, 192 columns, five stages, paired",
+                                                                      odd[0], odd[1], odd[2], stream) &&
+             all_ok;
     all_ok = check_odd_shape<hopper::AlternatingPaired>("alternating, paired", odd[0], odd[1], odd[2], stream) && all_ok;
     all_ok = check_odd_shape<hopper::AlternatingWidePaired>("alternating, 192 columns, paired", odd[0], odd[1], odd[2],
                                                             stream) &&
@@ -343,18 +349,20 @@ int main(int argc, char** argv) {
      launch_own<hopper::tiling, Epilogue::epilogue>(a, b, gelu ? bias : nullptr, out, gelu ? pre : nullptr, m, n, \
                                                     k, stream);                                                  \
    }}
-      WEFT_OWN_VARIANT("coop4 p", WideFourStages, kNone, false),
-      WEFT_OWN_VARIANT("coop4 g", WideFourStages, kBiasGelu, true),
       WEFT_OWN_VARIANT("alt p", AlternatingTiling, kNone, false),
       WEFT_OWN_VARIANT("alt g", AlternatingTiling, kBiasGelu, true),
+      WEFT_OWN_VARIANT("alt6 p", AlternatingSixStages, kNone, false),
+      WEFT_OWN_VARIANT("alt6 g", AlternatingSixStages, kBiasGelu, true),
+      WEFT_OWN_VARIANT("alt6x2 p", AlternatingSixStagesPaired, kNone, false),
+      WEFT_OWN_VARIANT("alt6x2 g", AlternatingSixStagesPaired, kBiasGelu, true),
       WEFT_OWN_VARIANT("alt192 p", AlternatingWide, kNone, false),
       WEFT_OWN_VARIANT("alt192 g", AlternatingWide, kBiasGelu, true),
-      WEFT_OWN_VARIANT("c4x2 p", WideFourStagesPaired, kNone, false),
-      WEFT_OWN_VARIANT("c4x2 g", WideFourStagesPaired, kBiasGelu, true),
-      WEFT_OWN_VARIANT("altx2 p", AlternatingPaired, kNone, false),
-      WEFT_OWN_VARIANT("altx2 g", AlternatingPaired, kBiasGelu, true),
       WEFT_OWN_VARIANT("a192x2 p", AlternatingWidePaired, kNone, false),
       WEFT_OWN_VARIANT("a192x2 g", AlternatingWidePaired, kBiasGelu, true),
+      WEFT_OWN_VARIANT("a192s5 p", AlternatingWideFiveStages, kNone, false),
+      WEFT_OWN_VARIANT("a192s5 g", AlternatingWideFiveStages, kBiasGelu, true),
+      WEFT_OWN_VARIANT("a5x2 p", AlternatingWideFiveStagesPaired, kNone, false),
+      WEFT_OWN_VARIANT("a5x2 g", AlternatingWideFiveStagesPaired, kBiasGelu, true),
 #undef WEFT_OWN_VARIANT
   };
   std::printf("\n%-28s", "shape (µs)");

@@ -78,8 +78,9 @@ struct Tiling {
   static constexpr int kStagingBytes = kStagingBoxes * 8192;
   static constexpr int kSharedBytes =
       kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + (2 * kStages + 2) * 8;  // + alignment + barriers
+  static_assert(kSharedBytes <= 227 * 1024, "Tiling: more shared memory than a Hopper CTA may have");
 };
-// The tilings docs/performance.md compares (2026-12-05, fourteenth session).
+// The tilings docs/performance.md compares (2026-12-05, fourteenth and fifteenth sessions).
 using WideTiling = Tiling<256, 3>;                  // all of a warpgroup's output staged at once
 using WideFourStages = Tiling<256, 4, false, 2>;    // a fourth stage; the output staged half at a time
 using AlternatingTiling = Tiling<128, 5, true>;
@@ -88,6 +89,11 @@ using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; 
 using WideFourStagesPaired = Tiling<256, 4, false, 2, 2>;
 using AlternatingPaired = Tiling<128, 5, true, 0, 2>;
 using AlternatingWidePaired = Tiling<192, 4, true, 3, 2>;
+// Deeper rings bought with less staging: the output staged a box (or two) at a time.
+using AlternatingWideFiveStages = Tiling<192, 5, true, 1>;
+using AlternatingWideFiveStagesPaired = Tiling<192, 5, true, 1, 2>;
+using AlternatingSixStages = Tiling<128, 6, true, 2>;
+using AlternatingSixStagesPaired = Tiling<128, 6, true, 2, 2>;
 
 // What the epilogue applies to a · bᵀ before the bf16 store: nothing, + bias, or + bias then GELU
 // (keeping the pre-activation when asked).
