@@ -95,7 +95,7 @@ CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows) {
 
 template <typename T, hopper::Epilogue kEpilogue>
 void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16* pre_gelu, int m, int n, int k,
-                cudaStream_t stream) {
+                cudaStream_t stream, int group_rows = 1) {
   const auto kernel = hopper::gemm_kernel<T, kEpilogue>;
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute cluster{};
@@ -131,7 +131,7 @@ void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16*
   const int groups = m_groups * ((n + T::kBlockN - 1) / T::kBlockN);
   config.gridDim = dim3(std::min(groups, resident_clusters) * T::kCluster);
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a_map, b_map, out_map, pre_gelu_map, m, n, k, bias,
-                                pre_gelu != nullptr));
+                                pre_gelu != nullptr, group_rows));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -247,7 +247,7 @@ double relative_error(const std::vector<float>& values, const std::vector<float>
 float host_gelu(float x) { return 0.5f * x * (1.f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 
 template <typename T>
-bool check_odd_shape(const char* tiling, int m, int n, int k, cudaStream_t stream) {
+bool check_odd_shape(const char* tiling, int m, int n, int k, cudaStream_t stream, int group_rows = 1) {
   bf16 *a, *b, *bias, *out, *pre;
   float* reference;
   CUDA_CHECK(cudaMalloc(&a, size_t(m) * k * sizeof(bf16)));
@@ -260,7 +260,7 @@ bool check_odd_shape(const char* tiling, int m, int n, int k, cudaStream_t strea
   fill_kernel<<<256, 256, 0, stream>>>(b, size_t(n) * k, 2, 1.f / std::sqrt(float(k)));
   fill_kernel<<<256, 256, 0, stream>>>(bias, n, 3, 0.5f);
   CUDA_CHECK(cudaMemsetAsync(out, 0xFF, size_t(m) * n * sizeof(bf16), stream));
-  launch_own<T, hopper::Epilogue::kBiasGelu>(a, b, bias, out, pre, m, n, k, stream);
+  launch_own<T, hopper::Epilogue::kBiasGelu>(a, b, bias, out, pre, m, n, k, stream, group_rows);
   reference_kernel<<<dim3((n + 127) / 128, m), 128, 0, stream>>>(a, b, bias, reference, m, n, k);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<float> expected(size_t(m) * n), expected_gelu(expected.size());
@@ -270,12 +270,12 @@ bool check_odd_shape(const char* tiling, int m, int n, int k, cudaStream_t strea
   const double out_error = relative_error(to_host(out, expected.size()), expected_gelu);
   // The bias epilogue alone, into an output filled with ones' bits first.
   CUDA_CHECK(cudaMemsetAsync(out, 0xFF, size_t(m) * n * sizeof(bf16), stream));
-  launch_own<T, hopper::Epilogue::kBias>(a, b, bias, out, nullptr, m, n, k, stream);
+  launch_own<T, hopper::Epilogue::kBias>(a, b, bias, out, nullptr, m, n, k, stream, group_rows);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const double bias_error = relative_error(to_host(out, expected.size()), expected);
   const bool ok = pre_error < 1e-2 && out_error < 1e-2 && bias_error < 1e-2;
-  std::printf("%s, odd shape m %d n %d k %d: errors: GELU's pre-activation %.2e, GELU %.2e, bias alone %.2e  %s\n",
-              tiling, m, n, k, pre_error, out_error, bias_error, ok ? "ok" : "WRONG");
+  std::printf("%s (bands of %d), odd shape m %d n %d k %d: errors: GELU's pre-activation %.2e, GELU %.2e, bias alone %.2e  %s\n",
+              tiling, group_rows, m, n, k, pre_error, out_error, bias_error, ok ? "ok" : "WRONG");
   for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias), static_cast<void*>(out),
                   static_cast<void*>(pre), static_cast<void*>(reference)})
     CUDA_CHECK(cudaFree(p));
@@ -314,9 +314,10 @@ int main(int argc, char** argv) {
     all_ok = check_odd_shape<hopper::AlternatingSixStagesPaired>("alternating, six stages, paired", odd[0], odd[1],
                                                                  odd[2], stream) &&
              all_ok;
-    all_ok = check_odd_shape<hopper::AlternatingWideFiveStagesPaired>("alternating, 192 columns, five stages, paired",
-                                                                      odd[0], odd[1], odd[2], stream) &&
+    all_ok = check_odd_shape<hopper::AlternatingWidePaired>("alternating, 192 columns, paired", odd[0], odd[1], odd[2],
+                                                            stream, 3) &&
              all_ok;
+    all_ok = check_odd_shape<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream, 2) && all_ok;
     all_ok = check_odd_shape<hopper::AlternatingPaired>("alternating, paired", odd[0], odd[1], odd[2], stream) && all_ok;
     all_ok = check_odd_shape<hopper::AlternatingWidePaired>("alternating, 192 columns, paired", odd[0], odd[1], odd[2],
                                                             stream) &&
@@ -342,27 +343,27 @@ int main(int argc, char** argv) {
   const std::vector<Variant> variants = {
       {"lt plain", false, [](const Lt& p, const Lt&, auto...) { p.run(); }},
       {"lt gelu", true, [](const Lt&, const Lt& g, auto...) { g.run(); }},
-#define WEFT_OWN_VARIANT(label, tiling, epilogue, gelu)                                                           \
+#define WEFT_OWN_VARIANT(label, tiling, epilogue, gelu, group_rows)                                               \
   {label, gelu,                                                                                                  \
    [stream](const Lt&, const Lt&, const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16* pre, int m, \
             int n, int k) {                                                                                      \
      launch_own<hopper::tiling, Epilogue::epilogue>(a, b, gelu ? bias : nullptr, out, gelu ? pre : nullptr, m, n, \
-                                                    k, stream);                                                  \
+                                                    k, stream, group_rows);                                      \
    }}
-      WEFT_OWN_VARIANT("alt p", AlternatingTiling, kNone, false),
-      WEFT_OWN_VARIANT("alt g", AlternatingTiling, kBiasGelu, true),
-      WEFT_OWN_VARIANT("alt6 p", AlternatingSixStages, kNone, false),
-      WEFT_OWN_VARIANT("alt6 g", AlternatingSixStages, kBiasGelu, true),
-      WEFT_OWN_VARIANT("alt6x2 p", AlternatingSixStagesPaired, kNone, false),
-      WEFT_OWN_VARIANT("alt6x2 g", AlternatingSixStagesPaired, kBiasGelu, true),
-      WEFT_OWN_VARIANT("alt192 p", AlternatingWide, kNone, false),
-      WEFT_OWN_VARIANT("alt192 g", AlternatingWide, kBiasGelu, true),
-      WEFT_OWN_VARIANT("a192x2 p", AlternatingWidePaired, kNone, false),
-      WEFT_OWN_VARIANT("a192x2 g", AlternatingWidePaired, kBiasGelu, true),
-      WEFT_OWN_VARIANT("a192s5 p", AlternatingWideFiveStages, kNone, false),
-      WEFT_OWN_VARIANT("a192s5 g", AlternatingWideFiveStages, kBiasGelu, true),
-      WEFT_OWN_VARIANT("a5x2 p", AlternatingWideFiveStagesPaired, kNone, false),
-      WEFT_OWN_VARIANT("a5x2 g", AlternatingWideFiveStagesPaired, kBiasGelu, true),
+      WEFT_OWN_VARIANT("alt p", AlternatingTiling, kNone, false, 1),
+      WEFT_OWN_VARIANT("alt g", AlternatingTiling, kBiasGelu, true, 1),
+      WEFT_OWN_VARIANT("alt6x2 p", AlternatingSixStagesPaired, kNone, false, 1),
+      WEFT_OWN_VARIANT("alt6x2 g", AlternatingSixStagesPaired, kBiasGelu, true, 1),
+      WEFT_OWN_VARIANT("a6x2b8 p", AlternatingSixStagesPaired, kNone, false, 8),
+      WEFT_OWN_VARIANT("a6x2b8 g", AlternatingSixStagesPaired, kBiasGelu, true, 8),
+      WEFT_OWN_VARIANT("alt192 p", AlternatingWide, kNone, false, 1),
+      WEFT_OWN_VARIANT("alt192 g", AlternatingWide, kBiasGelu, true, 1),
+      WEFT_OWN_VARIANT("a192b16 p", AlternatingWide, kNone, false, 16),
+      WEFT_OWN_VARIANT("a192b16 g", AlternatingWide, kBiasGelu, true, 16),
+      WEFT_OWN_VARIANT("a192x2 p", AlternatingWidePaired, kNone, false, 1),
+      WEFT_OWN_VARIANT("a192x2 g", AlternatingWidePaired, kBiasGelu, true, 1),
+      WEFT_OWN_VARIANT("a192x2b8 p", AlternatingWidePaired, kNone, false, 8),
+      WEFT_OWN_VARIANT("a192x2b8 g", AlternatingWidePaired, kBiasGelu, true, 8),
 #undef WEFT_OWN_VARIANT
   };
   std::printf("\n%-28s", "shape (µs)");

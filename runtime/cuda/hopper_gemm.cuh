@@ -89,10 +89,8 @@ using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; 
 using WideFourStagesPaired = Tiling<256, 4, false, 2, 2>;
 using AlternatingPaired = Tiling<128, 5, true, 0, 2>;
 using AlternatingWidePaired = Tiling<192, 4, true, 3, 2>;
-// Deeper rings bought with less staging: the output staged a box (or two) at a time.
-using AlternatingWideFiveStages = Tiling<192, 5, true, 1>;
-using AlternatingWideFiveStagesPaired = Tiling<192, 5, true, 1, 2>;
-using AlternatingSixStages = Tiling<128, 6, true, 2>;
+// A deeper ring bought with less staging (the output staged two boxes at a time); five stages of
+// 192 columns and six of 128 unpaired measured no faster (docs/performance.md).
 using AlternatingSixStagesPaired = Tiling<128, 6, true, 2, 2>;
 
 // What the epilogue applies to a · bᵀ before the bf16 store: nothing, + bias, or + bias then GELU
@@ -337,14 +335,16 @@ __device__ inline float gelu_tanh(float x) {
 // its consumers finish one. Launched with clusters of kCluster CTAs along x when kCluster > 1.
 // Maps (128-byte swizzle): a_map boxes [128 rows, 64], b_map [kBSliceRows rows, 64], out_map and
 // pre_gelu_map [64 rows, 64];
-// keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu). Both outputs go through the
+// keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu); group_rows: the tile order's
+// band height (origin_of, below), at least 1. Both outputs go through the
 // staging boxes: the pre-activation stored from registers in wgmma's fragment layout instead (8
 // rows of 16 bytes a warp's store) measured 35-40% slower.
 template <typename T, Epilogue kEpilogue>
 __global__ void __launch_bounds__(T::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                 const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap pre_gelu_map,
-                int m_size, int n_size, int k_size, const __nv_bfloat16* __restrict__ bias, bool keep_pre_gelu) {
+                int m_size, int n_size, int k_size, const __nv_bfloat16* __restrict__ bias, bool keep_pre_gelu,
+                int group_rows) {
 #ifdef WEFT_HOPPER_GEMM_DEVICE
   using namespace device;
   extern __shared__ uint8_t shared_raw[];
@@ -363,7 +363,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int k_blocks = (k_size + T::kBlockK - 1) / T::kBlockK;
   const int cluster = blockIdx.x / T::kCluster, clusters = gridDim.x / T::kCluster;
   const uint32_t rank = T::kCluster > 1 ? cluster_rank() : 0;
-  auto m_start_of = [&](int tile) { return ((tile / n_tiles) * T::kCluster + static_cast<int>(rank)) * T::kBlockM; };
+  // Where tile group t lies: in bands of group_rows rows of tile groups, swept column by column (a
+  // row at a time within each column), so that the CTAs at work together read group_rows rows of A
+  // and few columns of B instead of one row of A and every column of B (group_rows 1: row-major).
+  auto origin_of = [&](int tile, int& m_start, int& n_start) {
+    const int band = tile / (group_rows * n_tiles), within = tile % (group_rows * n_tiles);
+    const int band_rows = min(group_rows, m_groups - band * group_rows);
+    const int m_group = band * group_rows + within % band_rows;
+    m_start = (m_group * T::kCluster + static_cast<int>(rank)) * T::kBlockM;
+    n_start = (within / band_rows) * T::kBlockN;
+  };
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < T::kStages; ++stage) {
@@ -396,7 +405,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (threadIdx.x == T::kConsumerThreads) {
       int use = 0;  // of the stage ring, over every tile of this CTA
       for (int tile = cluster; tile < tiles; tile += clusters) {
-        const int m_start = m_start_of(tile), n_start = (tile % n_tiles) * T::kBlockN;
+        int m_start, n_start;
+        origin_of(tile, m_start, n_start);
         for (int k_block = 0; k_block < k_blocks; ++k_block, ++use) {
           const int stage = use % T::kStages;
           if (use >= T::kStages) barrier_wait(&empty[stage], ((use / T::kStages) - 1) & 1);
@@ -439,7 +449,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kPingPong) {
       if (group == 1 || tile != cluster) barrier_wait(&turn[group], turns_waited++ & 1);
     }
-    const int m_start = m_start_of(tile), n_start = (tile % n_tiles) * T::kBlockN;
+    int m_start, n_start;
+    origin_of(tile, m_start, n_start);
 #pragma unroll
     for (int half = 0; half < T::kHalves; ++half)
 #pragma unroll
