@@ -49,8 +49,9 @@ constexpr int kBlockK = 64;
 // through kStages stages of 64-wide K slices.
 // kClusterRows CTAs of a cluster take vertically adjacent tiles (the same columns of B): each loads
 // its own A slice and a 1 / kClusterRows share of the B slice, which TMA multicasts to every CTA of
-// the cluster. That cuts the loads' L2 traffic, which bounds the unclustered tilings (Nsight Compute,
-// docs/performance.md 2026-12-05 fifteenth session: L2 at 80% of its peak, shared memory at 60-65%).
+// the cluster. That cuts the loads' L2 traffic (GPT-2's up-projection: from 80% of L2's peak to 66%
+// under Nsight Compute), but the pair then waits for its slower CTA at every stage: measured faster
+// only on the 1.3B up-projection (docs/performance.md, 2026-12-05 fifteenth session).
 template <int kColumns, int kStageCount, bool kAlternating = false, int kStagingBoxCount = 0, int kClusterRows = 1>
 struct Tiling {
   static constexpr int kBlockM = 128, kBlockN = kColumns, kBlockK = hopper::kBlockK, kStages = kStageCount;
@@ -330,15 +331,15 @@ __device__ inline float gelu_tanh(float x) {
 #endif  // WEFT_HOPPER_GEMM_DEVICE
 
 // a [M, K] · b [N, K]ᵀ → out [M, N] with kEpilogue. Persistent: cluster c (of gridDim.x / kCluster;
-// a CTA alone when kCluster is 1) takes tile groups c, c + clusters, ... (row-major over
-// [M / (128 · kCluster), N / kBlockN]), and each CTA's producer runs ahead into the next tile while
-// its consumers finish one. Launched with clusters of kCluster CTAs along x when kCluster > 1.
-// Maps (128-byte swizzle): a_map boxes [128 rows, 64], b_map [kBSliceRows rows, 64], out_map and
-// pre_gelu_map [64 rows, 64];
-// keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu); group_rows: the tile order's
-// band height (origin_of, below), at least 1. Both outputs go through the
-// staging boxes: the pre-activation stored from registers in wgmma's fragment layout instead (8
-// rows of 16 bytes a warp's store) measured 35-40% slower.
+// a CTA alone when kCluster is 1) takes tile groups c, c + clusters, ... of the
+// [M / (128 · kCluster), N / kBlockN] tile groups, in the order origin_of (below) gives them, and
+// each CTA's producer runs ahead into the next tile while its consumers finish one. Launched with
+// clusters of kCluster CTAs along x when kCluster > 1. Maps (128-byte swizzle): a_map boxes
+// [128 rows, 64], b_map [kBSliceRows rows, 64], out_map and pre_gelu_map [64 rows, 64].
+// keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu). group_rows (at least 1): the
+// height of origin_of's bands. Both outputs go through the staging boxes: the pre-activation stored
+// from registers in wgmma's fragment layout instead (8 rows of 16 bytes a warp's store) measured
+// 35-40% slower.
 template <typename T, Epilogue kEpilogue>
 __global__ void __launch_bounds__(T::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
