@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "runtime/cuda/hopper_gemm.cuh"
+#include "runtime/cuda/tensor_map.h"
 #include "tools/standalone_cuda_checks.h"
 
 namespace {
@@ -57,37 +58,11 @@ __global__ void reference_kernel(const bf16* a, const bf16* b, const bf16* bias,
   out[size_t(m) * n_size + n] = sum;
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_tiled() {
-  static EncodeTiled function = [] {
-    void* pointer = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || pointer == nullptr) {
-      std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
-      std::exit(1);
-    }
-    return reinterpret_cast<EncodeTiled>(pointer);
-  }();
-  return function;
-}
-
 // A TMA map of a row-major [rows, columns] bf16 matrix in boxes of [box_rows, 64].
 CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows) {
   CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(columns) * sizeof(bf16)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(hopper::kBlockK), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result =
-      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(data), dims, strides, box,
-                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d) for [%d, %d]\n", static_cast<int>(result), rows, columns);
+  if (!weft::cuda::make_bf16_tensor_map(map, data, rows, columns, box_rows)) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed for [%d, %d]\n", rows, columns);
     std::exit(1);
   }
   return map;

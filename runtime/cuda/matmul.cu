@@ -45,6 +45,7 @@
 #include "runtime/clock.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/hopper_bias_gelu.h"
 #include "runtime/cuda/matmul.h"
 #include "runtime/cuda/matmul_tuning_cache.h"
 #include "runtime/cuda/stream.h"
@@ -915,8 +916,42 @@ void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Te
   run_epilogue(a, bm, bias, out, Tensor(), CUBLASLT_EPILOGUE_BIAS, "matmul_bias");
 }
 
+namespace {
+
+// weft's own Hopper product (hopper_bias_gelu.h) where it is switched on and the operands are a
+// linear layer's: a [1, M, K] row-major, bm [1, K, N] the transpose of a contiguous [N, K] weight,
+// out and pre_gelu contiguous, all bf16. False where it does not take the product (cuBLASLt does).
+bool try_hopper_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
+                          const Tensor& pre_gelu) {
+#if defined(WEFT_HAVE_SM90A)
+  if (!hopper_gemm_enabled()) return false;
+  if (a.dim() != 3 || bm.dim() != 3 || out.dim() != 3 || out.size(0) != 1 || a.size(0) != 1 || bm.size(0) != 1) {
+    return false;
+  }
+  const int64_t m = out.size(1), n = out.size(2), k = a.size(2);
+  const bool bf16 = a.dtype() == kBFloat16 && bm.dtype() == kBFloat16 && out.dtype() == kBFloat16 &&
+                    bias.defined() && bias.dtype() == kBFloat16 && (!pre_gelu.defined() || pre_gelu.dtype() == kBFloat16);
+  const bool one_device = a.device().is_cuda() && a.device() == out.device() && bm.device() == out.device() &&
+                          bias.device() == out.device() && (!pre_gelu.defined() || pre_gelu.device() == out.device());
+  const bool laid_out = a.size(1) == m && bm.size(1) == k && bm.size(2) == n && a.stride(2) == 1 &&
+                        a.stride(1) == k && bm.stride(1) == 1 && bm.stride(2) == k && out.is_contiguous() &&
+                        bias.dim() == 1 && bias.size(0) == n && bias.is_contiguous() &&
+                        (!pre_gelu.defined() || (pre_gelu.shape() == out.shape() && pre_gelu.is_contiguous()));
+  if (!bf16 || !one_device || !laid_out) return false;
+  const int device = out.device().index;
+  set_device(device);
+  return hopper_bias_gelu(a.raw_data(), bm.raw_data(), bias.raw_data(), out.raw_data(),
+                          pre_gelu.defined() ? pre_gelu.raw_data() : nullptr, m, n, k, current_stream(device));
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
                       const Tensor& pre_gelu) {
+  if (try_hopper_bias_gelu(a, bm, bias, out, pre_gelu)) return;
   run_epilogue(a, bm, bias, out, pre_gelu,
                pre_gelu.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS,
                "matmul_bias_gelu");

@@ -1,7 +1,8 @@
 // The fused ops on CUDA against the CPU: add_layer_norm and add_rms_norm (runtime/cuda/normalization.cu)
 // and linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and
 // backward, the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward,
-// DGELU), and linear_add (Backend::matmul_bias_add: the residual read as cuBLASLt's C).
+// DGELU), and linear_add (Backend::matmul_bias_add: the residual read as cuBLASLt's C); and
+// linear_gelu's product on weft's own Hopper kernel where the GPU has one (runtime/cuda/hopper_bias_gelu.h).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
@@ -18,6 +19,11 @@
 #include "gtest/gtest.h"
 #include "runtime/weft.h"
 #include "tests/support/cuda_expectations.h"
+#if defined(WEFT_HAVE_SM90A)
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/hopper_bias_gelu.h"
+#endif
 
 namespace weft {
 namespace {
@@ -184,6 +190,44 @@ TEST(CudaFused, MatmulBiasGeluMatchesCpu) {
       expect_close(pre, pre_ref, tolerance_for(dtype), what + " pre_activation");
     }
   }
+}
+
+// weft's own Hopper product (runtime/cuda/hopper_bias_gelu.h) switched on in place of cuBLASLt's
+// GELU_AUX_BIAS: GPT-2's fc and an odd size (its 128-column tiling), and two products of N >= 4096
+// (its 192-column tiling in bands of 16 rows of tiles): N not a multiple of 192, K not a multiple of
+// 64, and 18 rows of tiles (a last band of 2). Each must have run on the own kernel.
+TEST(CudaFused, OwnHopperBiasGeluMatchesCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+#if !defined(WEFT_HAVE_SM90A)
+  GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
+#else
+  int major = 0, minor = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  const bool was_enabled = cuda::hopper_gemm_enabled();
+  cuda::set_hopper_gemm_enabled(true);
+  const std::vector<LinearCase> cases = {{16 * 64, 768, 3072}, {16 * 64, 200, 200}, {300, 136, 4104}, {2200, 72, 4096}};
+  uint64_t seed = 700;
+  for (const LinearCase& c : cases) {
+    const std::string what = describe({c.rows, c.in, c.out}, kBFloat16);
+    SCOPED_TRACE(what);
+    const RoundedInput x = random_input({1, c.rows, c.in}, ++seed, kBFloat16);
+    const RoundedInput w =
+        random_input({c.out, c.in}, ++seed, kBFloat16, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+    const RoundedInput b = random_input({c.out}, ++seed, kBFloat16);
+    const Tensor out_ref = Tensor::empty({1, c.rows, c.out}), pre_ref = Tensor::empty({1, c.rows, c.out});
+    backend_for(Device::cpu())
+        .matmul_bias_gelu(x.reference, w.reference.transpose(0, 1).unsqueeze(0), b.reference, out_ref, pre_ref);
+    const Tensor out = poisoned({1, c.rows, c.out}, kBFloat16), pre = poisoned({1, c.rows, c.out}, kBFloat16);
+    const int64_t launches = cuda::hopper_gemm_launches();
+    backend_for(kGpu).matmul_bias_gelu(x.gpu, w.gpu.transpose(0, 1).unsqueeze(0), b.gpu, out, pre);
+    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1) << "the product did not run on the own kernel";
+    expect_close(out, out_ref, tolerance_for(kBFloat16), what + " out");
+    expect_close(pre, pre_ref, tolerance_for(kBFloat16), what + " pre_activation");
+  }
+  cuda::set_hopper_gemm_enabled(was_enabled);
+#endif
 }
 
 // out = x W^T + b + residual with the residual as C (beta 1) and the bias in the epilogue, against
