@@ -4,15 +4,16 @@
 // 2026-12-03/04: the GPT-2 up-projection with bias + GELU_AUX at 72% of the plain product's pace),
 // and weft's one-GPU targets (issue #16) need those epilogues at the plain products' pace.
 //
-// Status: a kernel lab, not yet called by the runtime (runtime/cuda/matmul.cu uses cuBLASLt for
-// every product). tools/cuda_hopper_gemm_benchmark checks it against cuBLASLt and a reference and
-// times both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it
-// stands and why. In the same call as cuBLASLt (H100 and H200): the alternating 192-column tiling's
-// plain products at 0.94-1.04x cuBLASLt's on GPT-2's shapes, the alternating 128-column tiling's
-// bias + GELU at 0.96-1.12x on GPT-2's up-projection; about 0.2 ms of a 29 ms GPT-2 step in all, so
-// not wired in. Under Nsight Compute the tensor pipe is busy 82-85% of the time in the 192-column
-// tiling against 91% in cuBLASLt's kernel, with neither shared memory (60-65% of its peak) nor L2
-// (65% once pairs of CTAs share B's loads) at their limits.
+// Status: the runtime calls it for one product, opt-in: linear_gelu's bias + GELU forward under
+// WEFT_HOPPER_GEMM=1 (runtime/cuda/hopper_bias_gelu.h; cuBLASLt runs every other product).
+// tools/cuda_hopper_gemm_benchmark checks every tiling against cuBLASLt and a reference and times
+// both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it stands and
+// why. In the same call as cuBLASLt: the bias + GELU product 5-10% faster than cuBLASLt's on
+// GPT-2's up-projection (alternating 128 columns) and 6-12% on the 1.3B shape's (alternating 192
+// columns in bands of 16), the plain products level with cuBLASLt's on GPT-2's shapes and behind at
+// K = 8192. Under Nsight Compute the tensor pipe is busy 82-85% of the time in the 192-column tiling
+// on GPT-2's up-projection against 91% in cuBLASLt's kernel, with neither shared memory (60-65% of
+// its peak) nor L2 at their limits.
 //
 // Shapes (row-major, leading dimension = the row's length):
 //   a        [M, K] bf16, K contiguous (the activations)
