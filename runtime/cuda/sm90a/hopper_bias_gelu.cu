@@ -58,12 +58,18 @@ bool aligned(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) 
 // pairs measured slower on these shapes). False where a map cannot be made.
 template <typename T>
 bool launch(const void* a, const void* b, const void* bias, void* out, void* pre_gelu, int m, int n, int k,
-            int group_rows, int processors, cudaStream_t stream) {
+            int group_rows, int device, int processors, cudaStream_t stream) {
   const auto kernel = hopper::gemm_kernel<T, hopper::Epilogue::kBiasGelu>;
-  static std::once_flag configured;
-  std::call_once(configured, [&] {
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
-  });
+  {  // the shared-memory size it asks for is allowed once on each device
+    static std::mutex mutex;
+    static std::vector<bool> configured;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (device >= static_cast<int>(configured.size())) configured.resize(device + 1, false);
+    if (!configured[device]) {
+      WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
+      configured[device] = true;
+    }
+  }
   CUtensorMap a_map, b_map, out_map, pre_map;
   if (!make_bf16_tensor_map(a_map, a, m, k, T::kBlockM) || !make_bf16_tensor_map(b_map, b, n, k, T::kBSliceRows) ||
       !make_bf16_tensor_map(out_map, out, m, n, 64) ||
@@ -109,8 +115,9 @@ bool hopper_bias_gelu(const void* a, const void* b, const void* bias, void* out,
   const DeviceFacts facts = facts_of(device);
   if (!facts.hopper) return false;
   const bool launched =
-      n >= 4096 ? launch<hopper::AlternatingWide>(a, b, bias, out, pre_gelu, m, n, k, 16, facts.processors, stream)
-                : launch<hopper::AlternatingTiling>(a, b, bias, out, pre_gelu, m, n, k, 1, facts.processors, stream);
+      n >= 4096
+          ? launch<hopper::AlternatingWide>(a, b, bias, out, pre_gelu, m, n, k, 16, device, facts.processors, stream)
+          : launch<hopper::AlternatingTiling>(a, b, bias, out, pre_gelu, m, n, k, 1, device, facts.processors, stream);
   if (launched) launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
 }
