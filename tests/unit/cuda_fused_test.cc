@@ -170,25 +170,28 @@ struct LinearCase {
 // GPT-2's fc (768 -> 3072) on 16 x 64 tokens, an odd size, and N not a multiple of 8 (unfused path).
 const std::vector<LinearCase> kLinearCases = {{16 * 64, 768, 3072}, {16 * 64, 200, 200}, {37, 200, 201}};
 
+// One linear_gelu product on the GPU (Backend::matmul_bias_gelu, as the linear's forward calls it)
+// against the CPU's, output and pre-activation; seed advances by three.
+void expect_matmul_bias_gelu_matches_cpu(const LinearCase& c, DType dtype, uint64_t& seed) {
+  const std::string what = describe({c.rows, c.in, c.out}, dtype);
+  SCOPED_TRACE(what);
+  const RoundedInput x = random_input({1, c.rows, c.in}, ++seed, dtype);
+  const RoundedInput w = random_input({c.out, c.in}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+  const RoundedInput b = random_input({c.out}, ++seed, dtype);
+  const Tensor out_ref = Tensor::empty({1, c.rows, c.out}), pre_ref = Tensor::empty({1, c.rows, c.out});
+  backend_for(Device::cpu())
+      .matmul_bias_gelu(x.reference, w.reference.transpose(0, 1).unsqueeze(0), b.reference, out_ref, pre_ref);
+  const Tensor out = poisoned({1, c.rows, c.out}, dtype), pre = poisoned({1, c.rows, c.out}, dtype);
+  backend_for(kGpu).matmul_bias_gelu(x.gpu, w.gpu.transpose(0, 1).unsqueeze(0), b.gpu, out, pre);
+  expect_close(out, out_ref, tolerance_for(dtype), what + " out");
+  expect_close(pre, pre_ref, tolerance_for(dtype), what + " pre_activation");
+}
+
 TEST(CudaFused, MatmulBiasGeluMatchesCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   uint64_t seed = 300;
   for (DType dtype : kDtypes) {
-    for (const LinearCase& c : kLinearCases) {
-      const std::string what = describe({c.rows, c.in, c.out}, dtype);
-      SCOPED_TRACE(what);
-      const RoundedInput x = random_input({1, c.rows, c.in}, ++seed, dtype);
-      const RoundedInput w =
-          random_input({c.out, c.in}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
-      const RoundedInput b = random_input({c.out}, ++seed, dtype);
-      const Tensor out_ref = Tensor::empty({1, c.rows, c.out}), pre_ref = Tensor::empty({1, c.rows, c.out});
-      backend_for(Device::cpu())
-          .matmul_bias_gelu(x.reference, w.reference.transpose(0, 1).unsqueeze(0), b.reference, out_ref, pre_ref);
-      const Tensor out = poisoned({1, c.rows, c.out}, dtype), pre = poisoned({1, c.rows, c.out}, dtype);
-      backend_for(kGpu).matmul_bias_gelu(x.gpu, w.gpu.transpose(0, 1).unsqueeze(0), b.gpu, out, pre);
-      expect_close(out, out_ref, tolerance_for(dtype), what + " out");
-      expect_close(pre, pre_ref, tolerance_for(dtype), what + " pre_activation");
-    }
+    for (const LinearCase& c : kLinearCases) expect_matmul_bias_gelu_matches_cpu(c, dtype, seed);
   }
 }
 
@@ -210,21 +213,10 @@ TEST(CudaFused, OwnHopperBiasGeluMatchesCpu) {
   const std::vector<LinearCase> cases = {{16 * 64, 768, 3072}, {16 * 64, 200, 200}, {300, 136, 4104}, {2200, 72, 4096}};
   uint64_t seed = 700;
   for (const LinearCase& c : cases) {
-    const std::string what = describe({c.rows, c.in, c.out}, kBFloat16);
-    SCOPED_TRACE(what);
-    const RoundedInput x = random_input({1, c.rows, c.in}, ++seed, kBFloat16);
-    const RoundedInput w =
-        random_input({c.out, c.in}, ++seed, kBFloat16, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
-    const RoundedInput b = random_input({c.out}, ++seed, kBFloat16);
-    const Tensor out_ref = Tensor::empty({1, c.rows, c.out}), pre_ref = Tensor::empty({1, c.rows, c.out});
-    backend_for(Device::cpu())
-        .matmul_bias_gelu(x.reference, w.reference.transpose(0, 1).unsqueeze(0), b.reference, out_ref, pre_ref);
-    const Tensor out = poisoned({1, c.rows, c.out}, kBFloat16), pre = poisoned({1, c.rows, c.out}, kBFloat16);
     const int64_t launches = cuda::hopper_gemm_launches();
-    backend_for(kGpu).matmul_bias_gelu(x.gpu, w.gpu.transpose(0, 1).unsqueeze(0), b.gpu, out, pre);
-    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1) << "the product did not run on the own kernel";
-    expect_close(out, out_ref, tolerance_for(kBFloat16), what + " out");
-    expect_close(pre, pre_ref, tolerance_for(kBFloat16), what + " pre_activation");
+    expect_matmul_bias_gelu_matches_cpu(c, kBFloat16, seed);
+    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1)
+        << c.rows << " x " << c.in << " -> " << c.out << ": the product did not run on the own kernel";
   }
   cuda::set_hopper_gemm_enabled(was_enabled);
 #endif
