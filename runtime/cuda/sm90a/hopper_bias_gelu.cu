@@ -12,12 +12,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
-#include <vector>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/hopper_bias_gelu.h"
 #include "runtime/cuda/hopper_gemm.cuh"
+#include "runtime/cuda/row_kernels.cuh"
 #include "runtime/cuda/tensor_map.h"
 
 namespace weft::cuda {
@@ -26,30 +25,18 @@ namespace {
 std::atomic<int> enabled_state{-1};  // -1: not read yet
 std::atomic<int64_t> launches{0};
 
-// Whether `device` is compute capability 9.0 (looked up once per device) and its SM count.
-struct DeviceFacts {
-  bool hopper = false;
-  int processors = 0;
-};
-
-DeviceFacts facts_of(int device) {
-  static std::mutex mutex;
-  static std::vector<DeviceFacts> known;
-  static std::vector<bool> looked_up;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (device >= static_cast<int>(known.size())) {
-    known.resize(device + 1);
-    looked_up.resize(device + 1, false);
-  }
-  if (!looked_up[device]) {
-    int major = 0, minor = 0, processors = 0;
+// Whether `device` is compute capability 9.0, the one sm_90a code runs on (cached per device, as
+// multiprocessor_count caches its attribute).
+bool is_hopper(int device) {
+  static int known[64] = {};  // 0: not looked up, 1: 9.0, 2: another
+  if (device < 0 || device >= 64) return false;
+  if (known[device] == 0) {
+    int major = 0, minor = 0;
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device));
-    known[device] = {major == 9 && minor == 0, processors};
-    looked_up[device] = true;
+    known[device] = major == 9 && minor == 0 ? 1 : 2;
   }
-  return known[device];
+  return known[device] == 1;
 }
 
 bool aligned(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
@@ -58,17 +45,12 @@ bool aligned(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) 
 // pairs measured slower on these shapes). False where a map cannot be made.
 template <typename T>
 bool launch(const void* a, const void* b, const void* bias, void* out, void* pre_gelu, int m, int n, int k,
-            int group_rows, int device, int processors, cudaStream_t stream) {
+            int group_rows, int device, cudaStream_t stream) {
   const auto kernel = hopper::gemm_kernel<T, hopper::Epilogue::kBiasGelu>;
-  {  // the shared-memory size it asks for is allowed once on each device
-    static std::mutex mutex;
-    static std::vector<bool> configured;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (device >= static_cast<int>(configured.size())) configured.resize(device + 1, false);
-    if (!configured[device]) {
-      WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
-      configured[device] = true;
-    }
+  static bool configured[64] = {};  // the shared-memory size it asks for, allowed once on each device
+  if (!configured[device]) {
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
+    configured[device] = true;
   }
   CUtensorMap a_map, b_map, out_map, pre_map;
   if (!make_bf16_tensor_map(a_map, a, m, k, T::kBlockM) || !make_bf16_tensor_map(b_map, b, n, k, T::kBSliceRows) ||
@@ -77,7 +59,7 @@ bool launch(const void* a, const void* b, const void* bias, void* out, void* pre
     return false;
   }
   const int64_t tiles = ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{n} + T::kBlockN - 1) / T::kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(tiles, processors));
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
   kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(a_map, b_map, out_map, pre_map, m, n, k,
                                                           static_cast<const __nv_bfloat16*>(bias), pre_gelu != nullptr,
                                                           group_rows);
@@ -112,12 +94,10 @@ bool hopper_bias_gelu(const void* a, const void* b, const void* bias, void* out,
   }
   int device = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&device));
-  const DeviceFacts facts = facts_of(device);
-  if (!facts.hopper) return false;
+  if (!is_hopper(device)) return false;  // also keeps device below 64 for the caches
   const bool launched =
-      n >= 4096
-          ? launch<hopper::AlternatingWide>(a, b, bias, out, pre_gelu, m, n, k, 16, device, facts.processors, stream)
-          : launch<hopper::AlternatingTiling>(a, b, bias, out, pre_gelu, m, n, k, 1, device, facts.processors, stream);
+      n >= 4096 ? launch<hopper::AlternatingWide>(a, b, bias, out, pre_gelu, m, n, k, 16, device, stream)
+                : launch<hopper::AlternatingTiling>(a, b, bias, out, pre_gelu, m, n, k, 1, device, stream);
   if (launched) launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
 }
