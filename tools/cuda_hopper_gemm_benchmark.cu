@@ -1,6 +1,7 @@
 // cuda_hopper_gemm_benchmark: weft's own Hopper product (runtime/cuda/hopper_gemm.cuh) against cuBLASLt on
 // the linear layers' forward shapes: plain, and bias + GELU with the pre-activation kept (cuBLASLt's
-// CUBLASLT_EPILOGUE_GELU_AUX_BIAS). Each cuBLASLt row is the fastest of the heuristic's first 8
+// CUBLASLT_EPILOGUE_GELU_AUX_BIAS); and on the MLP's backward dX product, dY · W with W read N-major:
+// plain, and times gelu'(pre-activation) (CUBLASLT_EPILOGUE_DGELU). Each cuBLASLt row is the fastest of the heuristic's first 8
 // algorithms, as weft's autotuner picks. Before timing, every output of weft's kernel is checked
 // against cuBLASLt's (relative to the output's largest magnitude), and odd shapes against a plain
 // f32 reference kernel, so a fast wrong kernel cannot pass.
@@ -46,14 +47,16 @@ __global__ void fill_kernel(bf16* data, size_t count, uint32_t seed, float scale
   }
 }
 
-// out[m, n] = sum_k a[m, k] b[n, k] (+ bias[n]), in f32: the reference for odd shapes.
+// out[m, n] = sum_k a[m, k] b[n, k] (+ bias[n]), or sum_k a[m, k] b[k, n] where b_by_n (b [K, N]), in
+// f32: the reference for odd shapes.
 __global__ void reference_kernel(const bf16* a, const bf16* b, const bf16* bias, float* out, int m_size, int n_size,
-                                 int k_size) {
+                                 int k_size, bool b_by_n = false) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
   if (n >= n_size) return;
   float sum = 0.f;
   for (int k = 0; k < k_size; ++k)
-    sum += __bfloat162float(a[size_t(m) * k_size + k]) * __bfloat162float(b[size_t(n) * k_size + k]);
+    sum += __bfloat162float(a[size_t(m) * k_size + k]) *
+           __bfloat162float(b_by_n ? b[size_t(k) * n_size + n] : b[size_t(n) * k_size + k]);
   if (bias != nullptr) sum += __bfloat162float(bias[n]);
   out[size_t(m) * n_size + n] = sum;
 }
@@ -68,10 +71,12 @@ CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows) {
   return map;
 }
 
-template <typename T, hopper::Epilogue kEpilogue>
+// pre_gelu: written by kBiasGelu (null: not kept), read by kGeluBackward. b: [n, k], or [k, n] for
+// BLayout::kKByN.
+template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB = hopper::BLayout::kNByK>
 void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16* pre_gelu, int m, int n, int k,
                 cudaStream_t stream, int group_rows = 1) {
-  const auto kernel = hopper::gemm_kernel<T, kEpilogue>;
+  const auto kernel = hopper::gemm_kernel<T, kEpilogue, kB>;
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -99,18 +104,20 @@ void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16*
     }
   }
   const CUtensorMap a_map = operand_map(a, m, k, T::kBlockM);
-  const CUtensorMap b_map = operand_map(b, n, k, T::kBSliceRows);
+  const CUtensorMap b_map =
+      kB == hopper::BLayout::kNByK ? operand_map(b, n, k, T::kBSliceRows) : operand_map(b, k, n, 64);
   const CUtensorMap out_map = operand_map(out, m, n, 64);
   const CUtensorMap pre_gelu_map = operand_map(pre_gelu != nullptr ? pre_gelu : out, m, n, 64);
   const int m_groups = ((m + T::kBlockM - 1) / T::kBlockM + T::kCluster - 1) / T::kCluster;
   const int groups = m_groups * ((n + T::kBlockN - 1) / T::kBlockN);
   config.gridDim = dim3(std::min(groups, resident_clusters) * T::kCluster);
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a_map, b_map, out_map, pre_gelu_map, m, n, k, bias,
-                                pre_gelu != nullptr, group_rows));
+                                kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows));
   CUDA_CHECK(cudaGetLastError());
 }
 
-// cuBLASLt's out [M, N] = a [M, K] · b [N, K]ᵀ, column-major: out'[N, M] = op_T(b' [K, N]) · a' [K, M].
+// cuBLASLt's out [M, N] = a [M, K] · b [N, K]ᵀ, column-major: out'[N, M] = op_T(b' [K, N]) · a' [K, M]; or
+// with b [K, N] (b_by_n): out'[N, M] = b' [N, K] · a' [K, M].
 struct Lt {
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulDesc_t description = nullptr;
@@ -150,8 +157,11 @@ float time_ms(const std::function<void()>& product, cudaStream_t stream) {
   return ms / kRepeats;
 }
 
+// epilogue: CUBLASLT_EPILOGUE_DEFAULT, _BIAS or _GELU_AUX_BIAS (bias and aux written), or _DGELU
+// (aux read).
 Lt make_lt(cublasLtHandle_t handle, void* workspace, cudaStream_t stream, const bf16* a, const bf16* b,
-           const bf16* bias, bf16* d, bf16* aux, int m, int n, int k) {
+           const bf16* bias, bf16* d, bf16* aux, int m, int n, int k,
+           cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT, bool b_by_n = false) {
   Lt lt;
   lt.handle = handle;
   lt.workspace = workspace;
@@ -160,22 +170,27 @@ Lt make_lt(cublasLtHandle_t handle, void* workspace, cudaStream_t stream, const 
   lt.b = b;
   lt.d = d;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.description, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
+  const cublasOperation_t transpose = b_by_n ? CUBLAS_OP_N : CUBLAS_OP_T, none = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
-  if (bias != nullptr) {
-    const cublasLtEpilogue_t epilogue = aux != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (aux != nullptr) {
-      const int64_t aux_ld = n;
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                  sizeof(aux)));
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                  sizeof(aux_ld)));
-    }
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.a_layout, CUDA_R_16BF, k, n, k));
+  if (bias != nullptr) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  if (aux != nullptr) {
+    const int64_t aux_ld = n;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                sizeof(aux)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.description, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                sizeof(aux_ld)));
+  }
+  if (b_by_n) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.a_layout, CUDA_R_16BF, n, k, n));
+  } else {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.a_layout, CUDA_R_16BF, k, n, k));
+  }
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.b_layout, CUDA_R_16BF, k, m, k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.d_layout, CUDA_R_16BF, n, m, n));
   cublasLtMatmulPreference_t preference = nullptr;
@@ -220,6 +235,11 @@ double relative_error(const std::vector<float>& values, const std::vector<float>
 }
 
 float host_gelu(float x) { return 0.5f * x * (1.f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+float host_gelu_derivative(float x) {
+  constexpr float c = 0.7978845608028654f, a = 0.044715f;
+  const float t = std::tanh(c * (x + a * x * x * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * a * x * x);
+}
 
 template <typename T>
 bool check_odd_shape(const char* tiling, int m, int n, int k, cudaStream_t stream, int group_rows = 1) {
@@ -257,10 +277,134 @@ bool check_odd_shape(const char* tiling, int m, int n, int k, cudaStream_t strea
   return ok;
 }
 
+// GELU's backward with B read N-major: out = (a [m, k] · b [k, n]) ⊙ gelu'(pre [m, n]), and the plain
+// N-major product, against the f32 reference.
+template <typename T>
+bool check_odd_shape_backward(const char* tiling, int m, int n, int k, cudaStream_t stream, int group_rows = 1) {
+  bf16 *a, *b, *pre, *out;
+  float* reference;
+  CUDA_CHECK(cudaMalloc(&a, size_t(m) * k * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&b, size_t(k) * n * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&pre, size_t(m) * n * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&out, size_t(m) * n * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&reference, size_t(m) * n * sizeof(float)));
+  fill_kernel<<<256, 256, 0, stream>>>(a, size_t(m) * k, 4, 1.f);
+  fill_kernel<<<256, 256, 0, stream>>>(b, size_t(k) * n, 5, 1.f / std::sqrt(float(k)));
+  fill_kernel<<<256, 256, 0, stream>>>(pre, size_t(m) * n, 6, 3.f);  // GELU's curved part and both tails
+  CUDA_CHECK(cudaMemsetAsync(out, 0xFF, size_t(m) * n * sizeof(bf16), stream));
+  launch_own<T, hopper::Epilogue::kGeluBackward, hopper::BLayout::kKByN>(a, b, nullptr, out, pre, m, n, k, stream,
+                                                                        group_rows);
+  reference_kernel<<<dim3((n + 127) / 128, m), 128, 0, stream>>>(a, b, nullptr, reference, m, n, k, true);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> expected(size_t(m) * n), expected_backward(expected.size());
+  CUDA_CHECK(cudaMemcpy(expected.data(), reference, expected.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  const std::vector<float> pre_values = to_host(pre, expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) expected_backward[i] = expected[i] * host_gelu_derivative(pre_values[i]);
+  const double backward_error = relative_error(to_host(out, expected.size()), expected_backward);
+  CUDA_CHECK(cudaMemsetAsync(out, 0xFF, size_t(m) * n * sizeof(bf16), stream));
+  launch_own<T, hopper::Epilogue::kNone, hopper::BLayout::kKByN>(a, b, nullptr, out, nullptr, m, n, k, stream,
+                                                                group_rows);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const double plain_error = relative_error(to_host(out, expected.size()), expected);
+  const bool ok = backward_error < 1e-2 && plain_error < 1e-2;
+  std::printf("%s (bands of %d), B N-major, odd shape m %d n %d k %d: errors: GELU backward %.2e, plain %.2e  %s\n",
+              tiling, group_rows, m, n, k, backward_error, plain_error, ok ? "ok" : "WRONG");
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(pre), static_cast<void*>(out),
+                  static_cast<void*>(reference)})
+    CUDA_CHECK(cudaFree(p));
+  return ok;
+}
+
 struct Shape {
   const char* name;
   int m, n, k;
 };
+
+// The MLP's backward dX product, dY [M, K] · W [K, N] (the down-projection's weight, N-major), plain and
+// with GELU's backward (cuBLASLt's DGELU): each of weft's variants checked against cuBLASLt's, then
+// timed in alternating rounds. Prints a table; false where an output is wrong.
+bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t stream, int rounds,
+                          const std::string& shape_prefix) {
+  using hopper::BLayout;
+  using hopper::Epilogue;
+  const std::vector<Shape> shapes = {
+      {"gpt2 down dX (16384x3072x768)", 16384, 3072, 768},
+      {"1.3B down dX (8192x8192x2048)", 8192, 8192, 2048},
+  };
+  struct Variant {
+    const char* name;
+    bool gelu;
+    std::function<void(const bf16* a, const bf16* b, bf16* out, const bf16* pre, int m, int n, int k)> run;
+  };
+#define WEFT_OWN_BACKWARD(label, tiling, epilogue, gelu, group_rows)                                           \
+  {label, gelu, [stream](const bf16* a, const bf16* b, bf16* out, const bf16* pre, int m, int n, int k) {      \
+     launch_own<hopper::tiling, Epilogue::epilogue, BLayout::kKByN>(a, b, nullptr, out, const_cast<bf16*>(pre), \
+                                                                    m, n, k, stream, group_rows);              \
+   }}
+  const std::vector<Variant> own = {
+      WEFT_OWN_BACKWARD("alt p", AlternatingTiling, kNone, false, 1),
+      WEFT_OWN_BACKWARD("alt dg", AlternatingTiling, kGeluBackward, true, 1),
+      WEFT_OWN_BACKWARD("alt b8 dg", AlternatingTiling, kGeluBackward, true, 8),
+      WEFT_OWN_BACKWARD("wide dg", WideTiling, kGeluBackward, true, 1),
+      WEFT_OWN_BACKWARD("a192b16 p", AlternatingWide, kNone, false, 16),
+      WEFT_OWN_BACKWARD("a192b16 dg", AlternatingWide, kGeluBackward, true, 16),
+  };
+#undef WEFT_OWN_BACKWARD
+  bool all_ok = true;
+  std::printf("\n%-30s %9s %9s", "backward shape (µs)", "lt p", "lt dg");
+  for (const Variant& variant : own) std::printf(" %10s", variant.name);
+  std::printf("\n");
+  for (const Shape& shape : shapes) {
+    if (std::string(shape.name).rfind(shape_prefix, 0) != 0) continue;
+    const int m = shape.m, n = shape.n, k = shape.k;
+    const size_t count = size_t(m) * n;
+    bf16 *a, *b, *pre, *lt_out, *own_out;
+    CUDA_CHECK(cudaMalloc(&a, size_t(m) * k * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&b, size_t(k) * n * sizeof(bf16)));
+    for (bf16** p : {&pre, &lt_out, &own_out}) CUDA_CHECK(cudaMalloc(p, count * sizeof(bf16)));
+    fill_kernel<<<1024, 256, 0, stream>>>(a, size_t(m) * k, 21, 1.f);
+    fill_kernel<<<1024, 256, 0, stream>>>(b, size_t(k) * n, 22, 1.f / std::sqrt(float(k)));
+    fill_kernel<<<1024, 256, 0, stream>>>(pre, count, 23, 3.f);
+    const Lt plain = make_lt(handle, workspace, stream, a, b, nullptr, lt_out, nullptr, m, n, k,
+                             CUBLASLT_EPILOGUE_DEFAULT, true);
+    const Lt backward =
+        make_lt(handle, workspace, stream, a, b, nullptr, lt_out, pre, m, n, k, CUBLASLT_EPILOGUE_DGELU, true);
+    CUDA_CHECK(cudaProfilerStart());
+    plain.run();
+    const std::vector<float> lt_plain_out = to_host(lt_out, count);
+    backward.run();
+    const std::vector<float> lt_backward_out = to_host(lt_out, count);
+    double worst = 0;
+    for (const Variant& variant : own) {
+      CUDA_CHECK(cudaMemsetAsync(own_out, 0xFF, count * sizeof(bf16), stream));
+      variant.run(a, b, own_out, pre, m, n, k);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      worst = std::max(worst, relative_error(to_host(own_out, count), variant.gelu ? lt_backward_out : lt_plain_out));
+    }
+    CUDA_CHECK(cudaProfilerStop());
+    const bool ok = worst < 1e-2;
+    all_ok = all_ok && ok;
+    std::vector<std::vector<float>> ms(own.size() + 2);
+    for (int round = 0; round < rounds; ++round) {
+      ms[0].push_back(time_ms([&] { plain.run(); }, stream));
+      ms[1].push_back(time_ms([&] { backward.run(); }, stream));
+      for (size_t v = 0; v < own.size(); ++v)
+        ms[v + 2].push_back(time_ms([&] { own[v].run(a, b, own_out, pre, m, n, k); }, stream));
+    }
+    std::printf("%-30s", shape.name);
+    for (size_t v = 0; v < ms.size(); ++v) {
+      std::sort(ms[v].begin(), ms[v].end());
+      std::printf(v < 2 ? " %9.1f" : " %10.1f", ms[v][ms[v].size() / 2] * 1e3f);
+    }
+    std::printf("   error %.1e %s\n", worst, ok ? "ok" : "WRONG");
+    plain.destroy();
+    backward.destroy();
+    for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(pre), static_cast<void*>(lt_out),
+                    static_cast<void*>(own_out)})
+      CUDA_CHECK(cudaFree(p));
+  }
+  return all_ok;
+}
 
 }  // namespace
 
@@ -296,6 +440,14 @@ int main(int argc, char** argv) {
     all_ok = check_odd_shape<hopper::AlternatingPaired>("alternating, paired", odd[0], odd[1], odd[2], stream) && all_ok;
     all_ok = check_odd_shape<hopper::AlternatingWidePaired>("alternating, 192 columns, paired", odd[0], odd[1], odd[2],
                                                             stream) &&
+             all_ok;
+    all_ok = check_odd_shape_backward<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream) && all_ok;
+    all_ok = check_odd_shape_backward<hopper::WideTiling>("wide", odd[0], odd[1], odd[2], stream) && all_ok;
+    all_ok = check_odd_shape_backward<hopper::AlternatingWide>("alternating, 192 columns", odd[0], odd[1], odd[2],
+                                                               stream, 3) &&
+             all_ok;
+    all_ok = check_odd_shape_backward<hopper::AlternatingPaired>("alternating, paired", odd[0], odd[1], odd[2],
+                                                                 stream) &&
              all_ok;
   }
 
@@ -358,7 +510,8 @@ int main(int argc, char** argv) {
     const size_t count = size_t(m) * n;
 
     const Lt plain = make_lt(handle, workspace, stream, a, b, nullptr, lt_out, nullptr, m, n, k);
-    const Lt gelu = make_lt(handle, workspace, stream, a, b, bias, lt_out, lt_aux, m, n, k);
+    const Lt gelu =
+        make_lt(handle, workspace, stream, a, b, bias, lt_out, lt_aux, m, n, k, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
     auto run = [&](const Variant& variant, bf16* out, bf16* pre) {
       variant.run(plain, gelu, a, b, bias, out, pre, m, n, k);
     };
@@ -402,6 +555,7 @@ int main(int argc, char** argv) {
                     static_cast<void*>(lt_aux), static_cast<void*>(own_out), static_cast<void*>(own_aux)})
       CUDA_CHECK(cudaFree(p));
   }
+  all_ok = time_backward_shapes(handle, workspace, stream, rounds, shape_prefix) && all_ok;
   std::printf("\n%s\n", all_ok ? "every output checked: ok" : "SOME OUTPUTS WRONG");
   return all_ok ? 0 : 1;
 }

@@ -1,11 +1,14 @@
 // A bf16 matrix product for Hopper (sm_90a) with its epilogue fused: D = A · Bᵀ (+ bias) (then GELU,
-// the tanh form, with the pre-activation kept for backward), f32 accumulation. It exists because
+// the tanh form, with the pre-activation kept for backward), or GELU's backward D = (A · B) ⊙
+// gelu'(pre-activation) with B read N-major; f32 accumulation. It exists because
 // cuBLASLt's epilogue kernels for GELU run well below its plain ones (docs/performance.md,
 // 2026-12-03/04: the GPT-2 up-projection with bias + GELU_AUX at 72% of the plain product's pace),
 // and weft's one-GPU targets (issue #16) need those epilogues at the plain products' pace.
 //
-// Status: the runtime calls it for one product, opt-in: linear_gelu's bias + GELU forward under
-// WEFT_HOPPER_GEMM=1 (runtime/cuda/hopper_bias_gelu.h; cuBLASLt runs every other product).
+// Status: the runtime calls it opt-in (WEFT_HOPPER_GEMM, runtime/cuda/hopper_products.h) for linear_gelu's
+// bias + GELU forward and for GELU's backward in the next linear's dX product; cuBLASLt runs every
+// other product. The backward (B N-major, kGeluBackward) was written on 2026-12-05 without a GPU and
+// has not yet run on one; docs/performance.md says when it has.
 // tools/cuda_hopper_gemm_benchmark checks every tiling against cuBLASLt and a reference and times
 // both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it stands and
 // why. In the same call as cuBLASLt: the bias + GELU product 5-10% faster than cuBLASLt's on
@@ -16,11 +19,12 @@
 // its peak) nor L2 at their limits.
 //
 // Shapes (row-major, leading dimension = the row's length):
-//   a        [M, K] bf16, K contiguous (the activations)
-//   b        [N, K] bf16, K contiguous (a linear layer's weight, out × in)
+//   a        [M, K] bf16, K contiguous (the activations, or dY in backward)
+//   b        [N, K] bf16, K contiguous (a linear layer's weight, out × in: BLayout::kNByK), or
+//            [K, N] bf16, N contiguous (the next linear's weight in backward: BLayout::kKByN)
 //   bias     [N] bf16 or null
-//   out      [M, N] bf16                      = epilogue(a · bᵀ + bias)
-//   pre_gelu [M, N] bf16 or null              = a · bᵀ + bias, for kBiasGelu only
+//   out      [M, N] bf16                      = epilogue(a · bᵀ + bias), or (a · b) ⊙ gelu'(pre_gelu)
+//   pre_gelu [M, N] bf16 or null              = a · bᵀ + bias, written by kBiasGelu; read by kGeluBackward
 // Invariants: K and N multiples of 8 (TMA's 16-byte row strides); M, N, K otherwise free: TMA fills
 // tiles past the edges with zeros and clips its stores to [M, N]. Everything 16-byte aligned.
 //
@@ -33,6 +37,11 @@
 // - Cooperative tilings: both warpgroups share a 128 × 256 tile, 64 rows each (wgmma m64n256k16).
 // - The alternating tiling: each warpgroup takes every other 128 × 128 tile (two m64n128k16 halves),
 //   and they take turns, so that one's epilogue runs under the other's products.
+// - B N-major (BLayout::kKByN): a stage's B slice is kBlockN / 64 TMA boxes of [64 k, 64 columns],
+//   read by wgmma's transposed-B form (n_major_descriptor).
+// - GELU's backward: at a tile's start, once its last stores have read the staging boxes, a
+//   warpgroup's leader has TMA load the tile's pre-activation into them (counted on pre_loaded), so
+//   the load runs under the products; the epilogue reads each value from the place its result goes.
 #pragma once
 
 #include <cuda.h>
@@ -79,7 +88,7 @@ struct Tiling {
   static_assert(kBoxes % kStagingBoxes == 0, "Tiling: the staging rounds divide the boxes");
   static constexpr int kStagingBytes = kStagingBoxes * 8192;
   static constexpr int kSharedBytes =
-      kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + (2 * kStages + 2) * 8;  // + alignment + barriers
+      kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + (2 * kStages + 4) * 8;  // + alignment + barriers
   static_assert(kSharedBytes <= 227 * 1024, "Tiling: more shared memory than a Hopper CTA may have");
 };
 // The tilings docs/performance.md compares (2026-12-05, fourteenth and fifteenth sessions).
@@ -95,9 +104,16 @@ using AlternatingWidePaired = Tiling<192, 4, true, 3, 2>;
 // 192 columns and six of 128 unpaired measured no faster (docs/performance.md).
 using AlternatingSixStagesPaired = Tiling<128, 6, true, 2, 2>;
 
-// What the epilogue applies to a · bᵀ before the bf16 store: nothing, + bias, or + bias then GELU
-// (keeping the pre-activation when asked).
-enum class Epilogue { kNone, kBias, kBiasGelu };
+// What the epilogue applies to the product before the bf16 store: nothing, + bias, + bias then GELU
+// (keeping the pre-activation when asked), or GELU's backward: times gelu'(pre-activation), the
+// pre-activation read from a matrix of the output's shape (cuBLASLt's DGELU epilogue).
+enum class Epilogue { kNone, kBias, kBiasGelu, kGeluBackward };
+
+// How B lies in memory: [N, K] with K contiguous (a linear layer's weight as stored, for the forward
+// X · Wᵀ), or [K, N] with N contiguous (the same weight in the backward dY · W, whose product's
+// columns are the weight's). The shared-memory stage holds the same bytes either way; wgmma reads
+// the second N-major.
+enum class BLayout { kNByK, kKByN };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WEFT_HOPPER_GEMM_DEVICE 1
@@ -194,6 +210,11 @@ __device__ inline void store_shared(void* destination, __nv_bfloat162 value) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(shared_address(destination)),
                "r"(*reinterpret_cast<uint32_t*>(&value)));
 }
+__device__ inline __nv_bfloat162 load_shared(const void* source) {
+  uint32_t bits;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(shared_address(source)) : "memory");
+  return *reinterpret_cast<__nv_bfloat162*>(&bits);
+}
 // Shared-memory writes of this thread visible to TMA (the async proxy).
 __device__ inline void fence_for_tma() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ inline void warpgroup_sync(int group) {
@@ -206,6 +227,20 @@ __device__ inline uint64_t operand_descriptor(const void* tile) {
   descriptor |= uint64_t{1} << 16;           // leading byte offset: unused with a 128-byte swizzle
   descriptor |= uint64_t{1024 >> 4} << 32;   // stride byte offset: one 8-row group
   descriptor |= uint64_t{1} << 62;           // swizzle mode: 128 bytes
+  return descriptor;
+}
+
+// wgmma's B read N-major (imm-trans-b 1), 128-byte swizzle: each 128-byte row holds 64 columns of
+// one k, 8 rows (k) make a 1024-byte swizzle atom, and the tile's 64-column blocks are
+// kNMajorBoxBytes apart (one TMA box each). In the PTX ISA's terms for MN-major swizzled layouts:
+// the leading byte offset is from one 64-column block to the next, the stride byte offset from one
+// 8-row (k) group to the next.
+constexpr uint32_t kNMajorBoxBytes = 64 * 128;
+__device__ inline uint64_t n_major_descriptor(const void* tile) {
+  uint64_t descriptor = (shared_address(tile) & 0x3FFFF) >> 4;
+  descriptor |= uint64_t{kNMajorBoxBytes >> 4} << 16;  // leading byte offset: the next 64 columns
+  descriptor |= uint64_t{1024 >> 4} << 32;             // stride byte offset: the next 8 k
+  descriptor |= uint64_t{1} << 62;                     // swizzle mode: 128 bytes
   return descriptor;
 }
 
@@ -223,7 +258,9 @@ __device__ inline void fence_registers(float (&d)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d[64 × 128] += a[64 × 16] · b[128 × 16]ᵀ, both from shared memory.
+// d[64 × 128] += a[64 × 16] · b[128 × 16]ᵀ, both from shared memory; b read K-major (kTransposeB 0)
+// or N-major (1).
+template <int kTransposeB>
 __device__ inline void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
   asm volatile(
       "{\n"
@@ -232,7 +269,7 @@ __device__ inline void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) 
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 1, 1, 1, 0, 0;\n"
+      "%64, %65, 1, 1, 1, 0, %66;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -242,10 +279,11 @@ __device__ inline void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) 
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b));
+      : "l"(a), "l"(b), "n"(kTransposeB));
 }
 
-// d[64 × 256] += a[64 × 16] · b[256 × 16]ᵀ, both from shared memory.
+// d[64 × 256] += a[64 × 16] · b[256 × 16]ᵀ, as wgmma_m64n128k16.
+template <int kTransposeB>
 __device__ inline void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b) {
   asm volatile(
       "{\n"
@@ -258,7 +296,7 @@ __device__ inline void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b)
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, 1, 1, 1, 0, 0;\n"
+      "%128, %129, 1, 1, 1, 0, %130;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -276,10 +314,11 @@ __device__ inline void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b)
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(a), "l"(b));
+      : "l"(a), "l"(b), "n"(kTransposeB));
 }
 
-// d[64 × 192] += a[64 × 16] · b[192 × 16]ᵀ, both from shared memory.
+// d[64 × 192] += a[64 × 16] · b[192 × 16]ᵀ, as wgmma_m64n128k16.
+template <int kTransposeB>
 __device__ inline void wgmma_m64n192k16(float (&d)[96], uint64_t a, uint64_t b) {
   asm volatile(
       "{\n"
@@ -290,7 +329,7 @@ __device__ inline void wgmma_m64n192k16(float (&d)[96], uint64_t a, uint64_t b) 
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
       "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-      "%96, %97, 1, 1, 1, 0, 0;\n"
+      "%96, %97, 1, 1, 1, 0, %98;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -304,19 +343,19 @@ __device__ inline void wgmma_m64n192k16(float (&d)[96], uint64_t a, uint64_t b) 
         "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
         "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(a), "l"(b));
+      : "l"(a), "l"(b), "n"(kTransposeB));
 }
 
 // The wgmma of a 64-row half with kCount accumulators a thread: 2 · kCount columns.
-template <int kCount>
+template <int kCount, int kTransposeB>
 __device__ inline void wgmma_tile(float (&d)[kCount], uint64_t a, uint64_t b) {
   if constexpr (kCount == 64) {
-    wgmma_m64n128k16(d, a, b);
+    wgmma_m64n128k16<kTransposeB>(d, a, b);
   } else if constexpr (kCount == 96) {
-    wgmma_m64n192k16(d, a, b);
+    wgmma_m64n192k16<kTransposeB>(d, a, b);
   } else {
     static_assert(kCount == 128, "wgmma_tile: 128, 192 or 256 columns");
-    wgmma_m64n256k16(d, a, b);
+    wgmma_m64n256k16<kTransposeB>(d, a, b);
   }
 }
 
@@ -328,20 +367,32 @@ __device__ inline float gelu_tanh(float x) {
   return 0.5f * x * (1.f + tanh_inner);
 }
 
+// GELU's derivative, the tanh form, with the same tanh: with u = c (x + a x³) and t = tanh u,
+// gelu'(x) = ½ (1 + t) + ½ x (1 − t²) c (1 + 3 a x²).
+__device__ inline float gelu_tanh_derivative(float x) {
+  constexpr float c = 0.7978845608028654f, a = 0.044715f;
+  const float x_squared = x * x;
+  const float inner = c * x * (1.f + a * x_squared);
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(inner));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * a * x_squared);
+}
+
 }  // namespace device
 #endif  // WEFT_HOPPER_GEMM_DEVICE
 
-// a [M, K] · b [N, K]ᵀ → out [M, N] with kEpilogue. Persistent: cluster c (of gridDim.x / kCluster;
+// a [M, K] · b [N, K]ᵀ (kB kNByK) or a [M, K] · b [K, N] (kKByN) → out [M, N] with kEpilogue. Persistent: cluster c (of gridDim.x / kCluster;
 // a CTA alone when kCluster is 1) takes tile groups c, c + clusters, ... of the
 // [M / (128 · kCluster), N / kBlockN] tile groups, in the order origin_of (below) gives them, and
 // each CTA's producer runs ahead into the next tile while its consumers finish one. Launched with
 // clusters of kCluster CTAs along x when kCluster > 1. Maps (128-byte swizzle): a_map boxes
-// [128 rows, 64], b_map [kBSliceRows rows, 64], out_map and pre_gelu_map [64 rows, 64].
-// keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu). group_rows (at least 1): the
+// [128 rows, 64], b_map [kBSliceRows rows, 64] (kNByK) or [64 rows, 64] (kKByN), out_map and
+// pre_gelu_map [64 rows, 64]. keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu);
+// kGeluBackward reads it (bias unused). group_rows (at least 1): the
 // height of origin_of's bands. Both outputs go through the staging boxes: the pre-activation stored
 // from registers in wgmma's fragment layout instead (8 rows of 16 bytes a warp's store) measured
 // 35-40% slower.
-template <typename T, Epilogue kEpilogue>
+template <typename T, Epilogue kEpilogue, BLayout kB = BLayout::kNByK>
 __global__ void __launch_bounds__(T::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                 const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap pre_gelu_map,
@@ -349,6 +400,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                 int group_rows) {
 #ifdef WEFT_HOPPER_GEMM_DEVICE
   using namespace device;
+  constexpr int kNBoxes = T::kBlockN / 64;  // a stage's B boxes when kB is kKByN
+  static_assert(kB == BLayout::kNByK || kNBoxes % T::kCluster == 0,
+                "gemm_kernel: an N-major B splits into whole 64-column boxes among the cluster's CTAs");
   extern __shared__ uint8_t shared_raw[];
   // The 128-byte swizzle repeats every 1024 bytes, and wgmma's descriptors assume tiles aligned to it.
   uint8_t* shared = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t{1023});
@@ -356,6 +410,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(staging_all + T::kConsumers * T::kStagingBytes);  // [kStages]
   uint64_t* empty = full + T::kStages;                                                          // [kStages]
   uint64_t* turn = empty + T::kStages;  // [2]: alternating warpgroup g may start its products on turn[g]
+  uint64_t* pre_loaded = turn + 2;      // [kConsumers]: kGeluBackward's pre-activation boxes are in staging
   // A cluster's tile group: kCluster vertically adjacent tiles, rank r of the cluster taking the
   // r-th (past the last row, its loads are TMA's zeros and its stores are skipped). Without
   // clusters a group is a tile and a CTA its own cluster.
@@ -385,6 +440,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
     barrier_init(&turn[0], 4);  // one arrival from each warp of the other warpgroup
     barrier_init(&turn[1], 4);
+    barrier_init(&pre_loaded[0], 1);  // the warpgroup leader's expect_tx; the bytes complete it
+    barrier_init(&pre_loaded[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (T::kCluster > 1) {
@@ -416,11 +473,25 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           // The whole stage lands here: A from this CTA's load, B's shares from every CTA's.
           barrier_expect_bytes(&full[stage], T::kStageBytes);
           tma_load(a_tile, &a_map, &full[stage], k_block * T::kBlockK, m_start);
-          if constexpr (T::kCluster > 1) {
-            tma_load_multicast(a_tile + T::kATileBytes + rank * T::kBSliceRows * 128, &b_map, &full[stage],
-                               k_block * T::kBlockK, n_start + rank * T::kBSliceRows, (1u << T::kCluster) - 1);
+          uint8_t* b_tile = a_tile + T::kATileBytes;
+          if constexpr (kB == BLayout::kKByN) {
+            // 64-column boxes of 64 k, kNMajorBoxBytes apart; a cluster's CTAs each load a share.
+            constexpr int kShare = kNBoxes / T::kCluster;
+#pragma unroll
+            for (int box = static_cast<int>(rank) * kShare; box < (static_cast<int>(rank) + 1) * kShare; ++box) {
+              if constexpr (T::kCluster > 1) {
+                tma_load_multicast(b_tile + box * kNMajorBoxBytes, &b_map, &full[stage], n_start + 64 * box,
+                                   k_block * T::kBlockK, (1u << T::kCluster) - 1);
+              } else {
+                tma_load(b_tile + box * kNMajorBoxBytes, &b_map, &full[stage], n_start + 64 * box,
+                         k_block * T::kBlockK);
+              }
+            }
+          } else if constexpr (T::kCluster > 1) {
+            tma_load_multicast(b_tile + rank * T::kBSliceRows * 128, &b_map, &full[stage], k_block * T::kBlockK,
+                               n_start + rank * T::kBSliceRows, (1u << T::kCluster) - 1);
           } else {
-            tma_load(a_tile + T::kATileBytes, &b_map, &full[stage], k_block * T::kBlockK, n_start);
+            tma_load(b_tile, &b_map, &full[stage], k_block * T::kBlockK, n_start);
           }
         }
       }
@@ -446,6 +517,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int tile_step = T::kPingPong ? T::kConsumers : 1;
   int use = T::kPingPong ? group * k_blocks : 0;
   int turns_waited = 0;
+  int pre_loads = 0;  // kGeluBackward: this warpgroup's loads of pre-activation boxes waited for
   for (int tile = cluster + (T::kPingPong ? group * clusters : 0); tile < tiles;
        tile += tile_step * clusters, use += (tile_step - 1) * k_blocks) {
     if constexpr (T::kPingPong) {
@@ -453,6 +525,27 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
     int m_start, n_start;
     origin_of(tile, m_start, n_start);
+    // Where box b of this warpgroup's part of the tile lies in the output (and the pre-activation).
+    auto box_row = [&](int box) { return m_start + 64 * (first_half + box / (T::kBlockN / 64)); };
+    auto box_column = [&](int box) { return n_start + 64 * (box % (T::kBlockN / 64)); };
+    // kGeluBackward: the leader loads a staging round's pre-activation boxes into the staging boxes,
+    // where the epilogue reads each value from the place its result goes (TMA fills zeros past the
+    // matrix's edges; those boxes are not stored).
+    auto load_pre_activation = [&](int round) {
+      barrier_expect_bytes(&pre_loaded[group], T::kStagingBoxes * 8192);
+#pragma unroll
+      for (int box = round * T::kStagingBoxes; box < (round + 1) * T::kStagingBoxes; ++box) {
+        tma_load(staging + (box % T::kStagingBoxes) * 8192, &pre_gelu_map, &pre_loaded[group], box_column(box),
+                 box_row(box));
+      }
+    };
+    if constexpr (kEpilogue == Epilogue::kGeluBackward) {
+      // The first round's boxes load under the products, once the last tile's stores have read them.
+      if (leader) {
+        tma_store_wait_read();
+        load_pre_activation(0);
+      }
+    }
 #pragma unroll
     for (int half = 0; half < T::kHalves; ++half)
 #pragma unroll
@@ -462,16 +555,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const int stage = use % T::kStages;
       barrier_wait(&full[stage], (use / T::kStages) & 1);
       const uint8_t* a_tile = shared + stage * T::kStageBytes;
-      const uint64_t b_all = operand_descriptor(a_tile + T::kATileBytes);
+      const uint64_t b_all = kB == BLayout::kNByK ? operand_descriptor(a_tile + T::kATileBytes)
+                                                  : n_major_descriptor(a_tile + T::kATileBytes);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < T::kBlockK / 16; ++k) {
 #pragma unroll
         for (int half = 0; half < T::kHalves; ++half) {
           // 64 rows of 128 bytes per half; 16 columns of bf16 are 32 bytes along the swizzled row,
-          // 2 in the descriptor's address field.
+          // 2 in the descriptor's address field. N-major B: 16 k are 16 rows of 128 bytes, 128.
           const uint64_t a_half = operand_descriptor(a_tile + (first_half + half) * 64 * 128);
-          wgmma_tile(accumulators[half], a_half + 2 * k, b_all + 2 * k);
+          wgmma_tile<T::kAccumulators, kB == BLayout::kKByN ? 1 : 0>(
+              accumulators[half], a_half + 2 * k, b_all + (kB == BLayout::kKByN ? 128 : 2) * k);
         }
       }
       wgmma_commit();
@@ -494,6 +589,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
       for (int round = 0; round < T::kBoxes / T::kStagingBoxes; ++round) {
         if (leader) tma_store_wait_read();  // the staging boxes' previous stores have read them
+        if constexpr (kEpilogue == Epilogue::kGeluBackward) {
+          if (leader && round > 0) load_pre_activation(round);
+          barrier_wait(&pre_loaded[group], pre_loads++ & 1);
+        }
         warpgroup_sync(group);
 #pragma unroll
         for (int half = 0; half < T::kHalves; ++half) {
@@ -505,11 +604,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
             for (int pair = 0; pair < 2; ++pair) {
               const int row = 16 * warp + lane / 4 + 8 * pair;
-              const __nv_bfloat162 values = value_of(accumulators[half][4 * c + 2 * pair],
-                                                     accumulators[half][4 * c + 2 * pair + 1], n_start + column);
-              store_shared(staging + (box % T::kStagingBoxes) * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
-                               (column % 8) * 2,
-                           values);
+              uint8_t* slot =
+                  staging + (box % T::kStagingBoxes) * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
+              store_shared(slot, value_of(accumulators[half][4 * c + 2 * pair],
+                                          accumulators[half][4 * c + 2 * pair + 1], n_start + column, slot));
             }
           }
         }
@@ -518,8 +616,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if (leader) {
 #pragma unroll
           for (int box = round * T::kStagingBoxes; box < (round + 1) * T::kStagingBoxes; ++box) {
-            const int row_start = m_start + 64 * (first_half + box / (T::kBlockN / 64));
-            const int column_start = n_start + 64 * (box % (T::kBlockN / 64));
+            const int row_start = box_row(box), column_start = box_column(box);
             if (column_start < n_size && row_start < m_size) {
               tma_store(map, staging + (box % T::kStagingBoxes) * 8192, column_start, row_start);
             }
@@ -540,17 +637,24 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     };
     if constexpr (kEpilogue == Epilogue::kBiasGelu) {
       if (keep_pre_gelu) {
-        stage_and_store(&pre_gelu_map, [&](float first, float second, int column) {
+        stage_and_store(&pre_gelu_map, [&](float first, float second, int column, const void*) {
           biased(first, second, column, first, second);
           return __floats2bfloat162_rn(first, second);
         });
       }
-      stage_and_store(&out_map, [&](float first, float second, int column) {
+      stage_and_store(&out_map, [&](float first, float second, int column, const void*) {
         biased(first, second, column, first, second);
         return __floats2bfloat162_rn(gelu_tanh(first), gelu_tanh(second));
       });
+    } else if constexpr (kEpilogue == Epilogue::kGeluBackward) {
+      // The slot holds the pre-activation of the two values whose result it receives.
+      stage_and_store(&out_map, [&](float first, float second, int, const void* slot) {
+        const __nv_bfloat162 pre = load_shared(slot);
+        return __floats2bfloat162_rn(first * gelu_tanh_derivative(__low2float(pre)),
+                                     second * gelu_tanh_derivative(__high2float(pre)));
+      });
     } else {
-      stage_and_store(&out_map, [&](float first, float second, int column) {
+      stage_and_store(&out_map, [&](float first, float second, int column, const void*) {
         biased(first, second, column, first, second);
         return __floats2bfloat162_rn(first, second);
       });

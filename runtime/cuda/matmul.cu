@@ -45,7 +45,7 @@
 #include "runtime/clock.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/hopper_bias_gelu.h"
+#include "runtime/cuda/hopper_products.h"
 #include "runtime/cuda/matmul.h"
 #include "runtime/cuda/matmul_tuning_cache.h"
 #include "runtime/cuda/stream.h"
@@ -854,7 +854,50 @@ void run_epilogue(const Tensor& a, const Tensor& bm, const Tensor& bias, const T
 
 }  // namespace
 
+namespace {
+
+#if defined(WEFT_HAVE_SM90A)
+// Whether a, bm and out are a linear layer's product as the own Hopper kernels take it: a [1, M, K]
+// row-major, out [1, M, N] contiguous, bm [1, K, N] either the transpose of a contiguous [N, K] weight
+// (bm_k_contiguous: the forward X · Wᵀ) or a contiguous [K, N] weight (the backward dY · W), all bf16
+// on one CUDA device.
+bool hopper_operands(const Tensor& a, const Tensor& bm, const Tensor& out, bool bm_k_contiguous) {
+  if (a.dim() != 3 || bm.dim() != 3 || out.dim() != 3 || out.size(0) != 1 || a.size(0) != 1 || bm.size(0) != 1) {
+    return false;
+  }
+  const int64_t m = out.size(1), n = out.size(2), k = a.size(2);
+  const bool bf16 = a.dtype() == kBFloat16 && bm.dtype() == kBFloat16 && out.dtype() == kBFloat16;
+  const bool one_device = a.device().is_cuda() && a.device() == out.device() && bm.device() == out.device();
+  const bool bm_laid_out =
+      bm_k_contiguous ? bm.stride(1) == 1 && bm.stride(2) == k : bm.stride(2) == 1 && bm.stride(1) == n;
+  return bf16 && one_device && a.size(1) == m && bm.size(1) == k && bm.size(2) == n && a.stride(2) == 1 &&
+         a.stride(1) == k && bm_laid_out && out.is_contiguous();
+}
+#endif
+
+// GELU's backward on weft's own Hopper product (hopper_products.h) where it is switched on and the
+// operands are a linear layer's dX product: a = dY [1, M, K], bm = the next linear's weight [1, K, N]
+// as stored, pre_gelu and out [1, M, N] contiguous. False where it does not take the product.
+bool try_hopper_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out) {
+#if defined(WEFT_HAVE_SM90A)
+  if (!hopper_product_enabled(kHopperGeluBackward) || !hopper_operands(a, bm, out, false)) return false;
+  if (pre_gelu.dtype() != kBFloat16 || pre_gelu.device() != out.device() || pre_gelu.shape() != out.shape() ||
+      !pre_gelu.is_contiguous()) {
+    return false;
+  }
+  const int device = out.device().index;
+  set_device(device);
+  return hopper_gelu_backward(a.raw_data(), bm.raw_data(), pre_gelu.raw_data(), out.raw_data(), out.size(1),
+                              out.size(2), a.size(2), current_stream(device));
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out) {
+  if (try_hopper_gelu_backward(a, bm, pre_gelu, out)) return;
   std::vector<Tensor> keep;
   Problem p = make_problem(a, bm, out, "matmul_gelu_backward", keep);
   if (out.numel() == 0) return;
@@ -918,26 +961,19 @@ void matmul_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Te
 
 namespace {
 
-// weft's own Hopper product (hopper_bias_gelu.h) where it is switched on and the operands are a
+// weft's own Hopper product (hopper_products.h) where it is switched on and the operands are a
 // linear layer's: a [1, M, K] row-major, bm [1, K, N] the transpose of a contiguous [N, K] weight,
 // out and pre_gelu contiguous, all bf16. False where it does not take the product (cuBLASLt does).
 bool try_hopper_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
                           const Tensor& pre_gelu) {
 #if defined(WEFT_HAVE_SM90A)
-  if (!hopper_gemm_enabled()) return false;
-  if (a.dim() != 3 || bm.dim() != 3 || out.dim() != 3 || out.size(0) != 1 || a.size(0) != 1 || bm.size(0) != 1) {
-    return false;
-  }
+  if (!hopper_product_enabled(kHopperBiasGelu) || !hopper_operands(a, bm, out, true)) return false;
   const int64_t m = out.size(1), n = out.size(2), k = a.size(2);
-  const bool bf16 = a.dtype() == kBFloat16 && bm.dtype() == kBFloat16 && out.dtype() == kBFloat16 &&
-                    bias.defined() && bias.dtype() == kBFloat16 && (!pre_gelu.defined() || pre_gelu.dtype() == kBFloat16);
-  const bool one_device = a.device().is_cuda() && a.device() == out.device() && bm.device() == out.device() &&
-                          bias.device() == out.device() && (!pre_gelu.defined() || pre_gelu.device() == out.device());
-  const bool laid_out = a.size(1) == m && bm.size(1) == k && bm.size(2) == n && a.stride(2) == 1 &&
-                        a.stride(1) == k && bm.stride(1) == 1 && bm.stride(2) == k && out.is_contiguous() &&
-                        bias.dim() == 1 && bias.size(0) == n && bias.is_contiguous() &&
-                        (!pre_gelu.defined() || (pre_gelu.shape() == out.shape() && pre_gelu.is_contiguous()));
-  if (!bf16 || !one_device || !laid_out) return false;
+  const bool bias_fits = bias.defined() && bias.dtype() == kBFloat16 && bias.device() == out.device() &&
+                         bias.dim() == 1 && bias.size(0) == n && bias.is_contiguous();
+  const bool pre_fits = !pre_gelu.defined() || (pre_gelu.dtype() == kBFloat16 && pre_gelu.device() == out.device() &&
+                                                pre_gelu.shape() == out.shape() && pre_gelu.is_contiguous());
+  if (!bias_fits || !pre_fits) return false;
   const int device = out.device().index;
   set_device(device);
   return hopper_bias_gelu(a.raw_data(), bm.raw_data(), bias.raw_data(), out.raw_data(),

@@ -2,7 +2,8 @@
 // and linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and
 // backward, the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward,
 // DGELU), and linear_add (Backend::matmul_bias_add: the residual read as cuBLASLt's C); and
-// linear_gelu's product on weft's own Hopper kernel where the GPU has one (runtime/cuda/hopper_bias_gelu.h).
+// linear_gelu's product and GELU's backward product on weft's own Hopper kernels where the GPU has
+// them (runtime/cuda/hopper_products.h).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
@@ -22,7 +23,7 @@
 #if defined(WEFT_HAVE_SM90A)
 #include <cuda_runtime.h>
 
-#include "runtime/cuda/hopper_bias_gelu.h"
+#include "runtime/cuda/hopper_products.h"
 #endif
 
 namespace weft {
@@ -195,30 +196,38 @@ TEST(CudaFused, MatmulBiasGeluMatchesCpu) {
   }
 }
 
-// weft's own Hopper product (runtime/cuda/hopper_bias_gelu.h) switched on in place of cuBLASLt's
-// GELU_AUX_BIAS: GPT-2's fc and an odd size (its 128-column tiling), and two products of N >= 4096
-// (its 192-column tiling in bands of 16 rows of tiles): N not a multiple of 192, K not a multiple of
-// 64, and 18 rows of tiles (a last band of 2). Each must have run on the own kernel.
+// The products of the own Hopper kernels' tests: GPT-2's fc and an odd size (the 128-column tiling),
+// and two products of N >= 4096 (the 192-column tiling in bands of 16 rows of tiles): N not a
+// multiple of 192, K not a multiple of 64, and 18 rows of tiles (a last band of 2).
+const std::vector<LinearCase> kHopperCases = {{16 * 64, 768, 3072}, {16 * 64, 200, 200}, {300, 136, 4104}, {2200, 72, 4096}};
+
+#if defined(WEFT_HAVE_SM90A)
+bool compute_capability_9_0() {
+  int major = 0, minor = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
+         minor == 0;
+}
+#endif
+
+// weft's own Hopper product (runtime/cuda/hopper_products.h) switched on in place of cuBLASLt's
+// GELU_AUX_BIAS, on kHopperCases. Each must have run on the own kernel.
 TEST(CudaFused, OwnHopperBiasGeluMatchesCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
 #if !defined(WEFT_HAVE_SM90A)
   GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
 #else
-  int major = 0, minor = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
-  if (major != 9 || minor != 0) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
-  const bool was_enabled = cuda::hopper_gemm_enabled();
-  cuda::set_hopper_gemm_enabled(true);
-  const std::vector<LinearCase> cases = {{16 * 64, 768, 3072}, {16 * 64, 200, 200}, {300, 136, 4104}, {2200, 72, 4096}};
+  if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  const unsigned was = cuda::hopper_products();
+  cuda::set_hopper_products(cuda::kHopperBiasGelu);
   uint64_t seed = 700;
-  for (const LinearCase& c : cases) {
+  for (const LinearCase& c : kHopperCases) {
     const int64_t launches = cuda::hopper_gemm_launches();
     expect_matmul_bias_gelu_matches_cpu(c, kBFloat16, seed);
     EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1)
         << c.rows << " x " << c.in << " -> " << c.out << ": the product did not run on the own kernel";
   }
-  cuda::set_hopper_gemm_enabled(was_enabled);
+  cuda::set_hopper_products(was);
 #endif
 }
 
@@ -298,24 +307,50 @@ TEST(CudaFused, LinearGeluOpBackwardMatchesCpu) {
   }
 }
 
+// One GELU backward product on the GPU (Backend::matmul_gelu_backward: dY [rows, in] @ W [in, out],
+// the dX GEMM of a projection, times gelu'(pre)) against the CPU's; seed advances by three. The
+// pre-activation is drawn from normal(0, pre_std).
+void expect_matmul_gelu_backward_matches_cpu(const LinearCase& c, DType dtype, uint64_t& seed, double pre_std) {
+  const std::string what = describe({c.rows, c.in, c.out}, dtype);
+  SCOPED_TRACE(what);
+  const RoundedInput g = random_input({1, c.rows, c.in}, ++seed, dtype);
+  const RoundedInput w = random_input({c.in, c.out}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+  const RoundedInput pre = random_input({1, c.rows, c.out}, ++seed, dtype, 0.0, pre_std);
+  const Tensor want = Tensor::empty({1, c.rows, c.out});
+  backend_for(Device::cpu()).matmul_gelu_backward(g.reference, w.reference.unsqueeze(0), pre.reference, want);
+  const Tensor got = poisoned({1, c.rows, c.out}, dtype);
+  backend_for(kGpu).matmul_gelu_backward(g.gpu, w.gpu.unsqueeze(0), pre.gpu, got);
+  expect_close(got, want, tolerance_for(dtype), what);
+}
+
 TEST(CudaFused, MatmulGeluBackwardMatchesCpu) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
   uint64_t seed = 500;
   for (DType dtype : kDtypes) {
-    for (const LinearCase& c : kLinearCases) {  // dY [rows, in] @ W [in, out]: the dX GEMM of a projection
-      const std::string what = describe({c.rows, c.in, c.out}, dtype);
-      SCOPED_TRACE(what);
-      const RoundedInput g = random_input({1, c.rows, c.in}, ++seed, dtype);
-      const RoundedInput w =
-          random_input({c.in, c.out}, ++seed, dtype, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
-      const RoundedInput pre = random_input({1, c.rows, c.out}, ++seed, dtype);
-      const Tensor want = Tensor::empty({1, c.rows, c.out});
-      backend_for(Device::cpu()).matmul_gelu_backward(g.reference, w.reference.unsqueeze(0), pre.reference, want);
-      const Tensor got = poisoned({1, c.rows, c.out}, dtype);
-      backend_for(kGpu).matmul_gelu_backward(g.gpu, w.gpu.unsqueeze(0), pre.gpu, got);
-      expect_close(got, want, tolerance_for(dtype), what);
-    }
+    for (const LinearCase& c : kLinearCases) expect_matmul_gelu_backward_matches_cpu(c, dtype, seed, 1.0);
   }
+}
+
+// GELU's backward product on weft's own Hopper kernel (W read N-major) in place of cuBLASLt's DGELU,
+// on kHopperCases, with pre-activations out to GELU's tails (normal(0, 2)). Each must have run on the
+// own kernel.
+TEST(CudaFused, OwnHopperGeluBackwardMatchesCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+#if !defined(WEFT_HAVE_SM90A)
+  GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
+#else
+  if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  const unsigned was = cuda::hopper_products();
+  cuda::set_hopper_products(cuda::kHopperGeluBackward);
+  uint64_t seed = 800;
+  for (const LinearCase& c : kHopperCases) {
+    const int64_t launches = cuda::hopper_gemm_launches();
+    expect_matmul_gelu_backward_matches_cpu(c, kBFloat16, seed, 2.0);
+    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1)
+        << c.rows << " x " << c.in << " -> " << c.out << ": the product did not run on the own kernel";
+  }
+  cuda::set_hopper_products(was);
+#endif
 }
 
 // An MLP's two linears: the projection's backward hands the GELU linear dPre from one GEMM with gelu'

@@ -1,0 +1,72 @@
+// weft's own Hopper products (runtime/cuda/hopper_gemm.cuh) in the runtime: which ones the CUDA
+// backend runs instead of cuBLASLt's, and their launchers.
+// - hopper_bias_gelu: linear_gelu's forward, gelu(X · Wᵀ + b) with the pre-activation kept, in place
+//   of cuBLASLt's GELU_AUX_BIAS epilogue (CudaBackend::matmul_bias_gelu). Measured 6-12% faster than
+//   cuBLASLt's on the 1.3B shape's up-projection and 5-10% on GPT-2's (docs/performance.md,
+//   2026-12-05, fifteenth session).
+// - hopper_gelu_backward: GELU's backward in the next linear's dX product, (dY · W) ⊙ gelu'(pre), with
+//   W read N-major, in place of cuBLASLt's DGELU epilogue (CudaBackend::matmul_gelu_backward).
+//   Written on 2026-12-05 (sixteenth session) without a GPU; it has not yet run on one
+//   (docs/performance.md records its first run).
+//
+// Off by default. WEFT_HOPPER_GEMM picks them, read once: unset, "" or "0": none; "1" or "all": every
+// one; or a comma-separated list of the names bias_gelu and gelu_backward. Any other value is
+// reported on stderr and runs none (cuBLASLt's products, which lose nothing). Tests set them directly.
+// The results are not cuBLASLt's bits: GELU's tanh is the hardware's approximation (2^-11 relative,
+// under bf16's rounding), and the sums run in another order. Each is deterministic: the same inputs
+// give the same bits on every run.
+//
+// The launchers are built for sm_90a only (runtime/cuda/sm90a/hopper_products.cu, an object library
+// of its own: a build for sm_90 compiles the kernels to nothing), and exist where WEFT_HAVE_SM90A is
+// defined; on a device other than compute capability 9.0 they decline and cuBLASLt runs. The setting
+// (runtime/cuda/hopper_products_setting.cc) exists in every CUDA build.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace weft::cuda {
+
+enum HopperProduct : unsigned {
+  kHopperBiasGelu = 1u << 0,      // "bias_gelu"
+  kHopperGeluBackward = 1u << 1,  // "gelu_backward"
+};
+constexpr unsigned kAllHopperProducts = kHopperBiasGelu | kHopperGeluBackward;
+
+// The products (a mask of HopperProduct) that a WEFT_HOPPER_GEMM value names; nullopt where it names
+// anything else, with *problem saying what and which values are valid.
+std::optional<unsigned> parse_hopper_products(std::string_view text, std::string* problem);
+
+// Whether the backend tries `product` on the own kernel first (WEFT_HOPPER_GEMM at the first call).
+bool hopper_product_enabled(HopperProduct product);
+// The products switched on (a mask of HopperProduct); setting them replaces WEFT_HOPPER_GEMM's.
+unsigned hopper_products();
+void set_hopper_products(unsigned products);
+// Forgets the products, so that the next call reads WEFT_HOPPER_GEMM again.
+void forget_hopper_products_for_testing();
+
+// How many products the own kernels have queued in this process (for tests: that one ran there).
+int64_t hopper_gemm_launches();
+void count_hopper_gemm_launch();
+
+#if defined(WEFT_HAVE_SM90A)
+// out [m, n] = gelu(a [m, k] · b [n, k]ᵀ + bias [n]) and pre_gelu [m, n] = a · bᵀ + bias (or null:
+// not kept), bf16, every matrix contiguous and row-major, on the current device, queued on stream.
+// False (nothing queued) where it does not apply: the device is not compute capability 9.0, a
+// dimension is 0, k or n is not a multiple of 8, a pointer is not 16-byte aligned, or a dimension
+// does not fit a 32-bit index.
+bool hopper_bias_gelu(const void* a, const void* b, const void* bias, void* out, void* pre_gelu, int64_t m, int64_t n,
+                      int64_t k, cudaStream_t stream);
+
+// out [m, n] = (dy [m, k] · w [k, n]) ⊙ gelu'(pre_gelu [m, n]), bf16, every matrix contiguous and
+// row-major (w N-major: the next linear's [out = k, in = n] weight as stored), on the current device,
+// queued on stream. False (nothing queued) where it does not apply, as hopper_bias_gelu.
+bool hopper_gelu_backward(const void* dy, const void* w, const void* pre_gelu, void* out, int64_t m, int64_t n,
+                          int64_t k, cudaStream_t stream);
+#endif
+
+}  // namespace weft::cuda

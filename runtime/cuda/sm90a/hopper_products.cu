@@ -1,0 +1,113 @@
+// The launchers of weft's own Hopper products (runtime/cuda/hopper_products.h): linear_gelu's bias +
+// GELU forward and GELU's backward in the next linear's dX product. Compiled for sm_90a only
+// (CMakeLists.txt: the weft_sm90a object library), where wgmma and setmaxnreg exist.
+//
+// The tiling per shape, from docs/performance.md (2026-12-05, fifteenth session, measured for the
+// forward): N of 4096 or more (the 1.3B shape's 8192) takes the alternating 128 × 192 tiling in bands
+// of 16 rows of tiles, whose bias + GELU product ran 6-12% faster than cuBLASLt's there; narrower
+// products (GPT-2's 3072) take the alternating 128 × 128 tiling row by row, the one whose GELU
+// epilogue hides under the other warpgroup's products (5-10% faster than cuBLASLt's on GPT-2's
+// up-projection). The backward takes the same choice until it is measured on its own
+// (tools/cuda_hopper_gemm_benchmark's backward table).
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/hopper_gemm.cuh"
+#include "runtime/cuda/hopper_products.h"
+#include "runtime/cuda/row_kernels.cuh"
+#include "runtime/cuda/tensor_map.h"
+
+namespace weft::cuda {
+namespace {
+
+// Whether `device` is compute capability 9.0, the one sm_90a code runs on (cached per device, as
+// multiprocessor_count caches its attribute).
+bool is_hopper(int device) {
+  static int known[64] = {};  // 0: not looked up, 1: 9.0, 2: another
+  if (device < 0 || device >= 64) return false;
+  if (known[device] == 0) {
+    int major = 0, minor = 0;
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    known[device] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return known[device] == 1;
+}
+
+bool aligned(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+// Whether the own kernels take a product of these sizes and operands (see hopper_products.h), and if
+// so the current device, which is then a Hopper one.
+bool applies(int64_t m, int64_t n, int64_t k, std::initializer_list<const void*> pointers, int& device) {
+  constexpr int64_t kLargest = std::numeric_limits<int32_t>::max();
+  if (m <= 0 || n <= 0 || k <= 0 || m > kLargest || n > kLargest || k > kLargest) return false;
+  if (k % 8 != 0 || n % 8 != 0) return false;  // TMA's row strides: multiples of 16 bytes
+  for (const void* pointer : pointers) {
+    if (!aligned(pointer)) return false;
+  }
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  return is_hopper(device);  // also keeps device below 64 for the caches
+}
+
+// Launches tiling T's kernel, one persistent CTA an SM (clusters are not used here: pairs measured
+// slower on these shapes). b is [n, k] (kNByK) or [k, n] (kKByN). pre_gelu: written by kBiasGelu
+// (null: not kept), read by kGeluBackward. False where a map cannot be made.
+template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB>
+bool launch(const void* a, const void* b, const void* bias, void* out, const void* pre_gelu, int m, int n, int k,
+            int group_rows, int device, cudaStream_t stream) {
+  const auto kernel = hopper::gemm_kernel<T, kEpilogue, kB>;
+  static bool configured[64] = {};  // the shared-memory size it asks for, allowed once on each device
+  if (!configured[device]) {
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
+    configured[device] = true;
+  }
+  CUtensorMap a_map, b_map, out_map, pre_map;
+  const bool b_mapped = kB == hopper::BLayout::kNByK ? make_bf16_tensor_map(b_map, b, n, k, T::kBSliceRows)
+                                                     : make_bf16_tensor_map(b_map, b, k, n, 64);
+  if (!make_bf16_tensor_map(a_map, a, m, k, T::kBlockM) || !b_mapped || !make_bf16_tensor_map(out_map, out, m, n, 64) ||
+      !make_bf16_tensor_map(pre_map, pre_gelu != nullptr ? pre_gelu : out, m, n, 64)) {
+    return false;
+  }
+  const int64_t tiles = ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{n} + T::kBlockN - 1) / T::kBlockN);
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
+  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(
+      a_map, b_map, out_map, pre_map, m, n, k, static_cast<const __nv_bfloat16*>(bias),
+      kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+  count_hopper_gemm_launch();
+  return true;
+}
+
+// The tiling for a product N wide (the file's comment says why).
+template <hopper::Epilogue kEpilogue, hopper::BLayout kB>
+bool launch_for_width(const void* a, const void* b, const void* bias, void* out, const void* pre_gelu, int64_t m,
+                      int64_t n, int64_t k, int device, cudaStream_t stream) {
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  return n >= 4096
+             ? launch<hopper::AlternatingWide, kEpilogue, kB>(a, b, bias, out, pre_gelu, mi, ni, ki, 16, device, stream)
+             : launch<hopper::AlternatingTiling, kEpilogue, kB>(a, b, bias, out, pre_gelu, mi, ni, ki, 1, device,
+                                                                stream);
+}
+
+}  // namespace
+
+bool hopper_bias_gelu(const void* a, const void* b, const void* bias, void* out, void* pre_gelu, int64_t m, int64_t n,
+                      int64_t k, cudaStream_t stream) {
+  int device = 0;
+  if (!applies(m, n, k, {a, b, bias, out, pre_gelu != nullptr ? pre_gelu : out}, device)) return false;
+  return launch_for_width<hopper::Epilogue::kBiasGelu, hopper::BLayout::kNByK>(a, b, bias, out, pre_gelu, m, n, k,
+                                                                               device, stream);
+}
+
+bool hopper_gelu_backward(const void* dy, const void* w, const void* pre_gelu, void* out, int64_t m, int64_t n,
+                          int64_t k, cudaStream_t stream) {
+  int device = 0;
+  if (!applies(m, n, k, {dy, w, pre_gelu, out}, device)) return false;
+  return launch_for_width<hopper::Epilogue::kGeluBackward, hopper::BLayout::kKByN>(dy, w, nullptr, out, pre_gelu, m,
+                                                                                   n, k, device, stream);
+}
+
+}  // namespace weft::cuda
