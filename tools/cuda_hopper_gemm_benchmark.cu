@@ -72,11 +72,13 @@ CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows) {
 }
 
 // pre_gelu: written by kBiasGelu (null: not kept), read by kGeluBackward. b: [n, k], or [k, n] for
-// BLayout::kKByN.
-template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB = hopper::BLayout::kNByK>
+// BLayout::kKByN. column_partials: with kSumAColumns, a's column sums in 32-row slices
+// ([ceil(m / 32), k] f32).
+template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB = hopper::BLayout::kNByK,
+          bool kSumAColumns = false>
 void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16* pre_gelu, int m, int n, int k,
-                cudaStream_t stream, int group_rows = 1) {
-  const auto kernel = hopper::gemm_kernel<T, kEpilogue, kB>;
+                cudaStream_t stream, int group_rows = 1, float* column_partials = nullptr) {
+  const auto kernel = hopper::gemm_kernel<T, kEpilogue, kB, kSumAColumns>;
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -112,7 +114,8 @@ void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16*
   const int groups = m_groups * ((n + T::kBlockN - 1) / T::kBlockN);
   config.gridDim = dim3(std::min(groups, resident_clusters) * T::kCluster);
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a_map, b_map, out_map, pre_gelu_map, m, n, k, bias,
-                                kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows));
+                                kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows,
+                                column_partials));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -277,8 +280,11 @@ bool check_odd_shape(const char* tiling, int m, int n, int k, cudaStream_t strea
   return ok;
 }
 
+__global__ void sum_slices_kernel(const float* partials, int slices, int k, float* sums);
+
 // GELU's backward with B read N-major: out = (a [m, k] · b [k, n]) ⊙ gelu'(pre [m, n]), and the plain
-// N-major product, against the f32 reference.
+// N-major product, against the f32 reference; for alternating tilings also the plain product with
+// a's column sums fused (kSumAColumns), against the host's.
 template <typename T>
 bool check_odd_shape_backward(const char* tiling, int m, int n, int k, cudaStream_t stream, int group_rows = 1) {
   bf16 *a, *b, *pre, *out;
@@ -306,9 +312,31 @@ bool check_odd_shape_backward(const char* tiling, int m, int n, int k, cudaStrea
                                                                 group_rows);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const double plain_error = relative_error(to_host(out, expected.size()), expected);
-  const bool ok = backward_error < 1e-2 && plain_error < 1e-2;
-  std::printf("%s (bands of %d), B N-major, odd shape m %d n %d k %d: errors: GELU backward %.2e, plain %.2e  %s\n",
-              tiling, group_rows, m, n, k, backward_error, plain_error, ok ? "ok" : "WRONG");
+  double sums_error = 0;
+  if constexpr (T::kPingPong) {
+    float *partials, *sums;
+    CUDA_CHECK(cudaMalloc(&partials, size_t((m + 31) / 32) * k * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&sums, size_t(k) * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(out, 0xFF, size_t(m) * n * sizeof(bf16), stream));
+    CUDA_CHECK(cudaMemsetAsync(partials, 0xFF, size_t((m + 31) / 32) * k * sizeof(float), stream));
+    launch_own<T, hopper::Epilogue::kNone, hopper::BLayout::kKByN, true>(a, b, nullptr, out, nullptr, m, n, k, stream,
+                                                                         group_rows, partials);
+    sum_slices_kernel<<<(k + 255) / 256, 256, 0, stream>>>(partials, (m + 31) / 32, k, sums);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<float> a_values = to_host(a, size_t(m) * k);
+    std::vector<float> expected_sums(k, 0.f), got(k);
+    for (int row = 0; row < m; ++row)
+      for (int c = 0; c < k; ++c) expected_sums[c] += a_values[size_t(row) * k + c];
+    CUDA_CHECK(cudaMemcpy(got.data(), sums, size_t(k) * sizeof(float), cudaMemcpyDeviceToHost));
+    sums_error = std::max(relative_error(to_host(out, expected.size()), expected), relative_error(got, expected_sums));
+    CUDA_CHECK(cudaFree(partials));
+    CUDA_CHECK(cudaFree(sums));
+  }
+  const bool ok = backward_error < 1e-2 && plain_error < 1e-2 && sums_error < 1e-2;
+  std::printf(
+      "%s (bands of %d), B N-major, odd shape m %d n %d k %d: errors: GELU backward %.2e, plain %.2e, with a's column "
+      "sums %.2e  %s\n",
+      tiling, group_rows, m, n, k, backward_error, plain_error, sums_error, ok ? "ok" : "WRONG");
   for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(pre), static_cast<void*>(out),
                   static_cast<void*>(reference)})
     CUDA_CHECK(cudaFree(p));
@@ -320,88 +348,192 @@ struct Shape {
   int m, n, k;
 };
 
-// The MLP's backward dX product, dY [M, K] · W [K, N] (the down-projection's weight, N-major), plain and
-// with GELU's backward (cuBLASLt's DGELU): each of weft's variants checked against cuBLASLt's, then
-// timed in alternating rounds. Prints a table; false where an output is wrong.
+// sums[c] = Σ_s partials[s, c] over `slices` rows of [slices, k] f32: the second pass of the fused
+// column sums (weft's bias gradients are bf16; the sums are compared in f32 here).
+__global__ void sum_slices_kernel(const float* partials, int slices, int k, float* sums) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= k) return;
+  float sum = 0.f;
+  for (int s = 0; s < slices; ++s) sum += partials[size_t(s) * k + c];
+  sums[c] = sum;
+}
+
+// A bias gradient's column sums as a pass of their own, the way weft computes them today (in two
+// passes over 256-row slices): the baseline the fused sums are measured against.
+__global__ void column_partials_kernel(const bf16* a, int m, int k, float* partials) {
+  const int pair = blockIdx.x * 32 + threadIdx.x % 32, slice = blockIdx.y;
+  if (2 * pair >= k) return;
+  float first = 0.f, second = 0.f;
+  for (int row = slice * 256 + threadIdx.x / 32; row < min(m, (slice + 1) * 256); row += 8) {
+    const __nv_bfloat162 values = *reinterpret_cast<const __nv_bfloat162*>(a + size_t(row) * k + 2 * pair);
+    first += __low2float(values);
+    second += __high2float(values);
+  }
+  __shared__ float2 warp_sums[8][32];
+  warp_sums[threadIdx.x / 32][threadIdx.x % 32] = make_float2(first, second);
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float2 sum = warp_sums[0][threadIdx.x];
+    for (int w = 1; w < 8; ++w) sum.x += warp_sums[w][threadIdx.x].x, sum.y += warp_sums[w][threadIdx.x].y;
+    *reinterpret_cast<float2*>(partials + size_t(slice) * k + 2 * pair) = sum;
+  }
+}
+void separate_column_sums(const bf16* a, int m, int k, float* partials, float* sums, cudaStream_t stream) {
+  const int slices = (m + 255) / 256;
+  column_partials_kernel<<<dim3((k / 2 + 31) / 32, slices), 256, 0, stream>>>(a, m, k, partials);
+  sum_slices_kernel<<<(k + 255) / 256, 256, 0, stream>>>(partials, slices, k, sums);
+}
+
+// The backward dX products, dY [M, K] · W [K, N] (W as stored: N-major), each of weft's variants
+// checked against cuBLASLt's and against f32 column sums of dY where it takes them, then timed in
+// alternating rounds, µs:
+// - the MLP's down-projection with GELU's backward (cuBLASLt's DGELU; weft's kGeluBackward);
+// - the other dX products, plain, where the column sums are a bias gradient: "lt p+sums" is
+//   cuBLASLt's product and then the sums in a pass of their own (separate_column_sums), "+s" the own
+//   product with them fused (kSumAColumns) and then the pass over the slices.
+// Prints two tables; false where an output is wrong.
 bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t stream, int rounds,
                           const std::string& shape_prefix) {
   using hopper::BLayout;
   using hopper::Epilogue;
-  const std::vector<Shape> shapes = {
-      {"gpt2 down dX (16384x3072x768)", 16384, 3072, 768},
-      {"1.3B down dX (8192x8192x2048)", 8192, 8192, 2048},
+  struct Buffers {
+    const bf16 *a, *b, *pre;
+    bf16* out;
+    float *partials, *sums;
   };
   struct Variant {
     const char* name;
-    bool gelu;
-    std::function<void(const bf16* a, const bf16* b, bf16* out, const bf16* pre, int m, int n, int k)> run;
+    bool gelu, sums;  // compared with cuBLASLt's DGELU (else its plain product); column sums taken
+    std::function<void(const Buffers&, int m, int n, int k)> run;
   };
-#define WEFT_OWN_BACKWARD(label, tiling, epilogue, gelu, group_rows)                                           \
-  {label, gelu, [stream](const bf16* a, const bf16* b, bf16* out, const bf16* pre, int m, int n, int k) {      \
-     launch_own<hopper::tiling, Epilogue::epilogue, BLayout::kKByN>(a, b, nullptr, out, const_cast<bf16*>(pre), \
-                                                                    m, n, k, stream, group_rows);              \
+#define WEFT_OWN_BACKWARD(label, tiling, epilogue, with_sums, group_rows)                                         \
+  {label, Epilogue::epilogue == Epilogue::kGeluBackward, with_sums,                                              \
+   [stream](const Buffers& x, int m, int n, int k) {                                                              \
+     launch_own<hopper::tiling, Epilogue::epilogue, BLayout::kKByN, with_sums>(                                   \
+         x.a, x.b, nullptr, x.out, const_cast<bf16*>(x.pre), m, n, k, stream, group_rows, x.partials);            \
+     if (with_sums) sum_slices_kernel<<<(k + 255) / 256, 256, 0, stream>>>(x.partials, (m + 31) / 32, k, x.sums); \
    }}
-  const std::vector<Variant> own = {
-      WEFT_OWN_BACKWARD("alt p", AlternatingTiling, kNone, false, 1),
-      WEFT_OWN_BACKWARD("alt dg", AlternatingTiling, kGeluBackward, true, 1),
-      WEFT_OWN_BACKWARD("alt b8 dg", AlternatingTiling, kGeluBackward, true, 8),
-      WEFT_OWN_BACKWARD("wide dg", WideTiling, kGeluBackward, true, 1),
+  const std::vector<Variant> gelu_variants = {
+      WEFT_OWN_BACKWARD("alt dg", AlternatingTiling, kGeluBackward, false, 1),
+      WEFT_OWN_BACKWARD("alt dg+s", AlternatingTiling, kGeluBackward, true, 1),
+      WEFT_OWN_BACKWARD("alt b8 dg", AlternatingTiling, kGeluBackward, false, 8),
+      WEFT_OWN_BACKWARD("wide dg", WideTiling, kGeluBackward, false, 1),
       WEFT_OWN_BACKWARD("a192b16 p", AlternatingWide, kNone, false, 16),
-      WEFT_OWN_BACKWARD("a192b16 dg", AlternatingWide, kGeluBackward, true, 16),
+      WEFT_OWN_BACKWARD("a192b16 dg", AlternatingWide, kGeluBackward, false, 16),
+      WEFT_OWN_BACKWARD("a192 dg+s", AlternatingWide, kGeluBackward, true, 16),
+  };
+  const std::vector<Variant> plain_variants = {
+      WEFT_OWN_BACKWARD("alt p", AlternatingTiling, kNone, false, 1),
+      WEFT_OWN_BACKWARD("alt p+s", AlternatingTiling, kNone, true, 1),
+      WEFT_OWN_BACKWARD("alt b8 p+s", AlternatingTiling, kNone, true, 8),
+      WEFT_OWN_BACKWARD("a192b16 p", AlternatingWide, kNone, false, 16),
+      WEFT_OWN_BACKWARD("a192 p+s", AlternatingWide, kNone, true, 16),
   };
 #undef WEFT_OWN_BACKWARD
+  struct Table {
+    const char* title;
+    std::vector<Shape> shapes;
+    const std::vector<Variant>* variants;
+  };
+  const std::vector<Table> tables = {
+      {"GELU backward dX (µs)", {{"gpt2 down dX (16384x3072x768)", 16384, 3072, 768},
+                                 {"1.3B down dX (8192x8192x2048)", 8192, 8192, 2048}}, &gelu_variants},
+      {"plain dX, bias sums (µs)", {{"gpt2 fc dX (16384x768x3072)", 16384, 768, 3072},
+                                    {"gpt2 qkv dX (16384x768x2304)", 16384, 768, 2304},
+                                    {"gpt2 attn dX (16384x768x768)", 16384, 768, 768},
+                                    {"1.3B fc dX (8192x2048x8192)", 8192, 2048, 8192}}, &plain_variants},
+  };
   bool all_ok = true;
-  std::printf("\n%-30s %9s %9s", "backward shape (µs)", "lt p", "lt dg");
-  for (const Variant& variant : own) std::printf(" %10s", variant.name);
-  std::printf("\n");
-  for (const Shape& shape : shapes) {
-    if (std::string(shape.name).rfind(shape_prefix, 0) != 0) continue;
-    const int m = shape.m, n = shape.n, k = shape.k;
-    const size_t count = size_t(m) * n;
-    bf16 *a, *b, *pre, *lt_out, *own_out;
-    CUDA_CHECK(cudaMalloc(&a, size_t(m) * k * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&b, size_t(k) * n * sizeof(bf16)));
-    for (bf16** p : {&pre, &lt_out, &own_out}) CUDA_CHECK(cudaMalloc(p, count * sizeof(bf16)));
-    fill_kernel<<<1024, 256, 0, stream>>>(a, size_t(m) * k, 21, 1.f);
-    fill_kernel<<<1024, 256, 0, stream>>>(b, size_t(k) * n, 22, 1.f / std::sqrt(float(k)));
-    fill_kernel<<<1024, 256, 0, stream>>>(pre, count, 23, 3.f);
-    const Lt plain = make_lt(handle, workspace, stream, a, b, nullptr, lt_out, nullptr, m, n, k,
-                             CUBLASLT_EPILOGUE_DEFAULT, true);
-    const Lt backward =
-        make_lt(handle, workspace, stream, a, b, nullptr, lt_out, pre, m, n, k, CUBLASLT_EPILOGUE_DGELU, true);
-    CUDA_CHECK(cudaProfilerStart());
-    plain.run();
-    const std::vector<float> lt_plain_out = to_host(lt_out, count);
-    backward.run();
-    const std::vector<float> lt_backward_out = to_host(lt_out, count);
-    double worst = 0;
-    for (const Variant& variant : own) {
-      CUDA_CHECK(cudaMemsetAsync(own_out, 0xFF, count * sizeof(bf16), stream));
-      variant.run(a, b, own_out, pre, m, n, k);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      worst = std::max(worst, relative_error(to_host(own_out, count), variant.gelu ? lt_backward_out : lt_plain_out));
+  for (const Table& table : tables) {
+    const bool gelu_table = table.variants == &gelu_variants;
+    std::printf("\n%-30s %9s %9s", table.title, "lt p", gelu_table ? "lt dg" : "lt p+sums");
+    for (const Variant& variant : *table.variants) std::printf(" %10s", variant.name);
+    std::printf("\n");
+    for (const Shape& shape : table.shapes) {
+      if (std::string(shape.name).rfind(shape_prefix, 0) != 0) continue;
+      const int m = shape.m, n = shape.n, k = shape.k;
+      const size_t count = size_t(m) * n;
+      bf16 *a, *b, *pre, *lt_out, *own_out;
+      float *partials, *sums;
+      CUDA_CHECK(cudaMalloc(&a, size_t(m) * k * sizeof(bf16)));
+      CUDA_CHECK(cudaMalloc(&b, size_t(k) * n * sizeof(bf16)));
+      for (bf16** p : {&pre, &lt_out, &own_out}) CUDA_CHECK(cudaMalloc(p, count * sizeof(bf16)));
+      CUDA_CHECK(cudaMalloc(&partials, size_t((m + 31) / 32) * k * sizeof(float)));
+      CUDA_CHECK(cudaMalloc(&sums, size_t(k) * sizeof(float)));
+      fill_kernel<<<1024, 256, 0, stream>>>(a, size_t(m) * k, 21, 1.f);
+      fill_kernel<<<1024, 256, 0, stream>>>(b, size_t(k) * n, 22, 1.f / std::sqrt(float(k)));
+      fill_kernel<<<1024, 256, 0, stream>>>(pre, count, 23, 3.f);
+      const Buffers buffers{a, b, pre, own_out, partials, sums};
+      const Lt plain = make_lt(handle, workspace, stream, a, b, nullptr, lt_out, nullptr, m, n, k,
+                               CUBLASLT_EPILOGUE_DEFAULT, true);
+      const Lt backward =
+          make_lt(handle, workspace, stream, a, b, nullptr, lt_out, pre, m, n, k, CUBLASLT_EPILOGUE_DGELU, true);
+      // The column sums of a in f64 on the host: what every "+s" variant must give.
+      std::vector<float> expected_sums(k, 0.f);
+      {
+        const std::vector<float> a_values = to_host(a, size_t(m) * k);
+        std::vector<double> column(k, 0.0);
+        for (int row = 0; row < m; ++row)
+          for (int c = 0; c < k; ++c) column[c] += a_values[size_t(row) * k + c];
+        for (int c = 0; c < k; ++c) expected_sums[c] = static_cast<float>(column[c]);
+      }
+      CUDA_CHECK(cudaProfilerStart());
+      plain.run();
+      const std::vector<float> lt_plain_out = to_host(lt_out, count);
+      backward.run();
+      const std::vector<float> lt_backward_out = to_host(lt_out, count);
+      double worst = 0;
+      for (const Variant& variant : *table.variants) {
+        CUDA_CHECK(cudaMemsetAsync(own_out, 0xFF, count * sizeof(bf16), stream));
+        CUDA_CHECK(cudaMemsetAsync(sums, 0xFF, size_t(k) * sizeof(float), stream));
+        variant.run(buffers, m, n, k);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        worst = std::max(worst, relative_error(to_host(own_out, count), variant.gelu ? lt_backward_out : lt_plain_out));
+        if (variant.sums) {
+          std::vector<float> got(k);
+          CUDA_CHECK(cudaMemcpy(got.data(), sums, size_t(k) * sizeof(float), cudaMemcpyDeviceToHost));
+          worst = std::max(worst, relative_error(got, expected_sums));
+        }
+      }
+      // The separate pass, checked too.
+      separate_column_sums(a, m, k, partials, sums, stream);
+      {
+        std::vector<float> got(k);
+        CUDA_CHECK(cudaMemcpy(got.data(), sums, size_t(k) * sizeof(float), cudaMemcpyDeviceToHost));
+        worst = std::max(worst, relative_error(got, expected_sums));
+      }
+      CUDA_CHECK(cudaProfilerStop());
+      const bool ok = worst < 1e-2;
+      all_ok = all_ok && ok;
+      std::vector<std::vector<float>> ms(table.variants->size() + 2);
+      for (int round = 0; round < rounds; ++round) {
+        ms[0].push_back(time_ms([&] { plain.run(); }, stream));
+        if (gelu_table) {
+          ms[1].push_back(time_ms([&] { backward.run(); }, stream));
+        } else {
+          ms[1].push_back(time_ms(
+              [&] {
+                plain.run();
+                separate_column_sums(a, m, k, partials, sums, stream);
+              },
+              stream));
+        }
+        for (size_t v = 0; v < table.variants->size(); ++v)
+          ms[v + 2].push_back(time_ms([&] { (*table.variants)[v].run(buffers, m, n, k); }, stream));
+      }
+      std::printf("%-30s", shape.name);
+      for (size_t v = 0; v < ms.size(); ++v) {
+        std::sort(ms[v].begin(), ms[v].end());
+        std::printf(v < 2 ? " %9.1f" : " %10.1f", ms[v][ms[v].size() / 2] * 1e3f);
+      }
+      std::printf("   error %.1e %s\n", worst, ok ? "ok" : "WRONG");
+      plain.destroy();
+      backward.destroy();
+      for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(pre),
+                      static_cast<void*>(lt_out), static_cast<void*>(own_out), static_cast<void*>(partials),
+                      static_cast<void*>(sums)})
+        CUDA_CHECK(cudaFree(p));
     }
-    CUDA_CHECK(cudaProfilerStop());
-    const bool ok = worst < 1e-2;
-    all_ok = all_ok && ok;
-    std::vector<std::vector<float>> ms(own.size() + 2);
-    for (int round = 0; round < rounds; ++round) {
-      ms[0].push_back(time_ms([&] { plain.run(); }, stream));
-      ms[1].push_back(time_ms([&] { backward.run(); }, stream));
-      for (size_t v = 0; v < own.size(); ++v)
-        ms[v + 2].push_back(time_ms([&] { own[v].run(a, b, own_out, pre, m, n, k); }, stream));
-    }
-    std::printf("%-30s", shape.name);
-    for (size_t v = 0; v < ms.size(); ++v) {
-      std::sort(ms[v].begin(), ms[v].end());
-      std::printf(v < 2 ? " %9.1f" : " %10.1f", ms[v][ms[v].size() / 2] * 1e3f);
-    }
-    std::printf("   error %.1e %s\n", worst, ok ? "ok" : "WRONG");
-    plain.destroy();
-    backward.destroy();
-    for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(pre), static_cast<void*>(lt_out),
-                    static_cast<void*>(own_out)})
-      CUDA_CHECK(cudaFree(p));
   }
   return all_ok;
 }

@@ -388,18 +388,22 @@ __device__ inline float gelu_tanh_derivative(float x) {
 // clusters of kCluster CTAs along x when kCluster > 1. Maps (128-byte swizzle): a_map boxes
 // [128 rows, 64], b_map [kBSliceRows rows, 64] (kNByK) or [64 rows, 64] (kKByN), out_map and
 // pre_gelu_map [64 rows, 64]. keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu);
-// kGeluBackward reads it (bias unused). group_rows (at least 1): the
+// kGeluBackward reads it (bias unused). kSumAColumns (alternating tilings only): A's column sums in
+// 32-row slices, a_column_partials [ceil(M / 32), K] f32, slice s column c = Σ a[32s .. 32s + 31, c]
+// (rows past M count as zeros), for a bias gradient that a second pass sums over the slices; its
+// rows and columns must be 8-byte aligned (K even). group_rows (at least 1): the
 // height of origin_of's bands. Both outputs go through the staging boxes: the pre-activation stored
 // from registers in wgmma's fragment layout instead (8 rows of 16 bytes a warp's store) measured
 // 35-40% slower.
-template <typename T, Epilogue kEpilogue, BLayout kB = BLayout::kNByK>
+template <typename T, Epilogue kEpilogue, BLayout kB = BLayout::kNByK, bool kSumAColumns = false>
 __global__ void __launch_bounds__(T::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                 const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap pre_gelu_map,
                 int m_size, int n_size, int k_size, const __nv_bfloat16* __restrict__ bias, bool keep_pre_gelu,
-                int group_rows) {
+                int group_rows, float* __restrict__ a_column_partials) {
 #ifdef WEFT_HOPPER_GEMM_DEVICE
   using namespace device;
+  static_assert(!kSumAColumns || T::kPingPong, "gemm_kernel: A's column sums are taken by alternating tilings");
   constexpr int kNBoxes = T::kBlockN / 64;  // a stage's B boxes when kB is kKByN
   static_assert(kB == BLayout::kNByK || kNBoxes % T::kCluster == 0,
                 "gemm_kernel: an N-major B splits into whole 64-column boxes among the cluster's CTAs");
@@ -570,6 +574,28 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
       wgmma_commit();
+      if constexpr (kSumAColumns) {
+        // While the products run: this slice's column sums of A, if this tile's column of tiles is
+        // the one that takes this slice (k_block mod the columns of tiles), so that each slice of
+        // each row of tiles is summed once and the work spreads evenly over the tiles. Warp w sums
+        // the tile's rows 32w..32w+31 for columns 2·lane and 2·lane + 1 (one 128-byte row a load).
+        const int n_tiles_across = (n_size + T::kBlockN - 1) / T::kBlockN;
+        if (k_block % n_tiles_across == n_start / T::kBlockN) {
+          float first = 0.f, second = 0.f;
+#pragma unroll 8
+          for (int r = 0; r < 32; ++r) {
+            const int row = 32 * warp + r, chunk = lane / 4;
+            const __nv_bfloat162 pair = load_shared(a_tile + row * 128 + ((chunk ^ (row % 8)) * 16) + (lane % 4) * 4);
+            first += __low2float(pair);
+            second += __high2float(pair);
+          }
+          const int slice = m_start / 32 + warp, column = k_block * T::kBlockK + 2 * lane;
+          if (m_start + 32 * warp < m_size && column < k_size) {  // K is even: both columns are in A
+            *reinterpret_cast<float2*>(a_column_partials + static_cast<int64_t>(slice) * k_size + column) =
+                make_float2(first, second);
+          }
+        }
+      }
       wgmma_wait<1>();  // the previous slice's products are done: its stage may be loaded again
       if (k_block > 0) release((use - 1) % T::kStages, lane);
     }

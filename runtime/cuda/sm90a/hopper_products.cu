@@ -75,7 +75,7 @@ bool launch(const void* a, const void* b, const void* bias, void* out, const voi
   const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
   kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(
       a_map, b_map, out_map, pre_map, m, n, k, static_cast<const __nv_bfloat16*>(bias),
-      kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows);
+      kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows, nullptr);
   WEFT_CUDA_CHECK(cudaGetLastError());
   count_hopper_gemm_launch();
   return true;
