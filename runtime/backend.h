@@ -168,6 +168,23 @@ class Backend {
     matmul(a, bm, product, 1.0, 0.0);
     unary_backward(UnaryOp::kGelu, pre_activation, product, out);
   }
+  // A linear's dX product and its bias gradient from one read of dY: out[0] = a[0] @ bm[0] (with
+  // pre_activation defined, gelu'(pre) * (a[0] @ bm[0]) as matmul_gelu_backward), and column_sums
+  // [K] (contiguous, a's dtype) = the sum of a[0]'s M rows, summed in f32 (f64 for f64) and rounded
+  // once. a [1, M, K] contiguous; bm and out as for matmul. The default (the CPU reference) is
+  // matmul (or matmul_gelu_backward), then reduce(kSum) over a's rows, exactly what the two apart
+  // compute; a backend may sum the columns inside the product (CUDA on Hopper: weft's own product
+  // under WEFT_HOPPER_GEMM=input_gradient, runtime/cuda/hopper_products.h).
+  virtual void matmul_and_column_sums(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
+                                      const Tensor& out, const Tensor& column_sums) {
+    if (pre_activation.defined()) {
+      matmul_gelu_backward(a, bm, pre_activation, out);
+    } else {
+      matmul(a, bm, out, 1.0, 0.0);
+    }
+    const int64_t dims[] = {0};
+    reduce(ReduceOp::kSum, a.view({a.size(1), a.size(2)}), dims, column_sums.view({1, a.size(2)}), Tensor());
+  }
 
   // --- Softmax over the last dim (contiguous [N, C]) --------------------------------------
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;

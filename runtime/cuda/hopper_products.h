@@ -8,9 +8,13 @@
 //   W read N-major, in place of cuBLASLt's DGELU epilogue (CudaBackend::matmul_gelu_backward).
 //   Written on 2026-12-05 (sixteenth session) without a GPU; it has not yet run on one
 //   (docs/performance.md records its first run).
+// - hopper_input_gradient: a linear's dX product dY · W (W read N-major; with a pre-activation, times
+//   gelu' as hopper_gelu_backward) with its bias gradient, the column sums of dY, taken while the
+//   products run (CudaBackend::matmul_and_column_sums), in place of cuBLASLt's product and weft's
+//   column-sum pass over dY. Written in the same session, also not yet run on a GPU.
 //
 // Off by default. WEFT_HOPPER_GEMM picks them, read once: unset, "" or "0": none; "1" or "all": every
-// one; or a comma-separated list of the names bias_gelu and gelu_backward. Any other value is
+// one; or a comma-separated list of the names bias_gelu, gelu_backward and input_gradient. Any other value is
 // reported on stderr and runs none (cuBLASLt's products, which lose nothing). Tests set them directly.
 // The results are not cuBLASLt's bits: GELU's tanh is the hardware's approximation (2^-11 relative,
 // under bf16's rounding), and the sums run in another order. Each is deterministic: the same inputs
@@ -32,10 +36,11 @@
 namespace weft::cuda {
 
 enum HopperProduct : unsigned {
-  kHopperBiasGelu = 1u << 0,      // "bias_gelu"
-  kHopperGeluBackward = 1u << 1,  // "gelu_backward"
+  kHopperBiasGelu = 1u << 0,        // "bias_gelu"
+  kHopperGeluBackward = 1u << 1,    // "gelu_backward"
+  kHopperInputGradient = 1u << 2,   // "input_gradient"
 };
-constexpr unsigned kAllHopperProducts = kHopperBiasGelu | kHopperGeluBackward;
+constexpr unsigned kAllHopperProducts = kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient;
 
 // The products (a mask of HopperProduct) that a WEFT_HOPPER_GEMM value names; nullopt where it names
 // anything else, with *problem saying what and which values are valid.
@@ -67,6 +72,16 @@ bool hopper_bias_gelu(const void* a, const void* b, const void* bias, void* out,
 // queued on stream. False (nothing queued) where it does not apply, as hopper_bias_gelu.
 bool hopper_gelu_backward(const void* dy, const void* w, const void* pre_gelu, void* out, int64_t m, int64_t n,
                           int64_t k, cudaStream_t stream);
+
+// out [m, n] = dy [m, k] · w [k, n] (with pre_gelu [m, n] not null: times gelu'(pre_gelu), as
+// hopper_gelu_backward), and column_sums [k] = the sum of dy's m rows, bf16 (summed in f32, rounded
+// once), every matrix contiguous and row-major. partials: [hopper_column_sum_slices(m), k] f32 of
+// workspace the sums pass through (32-row slices, then one pass over them). On the current device,
+// queued on stream; false (nothing queued) where it does not apply, as hopper_bias_gelu.
+bool hopper_input_gradient(const void* dy, const void* w, const void* pre_gelu, void* out, void* column_sums,
+                           float* partials, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 #endif
+// The rows of hopper_input_gradient's partials for m rows of dY.
+constexpr int64_t hopper_column_sum_slices(int64_t m) { return (m + 31) / 32; }
 
 }  // namespace weft::cuda

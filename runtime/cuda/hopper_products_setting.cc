@@ -20,7 +20,8 @@ constexpr unsigned kNotRead = ~0u;
 std::atomic<unsigned> products_state{kNotRead};
 std::atomic<int64_t> launches{0};
 
-constexpr absl::string_view kValidValues = "0, 1, all, or a comma-separated list of bias_gelu and gelu_backward";
+constexpr absl::string_view kValidValues =
+    "0, 1, all, or a comma-separated list of bias_gelu, gelu_backward and input_gradient";
 
 }  // namespace
 
@@ -36,6 +37,8 @@ std::optional<unsigned> parse_hopper_products(std::string_view text, std::string
       products |= kHopperBiasGelu;
     } else if (name == "gelu_backward") {
       products |= kHopperGeluBackward;
+    } else if (name == "input_gradient") {
+      products |= kHopperInputGradient;
     } else {
       if (problem != nullptr) {
         *problem = absl::StrCat(name.empty() ? std::string("an empty name") : absl::StrCat("\"", name, "\""), " in \"",

@@ -894,6 +894,34 @@ bool try_hopper_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& p
 #endif
 }
 
+// A linear's dX product with its bias gradient on weft's own Hopper product (hopper_products.h)
+// where it is switched on and the operands are as try_hopper_gelu_backward's, with column_sums [K]
+// contiguous bf16. False where it does not take the product.
+bool try_hopper_input_gradient(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out,
+                               const Tensor& column_sums) {
+#if defined(WEFT_HAVE_SM90A)
+  if (!hopper_product_enabled(kHopperInputGradient) || !hopper_operands(a, bm, out, false)) return false;
+  if (pre_gelu.defined() && (pre_gelu.dtype() != kBFloat16 || pre_gelu.device() != out.device() ||
+                             pre_gelu.shape() != out.shape() || !pre_gelu.is_contiguous())) {
+    return false;
+  }
+  const int64_t m = out.size(1), k = a.size(2);
+  if (column_sums.dtype() != kBFloat16 || column_sums.device() != out.device() || column_sums.numel() != k ||
+      !column_sums.is_contiguous()) {
+    return false;
+  }
+  const int device = out.device().index;
+  set_device(device);
+  // The slices' f32 sums: workspace from the caching allocator, in use on this stream only.
+  const Tensor partials = Tensor::empty({hopper_column_sum_slices(m), k}, kFloat32, out.device());
+  return hopper_input_gradient(a.raw_data(), bm.raw_data(), pre_gelu.defined() ? pre_gelu.raw_data() : nullptr,
+                               out.raw_data(), column_sums.raw_data(), partials.data<float>(), m, out.size(2), k,
+                               current_stream(device));
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out) {
@@ -1058,6 +1086,15 @@ void CudaBackend::matmul_gelu_backward(const Tensor& a, const Tensor& bm, const 
     return;
   }
   cuda::matmul_gelu_backward(a, bm, pre_activation, out);
+}
+
+// The bias gradient's column sums ride weft's own Hopper product where it is switched on
+// (WEFT_HOPPER_GEMM=input_gradient) and takes the operands; otherwise the default: the product (or
+// matmul_gelu_backward), then the reduction.
+void CudaBackend::matmul_and_column_sums(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
+                                         const Tensor& out, const Tensor& column_sums) {
+  if (out.numel() > 0 && cuda::try_hopper_input_gradient(a, bm, pre_activation, out, column_sums)) return;
+  Backend::matmul_and_column_sums(a, bm, pre_activation, out, column_sums);
 }
 
 // GELU and the bias ride cuBLASLt's GELU_AUX_BIAS epilogue (aux = the pre-activation, needing N a

@@ -119,6 +119,12 @@ void NvtxAnnotatedBackend::matmul_gelu_backward(const Tensor& a, const Tensor& b
   inner_.matmul_gelu_backward(a, bm, pre_activation, out);
 }
 
+void NvtxAnnotatedBackend::matmul_and_column_sums(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
+                                                  const Tensor& out, const Tensor& column_sums) {
+  NvtxRange range("matmul_and_column_sums");
+  inner_.matmul_and_column_sums(a, bm, pre_activation, out, column_sums);
+}
+
 void NvtxAnnotatedBackend::matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
                                             const Tensor& pre_activation) {
   NvtxRange range("matmul_bias_gelu");

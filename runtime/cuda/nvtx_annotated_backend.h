@@ -42,6 +42,8 @@ class NvtxAnnotatedBackend final : public Backend {
                        const Tensor& out) override;
   void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_activation,
                             const Tensor& out) override;
+  void matmul_and_column_sums(const Tensor& a, const Tensor& bm, const Tensor& pre_activation, const Tensor& out,
+                              const Tensor& column_sums) override;
   void matmul_bias_gelu(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out,
                         const Tensor& pre_activation) override;
   void softmax(const Tensor& x, const Tensor& out, bool log) override;

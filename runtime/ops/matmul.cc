@@ -92,7 +92,9 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
 // dX GEMM with gelu' in the epilogue (Backend::matmul_gelu_backward); then dX = dY W now,
 // and dW, db now or, under a DeferWeightGradients with a leaf weight (and a leaf bias or one without
 // a gradient), later: the work goes to the deferral target and dW, db are returned undefined, so the
-// engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run().
+// engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run(). Without a
+// deferral, db comes with dX's product (Backend::matmul_and_column_sums: the same sums, which a
+// backend may take from the product's own read of dY), unless dX folds in a pending gradient.
 class LinearFunction final : public autograd::Function {
  public:
   explicit LinearFunction(bool gelu, bool residual = false) : gelu_(gelu), residual_(residual) {}
@@ -157,17 +159,28 @@ class LinearFunction final : public autograd::Function {
       g = grad_pre;
     }
     handed_pre_activation_gradient_ = false;
+    // The bias gradient (the column sums of g) with dX's product where nothing defers it: the
+    // backend may take it from the product's own read of g (Backend::matmul_and_column_sums).
+    const bool bias_with_input_gradient = with_bias_ && next_edges[2].valid() && g.is_contiguous() &&
+                                          autograd::current_weight_gradient_deferral() == nullptr;
+    Tensor bias_gradient;  // [N], when taken with dX
     Tensor grad_x;
     if (const std::shared_ptr<LinearFunction> producer = gelu_producer()) {
       // dX here is the GELU linear's dY; it gets its dPre = gelu'(pre) * (dY W) from one GEMM instead.
       const Tensor& pre_activation = producer->saved()[2];  // [R, K]
       grad_x = Tensor::empty({1, pre_activation.size(0), pre_activation.size(1)}, g.dtype(), g.device());
-      backend_for(g.device()).matmul_gelu_backward(g.unsqueeze(0), weight.unsqueeze(0),
-                                                   pre_activation.unsqueeze(0), grad_x);
+      if (bias_with_input_gradient) {
+        bias_gradient = Tensor::empty({n}, g.dtype(), g.device());
+        backend_for(g.device()).matmul_and_column_sums(g.unsqueeze(0), weight.unsqueeze(0),
+                                                       pre_activation.unsqueeze(0), grad_x, bias_gradient);
+      } else {
+        backend_for(g.device()).matmul_gelu_backward(g.unsqueeze(0), weight.unsqueeze(0),
+                                                     pre_activation.unsqueeze(0), grad_x);
+      }
       producer->handed_pre_activation_gradient_ = true;
       grad_x = grad_x.view(x_shape_);
     } else {
-      grad_x = input_gradient(g, weight, rows.size(1));
+      grad_x = input_gradient(g, weight, rows.size(1), bias_with_input_gradient ? &bias_gradient : nullptr);
     }
     if (autograd::DeferredWeightGradients* deferred = autograd::current_weight_gradient_deferral()) {
       std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = autograd::leaf_accumulator(next_edges[1]);
@@ -188,7 +201,9 @@ class LinearFunction final : public autograd::Function {
       }
     }
     const std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = autograd::leaf_accumulator(next_edges[1]);
-    LinearParameterGradients gradients = linear_parameter_gradients(g, rows, with_bias_, weight_accumulator.get());
+    LinearParameterGradients gradients =
+        linear_parameter_gradients(g, rows, with_bias_ && !bias_gradient.defined(), weight_accumulator.get());
+    if (bias_gradient.defined()) gradients.bias = bias_gradient;
     return with_residual_gradient({grad_x, gradients.weight, gradients.bias}, grads);
   }
 
@@ -214,10 +229,19 @@ class LinearFunction final : public autograd::Function {
   // arrived first (autograd::take_pending_gradient: Llama's gate and up projections read the same
   // normalized rows): then one Backend::matmul_bias_add, where CUDA's GEMM reads it as C and adds
   // it before rounding once, instead of a product and the engine's separate add (the CPU reference
-  // computes the product and the add as the engine would).
-  Tensor input_gradient(const Tensor& g, const Tensor& weight, int64_t k) const {
+  // computes the product and the add as the engine would). With bias_gradient (not null) and no such
+  // gradient, also the bias gradient, the column sums of g, into *bias_gradient
+  // (Backend::matmul_and_column_sums); with one, *bias_gradient is left undefined.
+  Tensor input_gradient(const Tensor& g, const Tensor& weight, int64_t k, Tensor* bias_gradient) const {
     const int64_t r = g.size(0);
     const Tensor addend = autograd::take_pending_gradient(next_edges[0], g.dtype(), r * k, g.device());
+    if (!addend.defined() && bias_gradient != nullptr) {
+      Tensor grad_x = Tensor::empty({1, r, k}, g.dtype(), g.device());
+      *bias_gradient = Tensor::empty({g.size(1)}, g.dtype(), g.device());
+      backend_for(g.device()).matmul_and_column_sums(g.unsqueeze(0), weight.unsqueeze(0), Tensor(), grad_x,
+                                                     *bias_gradient);
+      return grad_x.view(x_shape_);
+    }
     if (!addend.defined()) return product(g, weight).view(x_shape_);
     Tensor grad_x = Tensor::empty({1, r, k}, g.dtype(), g.device());
     backend_for(g.device()).matmul_bias_add(g.unsqueeze(0), weight.unsqueeze(0), Tensor(), addend.view({1, r, k}),

@@ -2,8 +2,8 @@
 // and linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and
 // backward, the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward,
 // DGELU), and linear_add (Backend::matmul_bias_add: the residual read as cuBLASLt's C); and
-// linear_gelu's product and GELU's backward product on weft's own Hopper kernels where the GPU has
-// them (runtime/cuda/hopper_products.h).
+// linear_gelu's product, GELU's backward product and a linear's dX product with its bias gradient on
+// weft's own Hopper kernels where the GPU has them (runtime/cuda/hopper_products.h).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
@@ -348,6 +348,43 @@ TEST(CudaFused, OwnHopperGeluBackwardMatchesCpu) {
     expect_matmul_gelu_backward_matches_cpu(c, kBFloat16, seed, 2.0);
     EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1)
         << c.rows << " x " << c.in << " -> " << c.out << ": the product did not run on the own kernel";
+  }
+  cuda::set_hopper_products(was);
+#endif
+}
+
+// A linear's dX product with its bias gradient (Backend::matmul_and_column_sums) on weft's own Hopper
+// kernel, plain and with gelu' (an MLP's projection), against the CPU's product and column sums, on
+// kHopperCases (dY [rows, in] @ W [in, out]: the sums are dY's `in` columns). Each must have run on
+// the own kernel.
+TEST(CudaFused, OwnHopperInputGradientMatchesCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+#if !defined(WEFT_HAVE_SM90A)
+  GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
+#else
+  if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  const unsigned was = cuda::hopper_products();
+  cuda::set_hopper_products(cuda::kHopperInputGradient);
+  uint64_t seed = 900;
+  for (const LinearCase& c : kHopperCases) {
+    for (const bool gelu : {false, true}) {
+      const std::string what = describe({c.rows, c.in, c.out}, kBFloat16) + (gelu ? " with gelu'" : " plain");
+      SCOPED_TRACE(what);
+      const RoundedInput g = random_input({1, c.rows, c.in}, ++seed, kBFloat16);
+      const RoundedInput w =
+          random_input({c.in, c.out}, ++seed, kBFloat16, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+      const RoundedInput pre = random_input({1, c.rows, c.out}, ++seed, kBFloat16, 0.0, 2.0);
+      const Tensor want = Tensor::empty({1, c.rows, c.out}), want_sums = Tensor::empty({c.in});
+      backend_for(Device::cpu())
+          .matmul_and_column_sums(g.reference, w.reference.unsqueeze(0), gelu ? pre.reference : Tensor(), want,
+                                  want_sums);
+      const Tensor got = poisoned({1, c.rows, c.out}, kBFloat16), got_sums = poisoned({c.in}, kBFloat16);
+      const int64_t launches = cuda::hopper_gemm_launches();
+      backend_for(kGpu).matmul_and_column_sums(g.gpu, w.gpu.unsqueeze(0), gelu ? pre.gpu : Tensor(), got, got_sums);
+      EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1) << what << ": the product did not run on the own kernel";
+      expect_close(got, want, tolerance_for(kBFloat16), what + " out");
+      expect_close(got_sums, want_sums, tolerance_for(kBFloat16), what + " column sums");
+    }
   }
   cuda::set_hopper_products(was);
 #endif

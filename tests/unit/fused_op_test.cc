@@ -185,6 +185,57 @@ TEST(FusedOps, LinearGeluGradients) {
       [](const std::vector<Tensor>& in) { return linear_gelu(in[0].transpose(0, 1), in[1], in[2]); }, {xt, w, b});
 }
 
+// Backend::matmul_and_column_sums on the CPU (the default every backend falls back to): the product
+// (or GELU's backward product) and the column sums of a, bit for bit what the two apart compute, in
+// f32 and bf16 (where rounding would show another order of work).
+TEST(FusedOps, MatmulAndColumnSumsEqualsTheProductAndTheSumsApart) {
+  Backend& backend = backend_for(Device::cpu());
+  for (const DType dtype : {kFloat32, kBFloat16}) {
+    const Tensor a = random_leaf({1, 37, 24}, 40, false).to(dtype);     // dY [1, M, K]
+    const Tensor bm = random_leaf({1, 24, 16}, 41, false).to(dtype);    // W [1, K, N]
+    const Tensor pre = random_leaf({1, 37, 16}, 42, false).to(dtype);   // a GELU linear's pre-activation
+    for (const bool gelu : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (gelu ? " with gelu'" : " plain"));
+      const Tensor out = Tensor::empty({1, 37, 16}, dtype), sums = Tensor::empty({24}, dtype);
+      backend.matmul_and_column_sums(a, bm, gelu ? pre : Tensor(), out, sums);
+      const Tensor expected_out = Tensor::empty({1, 37, 16}, dtype);
+      if (gelu) {
+        backend.matmul_gelu_backward(a, bm, pre, expected_out);
+      } else {
+        backend.matmul(a, bm, expected_out, 1.0, 0.0);
+      }
+      EXPECT_EQ(max_abs_difference(out, expected_out), 0.0);
+      EXPECT_EQ(max_abs_difference(sums, sum_to_shape(a.view({37, 24}), {24})), 0.0);
+      // And the sums are the column sums (to the dtype's rounding).
+      const Tensor column_sums = sum_to_shape(a.to(kFloat64).view({37, 24}), {24});
+      EXPECT_LE(max_abs_difference(sums.to(kFloat64), column_sums), dtype == kFloat32 ? 1e-5 : 0.1);
+    }
+  }
+}
+
+// linear's bias gradient comes with dX's product (Backend::matmul_and_column_sums) where nothing
+// defers it: the column sums of dY, for a plain linear and for an MLP whose projection hands the GELU
+// linear dPre (each bias gradient then the column sums of that linear's own dY).
+TEST(FusedOps, LinearBiasGradientIsTheColumnSumsOfItsOutputGradient) {
+  Tensor x = random_leaf({2, 5, 4}, 43), w = random_leaf({6, 4}, 44), b = random_leaf({6}, 45);
+  const Tensor g = random_leaf({2, 5, 6}, 46, false);
+  linear(x, w, b).backward(g);
+  EXPECT_EQ(max_abs_difference(b.grad(), sum_to_shape(g, {6})), 0.0);
+
+  Tensor w2 = random_leaf({3, 6}, 47), b2 = random_leaf({3}, 48);
+  Tensor x2 = random_leaf({2, 5, 4}, 49), b1 = random_leaf({6}, 50), w1 = random_leaf({6, 4}, 51);
+  const Tensor g2 = random_leaf({2, 5, 3}, 52, false);
+  const Tensor hidden = linear_gelu(x2, w1, b1);
+  linear(hidden, w2, b2).backward(g2);
+  EXPECT_EQ(max_abs_difference(b2.grad(), sum_to_shape(g2, {3})), 0.0);
+  // The GELU linear's dY is dPre = gelu'(pre) * (g2 W2): its bias gradient is that's column sums.
+  const Tensor pre = linear(x2.detach(), w1.detach(), b1.detach());
+  const Tensor grad_hidden = matmul(g2, w2.detach());
+  const Tensor grad_pre = Tensor::empty(pre.shape(), pre.dtype());
+  backend_for(Device::cpu()).unary_backward(UnaryOp::kGelu, pre, grad_hidden, grad_pre);
+  EXPECT_LE(max_abs_difference(b1.grad(), sum_to_shape(grad_pre, {6})), 1e-12);
+}
+
 TEST(FusedOps, LinearGeluRejectsBadShapes) {
   Tensor x = random_leaf({2, 4}, 29), w = random_leaf({6, 4}, 30);
   EXPECT_THROW(linear_gelu(x, w, random_leaf({5}, 31)), Error);

@@ -24,14 +24,15 @@ TEST(HopperProductsSetting, NamesEveryProductOrNone) {
   EXPECT_EQ(parse(" 0 "), 0u);
   EXPECT_EQ(parse("1"), kAllHopperProducts);
   EXPECT_EQ(parse("all"), kAllHopperProducts);
-  EXPECT_EQ(kAllHopperProducts, unsigned{kHopperBiasGelu | kHopperGeluBackward});
+  EXPECT_EQ(kAllHopperProducts, unsigned{kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient});
 }
 
 TEST(HopperProductsSetting, NamesProductsInAList) {
   EXPECT_EQ(parse("bias_gelu"), unsigned{kHopperBiasGelu});
   EXPECT_EQ(parse("gelu_backward"), unsigned{kHopperGeluBackward});
-  EXPECT_EQ(parse("bias_gelu,gelu_backward"), kAllHopperProducts);
-  EXPECT_EQ(parse(" gelu_backward , bias_gelu "), kAllHopperProducts);
+  EXPECT_EQ(parse("input_gradient"), unsigned{kHopperInputGradient});
+  EXPECT_EQ(parse("bias_gelu,gelu_backward"), unsigned{kHopperBiasGelu | kHopperGeluBackward});
+  EXPECT_EQ(parse(" input_gradient , gelu_backward , bias_gelu "), kAllHopperProducts);
   EXPECT_EQ(parse("bias_gelu,bias_gelu"), unsigned{kHopperBiasGelu});
 }
 
@@ -41,7 +42,7 @@ TEST(HopperProductsSetting, RefusesOtherValuesNamingTheValidOnes) {
     std::string problem;
     EXPECT_EQ(parse(text, &problem), std::nullopt);
     EXPECT_NE(problem.find("is not a product"), std::string::npos) << problem;
-    EXPECT_NE(problem.find("bias_gelu and gelu_backward"), std::string::npos) << problem;
+    EXPECT_NE(problem.find("bias_gelu, gelu_backward and input_gradient"), std::string::npos) << problem;
     EXPECT_NE(problem.find(text), std::string::npos) << "the message quotes the value: " << problem;
   }
   std::string problem;

@@ -1,6 +1,7 @@
 // The launchers of weft's own Hopper products (runtime/cuda/hopper_products.h): linear_gelu's bias +
-// GELU forward and GELU's backward in the next linear's dX product. Compiled for sm_90a only
-// (CMakeLists.txt: the weft_sm90a object library), where wgmma and setmaxnreg exist.
+// GELU forward, GELU's backward in the next linear's dX product, and a linear's dX product with its
+// bias gradient's column sums. Compiled for sm_90a only (CMakeLists.txt: the weft_sm90a object
+// library), where wgmma and setmaxnreg exist.
 //
 // The tiling per shape, from docs/performance.md (2026-12-05, fifteenth session, measured for the
 // forward): N of 4096 or more (the 1.3B shape's 8192) takes the alternating 128 × 192 tiling in bands
@@ -54,11 +55,12 @@ bool applies(int64_t m, int64_t n, int64_t k, std::initializer_list<const void*>
 
 // Launches tiling T's kernel, one persistent CTA an SM (clusters are not used here: pairs measured
 // slower on these shapes). b is [n, k] (kNByK) or [k, n] (kKByN). pre_gelu: written by kBiasGelu
-// (null: not kept), read by kGeluBackward. False where a map cannot be made.
-template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB>
+// (null: not kept), read by kGeluBackward. partials: a's column sums in 32-row slices where
+// kSumAColumns. False where a map cannot be made.
+template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB, bool kSumAColumns = false>
 bool launch(const void* a, const void* b, const void* bias, void* out, const void* pre_gelu, int m, int n, int k,
-            int group_rows, int device, cudaStream_t stream) {
-  const auto kernel = hopper::gemm_kernel<T, kEpilogue, kB>;
+            int group_rows, int device, cudaStream_t stream, float* partials = nullptr) {
+  const auto kernel = hopper::gemm_kernel<T, kEpilogue, kB, kSumAColumns>;
   static bool configured[64] = {};  // the shared-memory size it asks for, allowed once on each device
   if (!configured[device]) {
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
@@ -75,21 +77,32 @@ bool launch(const void* a, const void* b, const void* bias, void* out, const voi
   const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
   kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(
       a_map, b_map, out_map, pre_map, m, n, k, static_cast<const __nv_bfloat16*>(bias),
-      kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows, nullptr);
+      kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows, partials);
   WEFT_CUDA_CHECK(cudaGetLastError());
   count_hopper_gemm_launch();
   return true;
 }
 
 // The tiling for a product N wide (the file's comment says why).
-template <hopper::Epilogue kEpilogue, hopper::BLayout kB>
+template <hopper::Epilogue kEpilogue, hopper::BLayout kB, bool kSumAColumns = false>
 bool launch_for_width(const void* a, const void* b, const void* bias, void* out, const void* pre_gelu, int64_t m,
-                      int64_t n, int64_t k, int device, cudaStream_t stream) {
+                      int64_t n, int64_t k, int device, cudaStream_t stream, float* partials = nullptr) {
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
-  return n >= 4096
-             ? launch<hopper::AlternatingWide, kEpilogue, kB>(a, b, bias, out, pre_gelu, mi, ni, ki, 16, device, stream)
-             : launch<hopper::AlternatingTiling, kEpilogue, kB>(a, b, bias, out, pre_gelu, mi, ni, ki, 1, device,
-                                                                stream);
+  return n >= 4096 ? launch<hopper::AlternatingWide, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni,
+                                                                                  ki, 16, device, stream, partials)
+                   : launch<hopper::AlternatingTiling, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni,
+                                                                                    ki, 1, device, stream, partials);
+}
+
+// sums[c] = Σ_s partials[s, c] over the slices, rounded once to bf16: the column sums' second pass. A
+// thread a column; consecutive threads read consecutive columns of each slice.
+__global__ void sum_slices_kernel(const float* __restrict__ partials, int slices, int k,
+                                  __nv_bfloat16* __restrict__ sums) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= k) return;
+  float sum = 0.f;
+  for (int s = 0; s < slices; ++s) sum += partials[static_cast<int64_t>(s) * k + c];
+  sums[c] = __float2bfloat16(sum);
 }
 
 }  // namespace
@@ -108,6 +121,24 @@ bool hopper_gelu_backward(const void* dy, const void* w, const void* pre_gelu, v
   if (!applies(m, n, k, {dy, w, pre_gelu, out}, device)) return false;
   return launch_for_width<hopper::Epilogue::kGeluBackward, hopper::BLayout::kKByN>(dy, w, nullptr, out, pre_gelu, m,
                                                                                    n, k, device, stream);
+}
+
+bool hopper_input_gradient(const void* dy, const void* w, const void* pre_gelu, void* out, void* column_sums,
+                           float* partials, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  int device = 0;
+  if (!applies(m, n, k, {dy, w, pre_gelu != nullptr ? pre_gelu : out, out, partials}, device)) return false;
+  const bool launched =
+      pre_gelu != nullptr
+          ? launch_for_width<hopper::Epilogue::kGeluBackward, hopper::BLayout::kKByN, true>(
+                dy, w, nullptr, out, pre_gelu, m, n, k, device, stream, partials)
+          : launch_for_width<hopper::Epilogue::kNone, hopper::BLayout::kKByN, true>(dy, w, nullptr, out, nullptr, m, n,
+                                                                                   k, device, stream, partials);
+  if (!launched) return false;
+  const int threads = 256, columns = static_cast<int>(k);
+  sum_slices_kernel<<<(columns + threads - 1) / threads, threads, 0, stream>>>(
+      partials, static_cast<int>(hopper_column_sum_slices(m)), columns, static_cast<__nv_bfloat16*>(column_sums));
+  WEFT_CUDA_CHECK(cudaGetLastError());
+  return true;
 }
 
 }  // namespace weft::cuda
