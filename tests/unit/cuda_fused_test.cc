@@ -14,6 +14,7 @@
 //
 // Built without CUDA, or run where no GPU is visible, every test is skipped with a message.
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,22 @@ bool compute_capability_9_0() {
          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
          minor == 0;
 }
+
+// Runs check on each of kHopperCases with only `product` of the own Hopper products switched on, and
+// expects each case to have queued launches_per_case products on the own kernels; then switches on
+// again the products that were on before.
+void expect_each_case_on_the_own_kernel(unsigned product, int launches_per_case,
+                                        const std::function<void(const LinearCase&)>& check) {
+  const unsigned was = cuda::hopper_products();
+  cuda::set_hopper_products(product);
+  for (const LinearCase& c : kHopperCases) {
+    const int64_t launches = cuda::hopper_gemm_launches();
+    check(c);
+    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + launches_per_case)
+        << c.rows << " x " << c.in << " -> " << c.out << ": the product did not run on the own kernel";
+  }
+  cuda::set_hopper_products(was);
+}
 #endif
 
 // weft's own Hopper product (runtime/cuda/hopper_products.h) switched on in place of cuBLASLt's
@@ -218,16 +235,10 @@ TEST(CudaFused, OwnHopperBiasGeluMatchesCpu) {
   GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
 #else
   if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
-  const unsigned was = cuda::hopper_products();
-  cuda::set_hopper_products(cuda::kHopperBiasGelu);
   uint64_t seed = 700;
-  for (const LinearCase& c : kHopperCases) {
-    const int64_t launches = cuda::hopper_gemm_launches();
+  expect_each_case_on_the_own_kernel(cuda::kHopperBiasGelu, 1, [&](const LinearCase& c) {
     expect_matmul_bias_gelu_matches_cpu(c, kBFloat16, seed);
-    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1)
-        << c.rows << " x " << c.in << " -> " << c.out << ": the product did not run on the own kernel";
-  }
-  cuda::set_hopper_products(was);
+  });
 #endif
 }
 
@@ -340,16 +351,10 @@ TEST(CudaFused, OwnHopperGeluBackwardMatchesCpu) {
   GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
 #else
   if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
-  const unsigned was = cuda::hopper_products();
-  cuda::set_hopper_products(cuda::kHopperGeluBackward);
   uint64_t seed = 800;
-  for (const LinearCase& c : kHopperCases) {
-    const int64_t launches = cuda::hopper_gemm_launches();
+  expect_each_case_on_the_own_kernel(cuda::kHopperGeluBackward, 1, [&](const LinearCase& c) {
     expect_matmul_gelu_backward_matches_cpu(c, kBFloat16, seed, 2.0);
-    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1)
-        << c.rows << " x " << c.in << " -> " << c.out << ": the product did not run on the own kernel";
-  }
-  cuda::set_hopper_products(was);
+  });
 #endif
 }
 
@@ -363,10 +368,9 @@ TEST(CudaFused, OwnHopperInputGradientMatchesCpu) {
   GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
 #else
   if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
-  const unsigned was = cuda::hopper_products();
-  cuda::set_hopper_products(cuda::kHopperInputGradient);
   uint64_t seed = 900;
-  for (const LinearCase& c : kHopperCases) {
+  // Two products a case: plain, and with gelu'.
+  expect_each_case_on_the_own_kernel(cuda::kHopperInputGradient, 2, [&](const LinearCase& c) {
     for (const bool gelu : {false, true}) {
       const std::string what = describe({c.rows, c.in, c.out}, kBFloat16) + (gelu ? " with gelu'" : " plain");
       SCOPED_TRACE(what);
@@ -379,14 +383,11 @@ TEST(CudaFused, OwnHopperInputGradientMatchesCpu) {
           .matmul_and_column_sums(g.reference, w.reference.unsqueeze(0), gelu ? pre.reference : Tensor(), want,
                                   want_sums);
       const Tensor got = poisoned({1, c.rows, c.out}, kBFloat16), got_sums = poisoned({c.in}, kBFloat16);
-      const int64_t launches = cuda::hopper_gemm_launches();
       backend_for(kGpu).matmul_and_column_sums(g.gpu, w.gpu.unsqueeze(0), gelu ? pre.gpu : Tensor(), got, got_sums);
-      EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1) << what << ": the product did not run on the own kernel";
       expect_close(got, want, tolerance_for(kBFloat16), what + " out");
       expect_close(got_sums, want_sums, tolerance_for(kBFloat16), what + " column sums");
     }
-  }
-  cuda::set_hopper_products(was);
+  });
 #endif
 }
 
