@@ -14,8 +14,9 @@
 //   column-sum pass over dY. Written in the same session, also not yet run on a GPU.
 //
 // Off by default. WEFT_HOPPER_GEMM picks them, read once: unset, "" or "0": none; "1" or "all": every
-// one; or a comma-separated list of the names bias_gelu, gelu_backward and input_gradient. Any other value is
-// reported on stderr and runs none (cuBLASLt's products, which lose nothing). Tests set them directly.
+// one; or a comma-separated list of the names bias_gelu, gelu_backward and input_gradient. Any other
+// value is reported on stderr and runs none (cuBLASLt's products, which lose nothing). Tests set
+// them directly.
 // The results are not cuBLASLt's bits: GELU's tanh is the hardware's approximation (2^-11 relative,
 // under bf16's rounding), and the sums run in another order. Each is deterministic: the same inputs
 // give the same bits on every run.
@@ -36,9 +37,9 @@
 namespace weft::cuda {
 
 enum HopperProduct : unsigned {
-  kHopperBiasGelu = 1u << 0,        // "bias_gelu"
-  kHopperGeluBackward = 1u << 1,    // "gelu_backward"
-  kHopperInputGradient = 1u << 2,   // "input_gradient"
+  kHopperBiasGelu = 1u << 0,       // "bias_gelu"
+  kHopperGeluBackward = 1u << 1,   // "gelu_backward"
+  kHopperInputGradient = 1u << 2,  // "input_gradient"
 };
 constexpr unsigned kAllHopperProducts = kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient;
 
