@@ -237,6 +237,37 @@ double relative_error(const std::vector<float>& values, const std::vector<float>
   return worst / std::max(largest, 1e-30);
 }
 
+// relative_error, and where it is 1e-2 or more a diagnosis on stderr, so that one run on the GPU says
+// where a new product goes wrong: how many elements are off by more than 1e-2 of the largest
+// reference value (and how many are NaN: outputs are filled with 0xFF first, so NaN means never
+// written), the first few with their (row, column) in a matrix `columns` wide, and how many 64 × 64
+// boxes (TMA's unit of load and store) hold one.
+double checked_error(const char* what, const std::vector<float>& values, const std::vector<float>& reference,
+                     int columns) {
+  const double error = relative_error(values, reference);
+  if (error < 1e-2) return error;
+  double largest = 0;
+  for (float r : reference) largest = std::max(largest, std::fabs(double(r)));
+  const double tolerance = 1e-2 * std::max(largest, 1e-30);
+  size_t wrong = 0, never_written = 0, wrong_boxes = 0;
+  const size_t box_columns = (columns + 63) / 64, all_boxes = ((values.size() / columns + 63) / 64) * box_columns;
+  std::vector<bool> box_wrong(all_boxes, false);
+  std::fprintf(stderr, "  %s: error %.2e; first wrong (row, column): value / reference:", what, error);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double difference = std::fabs(double(values[i]) - reference[i]);
+    if (!(difference > tolerance) && !std::isnan(difference)) continue;
+    ++wrong;
+    if (std::isnan(values[i])) ++never_written;
+    const int row = static_cast<int>(i / columns), column = static_cast<int>(i % columns);
+    if (wrong <= 4) std::fprintf(stderr, " (%d, %d): %g / %g", row, column, values[i], reference[i]);
+    const size_t box = (row / 64) * box_columns + column / 64;
+    if (!box_wrong[box]) box_wrong[box] = true, ++wrong_boxes;
+  }
+  std::fprintf(stderr, "\n  %s: %zu of %zu wrong (%zu NaN), in %zu of %zu 64 x 64 boxes\n", what, wrong, values.size(),
+               never_written, wrong_boxes, all_boxes);
+  return error;
+}
+
 float host_gelu(float x) { return 0.5f * x * (1.f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 float host_gelu_derivative(float x) {
   constexpr float c = 0.7978845608028654f, a = 0.044715f;
@@ -306,12 +337,12 @@ bool check_odd_shape_backward(const char* tiling, int m, int n, int k, cudaStrea
   CUDA_CHECK(cudaMemcpy(expected.data(), reference, expected.size() * sizeof(float), cudaMemcpyDeviceToHost));
   const std::vector<float> pre_values = to_host(pre, expected.size());
   for (size_t i = 0; i < expected.size(); ++i) expected_backward[i] = expected[i] * host_gelu_derivative(pre_values[i]);
-  const double backward_error = relative_error(to_host(out, expected.size()), expected_backward);
+  const double backward_error = checked_error("GELU backward", to_host(out, expected.size()), expected_backward, n);
   CUDA_CHECK(cudaMemsetAsync(out, 0xFF, size_t(m) * n * sizeof(bf16), stream));
   launch_own<T, hopper::Epilogue::kNone, hopper::BLayout::kKByN>(a, b, nullptr, out, nullptr, m, n, k, stream,
                                                                 group_rows);
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  const double plain_error = relative_error(to_host(out, expected.size()), expected);
+  const double plain_error = checked_error("plain, B N-major", to_host(out, expected.size()), expected, n);
   double sums_error = 0;
   if constexpr (T::kPingPong) {
     float *partials, *sums;
@@ -328,7 +359,8 @@ bool check_odd_shape_backward(const char* tiling, int m, int n, int k, cudaStrea
     for (int row = 0; row < m; ++row)
       for (int c = 0; c < k; ++c) expected_sums[c] += a_values[size_t(row) * k + c];
     CUDA_CHECK(cudaMemcpy(got.data(), sums, size_t(k) * sizeof(float), cudaMemcpyDeviceToHost));
-    sums_error = std::max(relative_error(to_host(out, expected.size()), expected), relative_error(got, expected_sums));
+    sums_error = std::max(checked_error("plain with the sums", to_host(out, expected.size()), expected, n),
+                          checked_error("a's column sums", got, expected_sums, k));
     CUDA_CHECK(cudaFree(partials));
     CUDA_CHECK(cudaFree(sums));
   }
@@ -488,11 +520,12 @@ bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t
         CUDA_CHECK(cudaMemsetAsync(sums, 0xFF, size_t(k) * sizeof(float), stream));
         variant.run(buffers, m, n, k);
         CUDA_CHECK(cudaStreamSynchronize(stream));
-        worst = std::max(worst, relative_error(to_host(own_out, count), variant.gelu ? lt_backward_out : lt_plain_out));
+        worst = std::max(worst, checked_error(variant.name, to_host(own_out, count),
+                                              variant.gelu ? lt_backward_out : lt_plain_out, n));
         if (variant.sums) {
           std::vector<float> got(k);
           CUDA_CHECK(cudaMemcpy(got.data(), sums, size_t(k) * sizeof(float), cudaMemcpyDeviceToHost));
-          worst = std::max(worst, relative_error(got, expected_sums));
+          worst = std::max(worst, checked_error(variant.name, got, expected_sums, k));
         }
       }
       // The separate pass, checked too.
@@ -500,7 +533,7 @@ bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t
       {
         std::vector<float> got(k);
         CUDA_CHECK(cudaMemcpy(got.data(), sums, size_t(k) * sizeof(float), cudaMemcpyDeviceToHost));
-        worst = std::max(worst, relative_error(got, expected_sums));
+        worst = std::max(worst, checked_error("separate column sums", got, expected_sums, k));
       }
       CUDA_CHECK(cudaProfilerStop());
       const bool ok = worst < 1e-2;
