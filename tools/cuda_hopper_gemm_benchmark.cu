@@ -1,10 +1,12 @@
 // cuda_hopper_gemm_benchmark: weft's own Hopper product (runtime/cuda/hopper_gemm.cuh) against cuBLASLt on
 // the linear layers' forward shapes: plain, and bias + GELU with the pre-activation kept (cuBLASLt's
-// CUBLASLT_EPILOGUE_GELU_AUX_BIAS); and on the MLP's backward dX product, dY · W with W read N-major:
-// plain, and times gelu'(pre-activation) (CUBLASLT_EPILOGUE_DGELU). Each cuBLASLt row is the fastest of the heuristic's first 8
-// algorithms, as weft's autotuner picks. Before timing, every output of weft's kernel is checked
-// against cuBLASLt's (relative to the output's largest magnitude), and odd shapes against a plain
-// f32 reference kernel, so a fast wrong kernel cannot pass.
+// CUBLASLT_EPILOGUE_GELU_AUX_BIAS); and on the backward dX products, dY · W with W read N-major: the
+// MLP's down-projection times gelu'(pre-activation) (CUBLASLT_EPILOGUE_DGELU), and the plain ones with
+// the bias gradient's column sums of dY fused (against cuBLASLt's product and a separate pass). Each
+// cuBLASLt row is the fastest of the heuristic's first 8 algorithms, as weft's autotuner picks.
+// Before timing, every output of weft's kernel is checked against cuBLASLt's (relative to the
+// output's largest magnitude), and odd shapes against a plain f32 reference kernel, so a fast wrong
+// kernel cannot pass.
 //
 //   cuda_hopper_gemm_benchmark [rounds]     (default 3; each round times every variant 20 times)
 //   SHAPES="gpt2 up" cuda_hopper_gemm_benchmark 1     (only the shapes whose names start so; no odd shapes)
