@@ -313,7 +313,7 @@ bool check_odd_shape(const char* tiling, int m, int n, int k, cudaStream_t strea
   return ok;
 }
 
-__global__ void sum_slices_kernel(const float* partials, int slices, int k, float* sums);
+void sum_slices(const float* partials, int slices, int k, float* sums, cudaStream_t stream);
 
 // GELU's backward with B read N-major: out = (a [m, k] · b [k, n]) ⊙ gelu'(pre [m, n]), and the plain
 // N-major product, against the f32 reference; for alternating tilings also the plain product with
@@ -354,7 +354,7 @@ bool check_odd_shape_backward(const char* tiling, int m, int n, int k, cudaStrea
     CUDA_CHECK(cudaMemsetAsync(partials, 0xFF, size_t((m + 31) / 32) * k * sizeof(float), stream));
     launch_own<T, hopper::Epilogue::kNone, hopper::BLayout::kKByN, true>(a, b, nullptr, out, nullptr, m, n, k, stream,
                                                                          group_rows, partials);
-    sum_slices_kernel<<<(k + 255) / 256, 256, 0, stream>>>(partials, (m + 31) / 32, k, sums);
+    sum_slices(partials, (m + 31) / 32, k, sums, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> a_values = to_host(a, size_t(m) * k);
     std::vector<float> expected_sums(k, 0.f), got(k);
@@ -383,13 +383,25 @@ struct Shape {
 };
 
 // sums[c] = Σ_s partials[s, c] over `slices` rows of [slices, k] f32: the second pass of the fused
-// column sums (weft's bias gradients are bf16; the sums are compared in f32 here).
+// column sums, as the runtime's (runtime/cuda/sm90a/hopper_products.cu: 16 warps a block of 32
+// columns, warp w adding every 16th slice), but kept in f32 here to compare.
 __global__ void sum_slices_kernel(const float* partials, int slices, int k, float* sums) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= k) return;
+  __shared__ float warp_sums[16][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
   float sum = 0.f;
-  for (int s = 0; s < slices; ++s) sum += partials[size_t(s) * k + c];
-  sums[c] = sum;
+  if (c < k) {
+    for (int s = warp; s < slices; s += 16) sum += partials[size_t(s) * k + c];
+  }
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && c < k) {
+    float total = 0.f;
+    for (int w = 0; w < 16; ++w) total += warp_sums[w][lane];
+    sums[c] = total;
+  }
+}
+void sum_slices(const float* partials, int slices, int k, float* sums, cudaStream_t stream) {
+  sum_slices_kernel<<<(k + 31) / 32, 512, 0, stream>>>(partials, slices, k, sums);
 }
 
 // A bias gradient's column sums as a pass of their own, the way weft computes them today (in two
@@ -415,7 +427,7 @@ __global__ void column_partials_kernel(const bf16* a, int m, int k, float* parti
 void separate_column_sums(const bf16* a, int m, int k, float* partials, float* sums, cudaStream_t stream) {
   const int slices = (m + 255) / 256;
   column_partials_kernel<<<dim3((k / 2 + 31) / 32, slices), 256, 0, stream>>>(a, m, k, partials);
-  sum_slices_kernel<<<(k + 255) / 256, 256, 0, stream>>>(partials, slices, k, sums);
+  sum_slices(partials, slices, k, sums, stream);
 }
 
 // The backward dX products, dY [M, K] · W [K, N] (W as stored: N-major), each of weft's variants
@@ -445,7 +457,7 @@ bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t
    [stream](const Buffers& x, int m, int n, int k) {                                                              \
      launch_own<hopper::tiling, Epilogue::epilogue, BLayout::kKByN, with_sums>(                                   \
          x.a, x.b, nullptr, x.out, const_cast<bf16*>(x.pre), m, n, k, stream, group_rows, x.partials);            \
-     if (with_sums) sum_slices_kernel<<<(k + 255) / 256, 256, 0, stream>>>(x.partials, (m + 31) / 32, k, x.sums); \
+     if (with_sums) sum_slices(x.partials, (m + 31) / 32, k, x.sums, stream);                                      \
    }}
   const std::vector<Variant> gelu_variants = {
       WEFT_OWN_BACKWARD("alt dg", AlternatingTiling, kGeluBackward, false, 1),
@@ -456,12 +468,19 @@ bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t
       WEFT_OWN_BACKWARD("a192b16 dg", AlternatingWide, kGeluBackward, false, 16),
       WEFT_OWN_BACKWARD("a192 dg+s", AlternatingWide, kGeluBackward, true, 16),
   };
+  // The product with the sums in its slices but without the pass over them: what the sums cost the
+  // product itself (its sums are not checked; its output is).
+  const Variant slices_only = {"a192 slices", false, false, [stream](const Buffers& x, int m, int n, int k) {
+                                 launch_own<hopper::AlternatingWide, Epilogue::kNone, BLayout::kKByN, true>(
+                                     x.a, x.b, nullptr, x.out, nullptr, m, n, k, stream, 16, x.partials);
+                               }};
   const std::vector<Variant> plain_variants = {
       WEFT_OWN_BACKWARD("alt p", AlternatingTiling, kNone, false, 1),
       WEFT_OWN_BACKWARD("alt p+s", AlternatingTiling, kNone, true, 1),
       WEFT_OWN_BACKWARD("alt b8 p+s", AlternatingTiling, kNone, true, 8),
       WEFT_OWN_BACKWARD("a192b16 p", AlternatingWide, kNone, false, 16),
       WEFT_OWN_BACKWARD("a192 p+s", AlternatingWide, kNone, true, 16),
+      slices_only,
   };
 #undef WEFT_OWN_BACKWARD
   struct Table {

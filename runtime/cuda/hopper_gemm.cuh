@@ -620,20 +620,47 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           barrier_wait(&pre_loaded[group], pre_loads++ & 1);
         }
         warpgroup_sync(group);
+        // Where value pair `pair` of column group c (8 columns) of a half goes: its staging box (of
+        // the tile's), and the slot in the staging boxes.
+        auto box_of = [&](int half, int c) { return half * (T::kBlockN / 64) + (8 * c + 2 * (lane % 4)) / 64; };
+        auto slot_of = [&](int half, int c, int pair) {
+          const int column = 8 * c + 2 * (lane % 4), chunk = (column % 64) / 8;
+          const int row = 16 * warp + lane / 4 + 8 * pair;
+          return staging + (box_of(half, c) % T::kStagingBoxes) * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
+                 (column % 8) * 2;
+        };
+        // kGeluBackward reads each pre-activation from its slot: kBatch column groups' worth first, so
+        // that the reads overlap instead of each store waiting for its own read.
+        constexpr int kBatch = 4;
+        static_assert(T::kBlockN / 8 % kBatch == 0, "stage_and_store: whole batches of column groups");
 #pragma unroll
         for (int half = 0; half < T::kHalves; ++half) {
 #pragma unroll
-          for (int c = 0; c < T::kBlockN / 8; ++c) {
-            const int column = 8 * c + 2 * (lane % 4);
-            const int box = half * (T::kBlockN / 64) + column / 64, chunk = (column % 64) / 8;
-            if (box / T::kStagingBoxes != round) continue;  // known at compile time once unrolled
+          for (int first_c = 0; first_c < T::kBlockN / 8; first_c += kBatch) {
+            __nv_bfloat162 inputs[kBatch][2];
 #pragma unroll
-            for (int pair = 0; pair < 2; ++pair) {
-              const int row = 16 * warp + lane / 4 + 8 * pair;
-              uint8_t* slot =
-                  staging + (box % T::kStagingBoxes) * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
-              store_shared(slot, value_of(accumulators[half][4 * c + 2 * pair],
-                                          accumulators[half][4 * c + 2 * pair + 1], n_start + column, slot));
+            for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+              for (int pair = 0; pair < 2; ++pair) {
+                inputs[b][pair] = __floats2bfloat162_rn(0.f, 0.f);
+                if constexpr (kEpilogue == Epilogue::kGeluBackward) {
+                  // known at compile time once unrolled
+                  if (box_of(half, first_c + b) / T::kStagingBoxes == round) {
+                    inputs[b][pair] = load_shared(slot_of(half, first_c + b, pair));
+                  }
+                }
+              }
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+              const int c = first_c + b;
+              if (box_of(half, c) / T::kStagingBoxes != round) continue;  // known at compile time once unrolled
+#pragma unroll
+              for (int pair = 0; pair < 2; ++pair) {
+                store_shared(slot_of(half, c, pair),
+                             value_of(accumulators[half][4 * c + 2 * pair], accumulators[half][4 * c + 2 * pair + 1],
+                                      n_start + 8 * c + 2 * (lane % 4), inputs[b][pair]));
+              }
             }
           }
         }
@@ -663,24 +690,23 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     };
     if constexpr (kEpilogue == Epilogue::kBiasGelu) {
       if (keep_pre_gelu) {
-        stage_and_store(&pre_gelu_map, [&](float first, float second, int column, const void*) {
+        stage_and_store(&pre_gelu_map, [&](float first, float second, int column, __nv_bfloat162) {
           biased(first, second, column, first, second);
           return __floats2bfloat162_rn(first, second);
         });
       }
-      stage_and_store(&out_map, [&](float first, float second, int column, const void*) {
+      stage_and_store(&out_map, [&](float first, float second, int column, __nv_bfloat162) {
         biased(first, second, column, first, second);
         return __floats2bfloat162_rn(gelu_tanh(first), gelu_tanh(second));
       });
     } else if constexpr (kEpilogue == Epilogue::kGeluBackward) {
-      // The slot holds the pre-activation of the two values whose result it receives.
-      stage_and_store(&out_map, [&](float first, float second, int, const void* slot) {
-        const __nv_bfloat162 pre = load_shared(slot);
+      // The pre-activations of the two values, read from the slot their result goes to.
+      stage_and_store(&out_map, [&](float first, float second, int, __nv_bfloat162 pre) {
         return __floats2bfloat162_rn(first * gelu_tanh_derivative(__low2float(pre)),
                                      second * gelu_tanh_derivative(__high2float(pre)));
       });
     } else {
-      stage_and_store(&out_map, [&](float first, float second, int column, const void*) {
+      stage_and_store(&out_map, [&](float first, float second, int column, __nv_bfloat162) {
         biased(first, second, column, first, second);
         return __floats2bfloat162_rn(first, second);
       });
