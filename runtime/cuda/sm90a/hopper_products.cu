@@ -98,7 +98,8 @@ bool launch_for_width(const void* a, const void* b, const void* bias, void* out,
 // block of kSliceSumWarps warps takes 32 columns: warp w adds slices w, w + kSliceSumWarps, ... (a
 // lane a column, so each warp reads 128 contiguous bytes of a slice), then the first warp adds the
 // warps' sums in order. A fixed order: the same bits on every run. (One thread a column over every
-// slice measured 30-40 µs on GPT-2's [512, 3072] partials on an H100: too few blocks in flight.)
+// slice left GPT-2's [512, 3072] partials to 12 blocks; with it the fused sums cost as much as a
+// separate pass, docs/performance.md, 2026-12-05, sixteenth session.)
 constexpr int kSliceSumWarps = 16;
 __global__ void __launch_bounds__(32 * kSliceSumWarps) sum_slices_kernel(const float* __restrict__ partials,
                                                                          int slices, int k,
