@@ -7,8 +7,9 @@
 //
 // Status: the runtime calls it opt-in (WEFT_HOPPER_GEMM, runtime/cuda/hopper_products.h) for linear_gelu's
 // bias + GELU forward and for GELU's backward in the next linear's dX product; cuBLASLt runs every
-// other product. The backward (B N-major, kGeluBackward) was written on 2026-12-05 without a GPU and
-// has not yet run on one; docs/performance.md says when it has.
+// other product. The backward (B N-major, kGeluBackward, kSumAColumns) was written on 2026-12-05
+// without a GPU, then checked right on an H100 by the benchmark; docs/performance.md (sixteenth
+// session) has its first figures.
 // tools/cuda_hopper_gemm_benchmark checks every tiling against cuBLASLt and a reference and times
 // both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it stands and
 // why. In the same call as cuBLASLt: the bias + GELU product 5-10% faster than cuBLASLt's on

@@ -6,12 +6,15 @@
 //   2026-12-05, fifteenth session).
 // - hopper_gelu_backward: GELU's backward in the next linear's dX product, (dY · W) ⊙ gelu'(pre), with
 //   W read N-major, in place of cuBLASLt's DGELU epilogue (CudaBackend::matmul_gelu_backward).
-//   Written on 2026-12-05 (sixteenth session) without a GPU; it has not yet run on one
-//   (docs/performance.md records its first run).
+//   Written on 2026-12-05 (sixteenth session) without a GPU. The kernel was right on an H100 in
+//   tools/cuda_hopper_gemm_benchmark, 7% faster than cuBLASLt's DGELU at the 1.3B shape and 4%
+//   slower on GPT-2's; this launcher has not yet run on a GPU (docs/performance.md).
 // - hopper_input_gradient: a linear's dX product dY · W (W read N-major; with a pre-activation, times
 //   gelu' as hopper_gelu_backward) with its bias gradient, the column sums of dY, taken while the
 //   products run (CudaBackend::matmul_and_column_sums), in place of cuBLASLt's product and weft's
-//   column-sum pass over dY. Written in the same session, also not yet run on a GPU.
+//   column-sum pass over dY. Written in the same session. The kernel was right on an H100 in the
+//   benchmark, but with the sums it cost as much as the separate pass; this launcher has not yet
+//   run on a GPU.
 //
 // Off by default. WEFT_HOPPER_GEMM picks them, read once: unset, "" or "0": none; "1" or "all": every
 // one; or a comma-separated list of the names bias_gelu, gelu_backward and input_gradient. Any other
