@@ -8,8 +8,11 @@
 // of 16 rows of tiles, whose bias + GELU product ran 6-12% faster than cuBLASLt's there; narrower
 // products (GPT-2's 3072) take the alternating 128 × 128 tiling row by row, the one whose GELU
 // epilogue hides under the other warpgroup's products (5-10% faster than cuBLASLt's on GPT-2's
-// up-projection). The backward takes the same choice until it is measured on its own
-// (tools/cuda_hopper_gemm_benchmark's backward table).
+// up-projection). The backward products (B read N-major) take the 192-column tiling in bands of 16
+// at every width: on an H100 (docs/performance.md, 2026-12-05, sixteenth session) it was the
+// fastest own tiling for every dX shape measured (GPT-2's fc with the sums 144 against 157 µs for
+// the 128-column one, the 1.3B fc plain 442 against 475) and level on GPT-2's GELU backward (153
+// against 152).
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -83,15 +86,21 @@ bool launch(const void* a, const void* b, const void* bias, void* out, const voi
   return true;
 }
 
-// The tiling for a product N wide (the file's comment says why).
+// The tiling for a product N wide (the file's comment says why). The backward products (B N-major)
+// take the 192-column tiling in bands at every width.
 template <hopper::Epilogue kEpilogue, hopper::BLayout kB, bool kSumAColumns = false>
 bool launch_for_width(const void* a, const void* b, const void* bias, void* out, const void* pre_gelu, int64_t m,
                       int64_t n, int64_t k, int device, cudaStream_t stream, float* partials = nullptr) {
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
-  return n >= 4096 ? launch<hopper::AlternatingWide, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni,
-                                                                                  ki, 16, device, stream, partials)
-                   : launch<hopper::AlternatingTiling, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni,
-                                                                                    ki, 1, device, stream, partials);
+  if (kB == hopper::BLayout::kKByN || n >= 4096) {
+    return launch<hopper::AlternatingWide, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni, ki, 16,
+                                                                        device, stream, partials);
+  }
+  if constexpr (kB == hopper::BLayout::kNByK) {
+    return launch<hopper::AlternatingTiling, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni, ki, 1,
+                                                                          device, stream, partials);
+  }
+  return false;
 }
 
 // sums[c] = Σ_s partials[s, c] over the slices, rounded once to bf16: the column sums' second pass. A
