@@ -243,6 +243,31 @@ class Backend {
   // order of unary kSilu then binary kMul (f32: the unfused result bit for bit; 16-bit dtypes round
   // once). gate, up, out contiguous, one shape.
   virtual void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // SwiGLU's gate and up products with the activation: gate [R, H] = rows [R, C] · gate_weight [H,
+  // C]ᵀ, up [R, H] = rows · up_weight [H, C]ᵀ, then swiglu(gate, up, out [R, H]) from the rounded
+  // gate and up. rows and the weights with any strides matmul takes; gate, up, out contiguous
+  // (gate and up may be the halves of one [2, R, H] buffer). The default runs the two products and swiglu, exactly what the
+  // three apart compute; a backend may run them as one product (CUDA on Hopper: weft's own product
+  // under WEFT_HOPPER_GEMM=swiglu, runtime/cuda/hopper_products.h), its out still swiglu's bits of
+  // its gate and up.
+  virtual void swiglu_products(const Tensor& rows, const Tensor& gate_weight, const Tensor& up_weight,
+                               const Tensor& gate, const Tensor& up, const Tensor& out) {
+    matmul(rows.unsqueeze(0), gate_weight.transpose(0, 1).unsqueeze(0), gate.unsqueeze(0), 1.0, 0.0);
+    matmul(rows.unsqueeze(0), up_weight.transpose(0, 1).unsqueeze(0), up.unsqueeze(0), 1.0, 0.0);
+    swiglu(gate, up, out);
+  }
+  // SwiGLU's backward in the product that hands it its gradient (a down-projection's dX): d = a [1,
+  // R, K] · bm [1, K, H] as matmul computes it (rounded to the dtype), then swiglu_backward(gate, up,
+  // d, grad_gate, grad_up) with gate, up, grad_gate, grad_up [R, H] contiguous (the gradients may be
+  // the halves of one [2, R, H] buffer). The default runs exactly those two; a backend may apply
+  // the backward in the product's epilogue (CUDA on Hopper: weft's own product under
+  // WEFT_HOPPER_GEMM=swiglu_backward), its results still swiglu_backward's bits of its own d.
+  virtual void matmul_swiglu_backward(const Tensor& a, const Tensor& bm, const Tensor& gate, const Tensor& up,
+                                      const Tensor& grad_gate, const Tensor& grad_up) {
+    const Tensor product = Tensor::empty({1, gate.size(0), gate.size(1)}, grad_gate.dtype(), grad_gate.device());
+    matmul(a, bm, product, 1.0, 0.0);
+    swiglu_backward(gate, up, product.view(gate.shape()), grad_gate, grad_up);
+  }
   // From gate and up alone (silu recomputed): grad_up = grad_out * silu(gate),
   // grad_gate = (grad_out * up) * silu'(gate); all contiguous, one shape.
   virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad_out, const Tensor& grad_gate,

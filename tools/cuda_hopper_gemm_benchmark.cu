@@ -2,8 +2,11 @@
 // the linear layers' forward shapes: plain, and bias + GELU with the pre-activation kept (cuBLASLt's
 // CUBLASLT_EPILOGUE_GELU_AUX_BIAS); and on the backward dX products, dY · W with W read N-major: the
 // MLP's down-projection times gelu'(pre-activation) (CUBLASLT_EPILOGUE_DGELU), and the plain ones with
-// the bias gradient's column sums of dY fused (against cuBLASLt's product and a separate pass). Each
-// cuBLASLt row is the fastest of the heuristic's first 8 algorithms, as weft's autotuner picks.
+// the bias gradient's column sums of dY fused (against cuBLASLt's product and a separate pass);
+// Llama's gate and up products with SwiGLU (against cuBLASLt's two products and a SwiGLU pass); and
+// SwiGLU's backward in the down-projection's dX product (against cuBLASLt's N-major product and a
+// SwiGLU backward pass). Each cuBLASLt row is the fastest of the heuristic's first 8 algorithms, as
+// weft's autotuner picks.
 // Before timing, every output of weft's kernel is checked against cuBLASLt's (relative to the
 // output's largest magnitude), and odd shapes against a plain f32 reference kernel, so a fast wrong
 // kernel cannot pass.
@@ -73,13 +76,15 @@ CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows) {
   return map;
 }
 
-// pre_gelu: written by kBiasGelu (null: not kept), read by kGeluBackward. b: [n, k], or [k, n] for
-// BLayout::kKByN. column_partials: with kSumAColumns, a's column sums in 32-row slices
-// ([ceil(m / 32), k] f32).
+// pre_gelu: written by kBiasGelu (null: not kept), read by kGeluBackward, and the gate read by
+// kSwigluBackward. b: [n, k], or [k, n] for BLayout::kKByN. column_partials: with kSumAColumns, a's
+// column sums in 32-row slices ([ceil(m / 32), k] f32). second_out and second_pre: kSwigluBackward's
+// grad_up (written) and up (read), [m, n] each (out is then grad_gate).
 template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB = hopper::BLayout::kNByK,
           bool kSumAColumns = false>
 void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16* pre_gelu, int m, int n, int k,
-                cudaStream_t stream, int group_rows = 1, float* column_partials = nullptr) {
+                cudaStream_t stream, int group_rows = 1, float* column_partials = nullptr, bf16* second_out = nullptr,
+                const bf16* second_pre = nullptr) {
   const auto kernel = hopper::gemm_kernel<T, kEpilogue, kB, kSumAColumns>;
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute cluster{};
@@ -112,12 +117,106 @@ void launch_own(const bf16* a, const bf16* b, const bf16* bias, bf16* out, bf16*
       kB == hopper::BLayout::kNByK ? operand_map(b, n, k, T::kBSliceRows) : operand_map(b, k, n, 64);
   const CUtensorMap out_map = operand_map(out, m, n, 64);
   const CUtensorMap pre_gelu_map = operand_map(pre_gelu != nullptr ? pre_gelu : out, m, n, 64);
+  const CUtensorMap second_out_map = second_out != nullptr ? operand_map(second_out, m, n, 64) : out_map;
+  const CUtensorMap second_pre_map = second_pre != nullptr ? operand_map(second_pre, m, n, 64) : pre_gelu_map;
   const int m_groups = ((m + T::kBlockM - 1) / T::kBlockM + T::kCluster - 1) / T::kCluster;
   const int groups = m_groups * ((n + T::kBlockN - 1) / T::kBlockN);
   config.gridDim = dim3(std::min(groups, resident_clusters) * T::kCluster);
-  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a_map, b_map, out_map, pre_gelu_map, m, n, k, bias,
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a_map, b_map, out_map, pre_gelu_map, b_map, second_out_map,
+                                second_pre_map, m, n, k, bias,
                                 kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows,
                                 column_partials));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Llama's gate and up products with SwiGLU (kSwiglu): gate [m, hidden] = x [m, k] · gate_weight
+// [hidden, k]ᵀ, up likewise, out = silu(gate) · up; one persistent CTA an SM, as the runtime launches
+// it (runtime/cuda/sm90a/hopper_products.cu).
+template <typename T>
+void launch_own_swiglu(const bf16* x, const bf16* gate_weight, const bf16* up_weight, bf16* gate, bf16* up, bf16* out,
+                       int m, int hidden, int k, cudaStream_t stream, int group_rows = 1) {
+  const auto kernel = hopper::gemm_kernel<T, hopper::Epilogue::kSwiglu>;
+  static int processors = 0;
+  if (processors == 0) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device));
+  }
+  const int tiles = ((m + T::kBlockM - 1) / T::kBlockM) * ((hidden + T::kBlockN / 2 - 1) / (T::kBlockN / 2));
+  kernel<<<std::min(tiles, processors), T::kThreads, T::kSharedBytes, stream>>>(
+      operand_map(x, m, k, T::kBlockM), operand_map(gate_weight, hidden, k, T::kBlockN / 2),
+      operand_map(out, m, hidden, 64), operand_map(gate, m, hidden, 64), operand_map(up_weight, hidden, k, T::kBlockN / 2),
+      operand_map(up, m, hidden, 64), operand_map(up, m, hidden, 64), m, hidden, k, nullptr, false, group_rows,
+      nullptr);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// out = silu(gate) · up over count elements, written as runtime/cuda/swiglu.cu writes it (8 values a
+// thread): the baseline's third pass, and what the own product's out must equal bit for bit.
+__global__ void swiglu_pass_kernel(const bf16* gate, const bf16* up, bf16* out, size_t count) {
+  const size_t start = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) * 8;
+  for (size_t i = start; i < count; i += size_t{gridDim.x} * blockDim.x * 8) {
+    if (i + 8 <= count) {
+      const uint4 g = *reinterpret_cast<const uint4*>(gate + i), u = *reinterpret_cast<const uint4*>(up + i);
+      uint4 result;
+      const bf16 *gs = reinterpret_cast<const bf16*>(&g), *us = reinterpret_cast<const bf16*>(&u);
+      bf16* rs = reinterpret_cast<bf16*>(&result);
+      for (int j = 0; j < 8; ++j) {
+        const float x = __bfloat162float(gs[j]);
+        rs[j] = __float2bfloat16(__fmul_rn(x / (1.0f + expf(-x)), __bfloat162float(us[j])));
+      }
+      *reinterpret_cast<uint4*>(out + i) = result;
+    } else {
+      for (size_t j = i; j < count; ++j) {
+        const float x = __bfloat162float(gate[j]);
+        out[j] = __float2bfloat16(__fmul_rn(x / (1.0f + expf(-x)), __bfloat162float(up[j])));
+      }
+    }
+  }
+}
+void swiglu_pass(const bf16* gate, const bf16* up, bf16* out, size_t count, cudaStream_t stream) {
+  swiglu_pass_kernel<<<1024, 256, 0, stream>>>(gate, up, out, count);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// SwiGLU's backward of one element, written as runtime/cuda/swiglu.cu's swiglu_backward_pack writes
+// it (its silu and silu_derivative: expf, IEEE divides; the same rounded products).
+__device__ void swiglu_backward_element(bf16 gate, bf16 up, bf16 grad, bf16& grad_gate, bf16& grad_up) {
+  const float x = __bfloat162float(gate), d = __bfloat162float(grad);
+  const float silu = x / (1.0f + expf(-x));
+  const float sigmoid = 1.0f / (1.0f + expf(-x));
+  const float silu_derivative = sigmoid * (1.0f + x * (1.0f - sigmoid));
+  grad_up = __float2bfloat16(__fmul_rn(d, silu));
+  grad_gate = __float2bfloat16(__fmul_rn(__fmul_rn(d, __bfloat162float(up)), silu_derivative));
+}
+
+// grad_gate = (grad · up) · silu'(gate) and grad_up = grad · silu(gate) over count elements (8 a
+// thread), grad being the down-projection's dX product: what weft runs after cuBLASLt's product
+// today, and what the own kSwigluBackward product must equal bit for bit given the own plain
+// product of the same tiling (the same accumulators, so the same rounded grad).
+__global__ void swiglu_backward_pass_kernel(const bf16* gate, const bf16* up, const bf16* grad, bf16* grad_gate,
+                                            bf16* grad_up, size_t count) {
+  const size_t start = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) * 8;
+  for (size_t i = start; i < count; i += size_t{gridDim.x} * blockDim.x * 8) {
+    if (i + 8 <= count) {
+      const uint4 g = *reinterpret_cast<const uint4*>(gate + i), u = *reinterpret_cast<const uint4*>(up + i),
+                  d = *reinterpret_cast<const uint4*>(grad + i);
+      uint4 gate_result, up_result;
+      const bf16 *gs = reinterpret_cast<const bf16*>(&g), *us = reinterpret_cast<const bf16*>(&u),
+                 *ds = reinterpret_cast<const bf16*>(&d);
+      bf16 *gate_results = reinterpret_cast<bf16*>(&gate_result), *up_results = reinterpret_cast<bf16*>(&up_result);
+      for (int j = 0; j < 8; ++j) swiglu_backward_element(gs[j], us[j], ds[j], gate_results[j], up_results[j]);
+      *reinterpret_cast<uint4*>(grad_gate + i) = gate_result;
+      *reinterpret_cast<uint4*>(grad_up + i) = up_result;
+    } else {
+      for (size_t j = i; j < count; ++j) swiglu_backward_element(gate[j], up[j], grad[j], grad_gate[j], grad_up[j]);
+    }
+  }
+}
+void swiglu_backward_pass(const bf16* gate, const bf16* up, const bf16* grad, bf16* grad_gate, bf16* grad_up,
+                          size_t count, cudaStream_t stream) {
+  swiglu_backward_pass_kernel<<<1024, 256, 0, stream>>>(gate, up, grad, grad_gate, grad_up, count);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -592,6 +691,356 @@ bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t
   return all_ok;
 }
 
+// Whether two bf16 buffers hold the same bits.
+bool same_bits(const bf16* first, const bf16* second, size_t count) {
+  std::vector<uint16_t> a(count), b(count);
+  CUDA_CHECK(cudaMemcpy(a.data(), first, count * sizeof(bf16), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(b.data(), second, count * sizeof(bf16), cudaMemcpyDeviceToHost));
+  return a == b;
+}
+
+// SwiGLU's products on an odd shape against the f32 reference: gate and up within bf16's rounding,
+// out the swiglu pass's bits of the kernel's own gate and up.
+template <typename T>
+bool check_odd_shape_swiglu(const char* tiling, int m, int hidden, int k, cudaStream_t stream, int group_rows = 1) {
+  const size_t count = size_t(m) * hidden;
+  bf16 *x, *gate_weight, *up_weight, *gate, *up, *out, *expected_out;
+  float *gate_reference, *up_reference;
+  CUDA_CHECK(cudaMalloc(&x, size_t(m) * k * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&gate_weight, size_t(hidden) * k * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&up_weight, size_t(hidden) * k * sizeof(bf16)));
+  for (bf16** p : {&gate, &up, &out, &expected_out}) CUDA_CHECK(cudaMalloc(p, count * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&gate_reference, count * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&up_reference, count * sizeof(float)));
+  fill_kernel<<<256, 256, 0, stream>>>(x, size_t(m) * k, 31, 1.f);
+  fill_kernel<<<256, 256, 0, stream>>>(gate_weight, size_t(hidden) * k, 32, 2.f / std::sqrt(float(k)));
+  fill_kernel<<<256, 256, 0, stream>>>(up_weight, size_t(hidden) * k, 33, 1.f / std::sqrt(float(k)));
+  for (bf16* p : {gate, up, out}) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, count * sizeof(bf16), stream));
+  launch_own_swiglu<T>(x, gate_weight, up_weight, gate, up, out, m, hidden, k, stream, group_rows);
+  reference_kernel<<<dim3((hidden + 127) / 128, m), 128, 0, stream>>>(x, gate_weight, nullptr, gate_reference, m, hidden, k);
+  reference_kernel<<<dim3((hidden + 127) / 128, m), 128, 0, stream>>>(x, up_weight, nullptr, up_reference, m, hidden, k);
+  swiglu_pass(gate, up, expected_out, count, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> expected_gate(count), expected_up(count);
+  CUDA_CHECK(cudaMemcpy(expected_gate.data(), gate_reference, count * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(expected_up.data(), up_reference, count * sizeof(float), cudaMemcpyDeviceToHost));
+  const double gate_error = checked_error("gate", to_host(gate, count), expected_gate, hidden);
+  const double up_error = checked_error("up", to_host(up, count), expected_up, hidden);
+  const bool out_same = same_bits(out, expected_out, count);
+  const bool ok = gate_error < 1e-2 && up_error < 1e-2 && out_same;
+  std::printf("%s SwiGLU (bands of %d), odd shape m %d hidden %d k %d: errors: gate %.2e, up %.2e; out %s  %s\n",
+              tiling, group_rows, m, hidden, k, gate_error, up_error,
+              out_same ? "the swiglu pass's bits" : "NOT the swiglu pass's bits", ok ? "ok" : "WRONG");
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(gate_weight), static_cast<void*>(up_weight),
+                  static_cast<void*>(gate), static_cast<void*>(up), static_cast<void*>(out),
+                  static_cast<void*>(expected_out), static_cast<void*>(gate_reference), static_cast<void*>(up_reference)})
+    CUDA_CHECK(cudaFree(p));
+  return ok;
+}
+
+// Whether two bf16 buffers of a matrix `columns` wide hold the same bits; where not, how many
+// elements differ and the first few (row, column) with both values on stderr, so that one run on
+// the GPU tells a rounding difference (a last bit) from a misplaced value.
+bool same_bits_reported(const char* what, const bf16* values, const bf16* expected, size_t count, int columns) {
+  if (same_bits(values, expected, count)) return true;
+  const std::vector<float> got = to_host(values, count), wanted = to_host(expected, count);
+  size_t differing = 0;
+  std::fprintf(stderr, "  %s: not the expected bits; first differing (row, column): value / expected:", what);
+  for (size_t i = 0; i < count; ++i) {
+    if (got[i] == wanted[i] || (std::isnan(got[i]) && std::isnan(wanted[i]))) continue;
+    if (++differing <= 4) {
+      std::fprintf(stderr, " (%zu, %zu): %g / %g", i / columns, i % columns, got[i], wanted[i]);
+    }
+  }
+  std::fprintf(stderr, "\n  %s: %zu of %zu values differ%s\n", what, differing, count,
+               differing == 0 ? " (only NaNs' bits do)" : "");
+  return false;
+}
+
+float host_silu(float x) { return x / (1.f + std::exp(-x)); }
+float host_silu_derivative(float x) {
+  const float sigmoid = 1.f / (1.f + std::exp(-x));
+  return sigmoid * (1.f + x * (1.f - sigmoid));
+}
+
+// SwiGLU's backward with B read N-major on an odd shape: with p = dy [m, k] · w [k, n], grad_gate =
+// (p · up) · silu'(gate) and grad_up = p · silu(gate), against the f32 reference's p (within bf16's
+// rounding); and bit for bit against the swiglu backward pass over the own plain product of the same
+// tiling (the same accumulators, so the same rounded p).
+template <typename T>
+bool check_odd_shape_swiglu_backward(const char* tiling, int m, int n, int k, cudaStream_t stream, int group_rows = 1) {
+  using hopper::BLayout;
+  using hopper::Epilogue;
+  const size_t count = size_t(m) * n;
+  bf16 *dy, *w, *gate, *up, *grad_gate, *grad_up, *product, *expected_grad_gate, *expected_grad_up;
+  float* reference;
+  CUDA_CHECK(cudaMalloc(&dy, size_t(m) * k * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&w, size_t(k) * n * sizeof(bf16)));
+  for (bf16** p : {&gate, &up, &grad_gate, &grad_up, &product, &expected_grad_gate, &expected_grad_up})
+    CUDA_CHECK(cudaMalloc(p, count * sizeof(bf16)));
+  CUDA_CHECK(cudaMalloc(&reference, count * sizeof(float)));
+  fill_kernel<<<256, 256, 0, stream>>>(dy, size_t(m) * k, 51, 1.f);
+  fill_kernel<<<256, 256, 0, stream>>>(w, size_t(k) * n, 52, 1.f / std::sqrt(float(k)));
+  fill_kernel<<<256, 256, 0, stream>>>(gate, count, 53, 3.f);  // silu's curved part and both tails
+  fill_kernel<<<256, 256, 0, stream>>>(up, count, 54, 1.f);
+  for (bf16* p : {grad_gate, grad_up, product}) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, count * sizeof(bf16), stream));
+  launch_own<T, Epilogue::kSwigluBackward, BLayout::kKByN>(dy, w, nullptr, grad_gate, gate, m, n, k, stream, group_rows,
+                                                           nullptr, grad_up, up);
+  launch_own<T, Epilogue::kNone, BLayout::kKByN>(dy, w, nullptr, product, nullptr, m, n, k, stream, group_rows);
+  swiglu_backward_pass(gate, up, product, expected_grad_gate, expected_grad_up, count, stream);
+  reference_kernel<<<dim3((n + 127) / 128, m), 128, 0, stream>>>(dy, w, nullptr, reference, m, n, k, true);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> expected(count);
+  CUDA_CHECK(cudaMemcpy(expected.data(), reference, count * sizeof(float), cudaMemcpyDeviceToHost));
+  const std::vector<float> gate_values = to_host(gate, count), up_values = to_host(up, count);
+  std::vector<float> expected_gate(count), expected_up(count);
+  for (size_t i = 0; i < count; ++i) {
+    expected_gate[i] = expected[i] * up_values[i] * host_silu_derivative(gate_values[i]);
+    expected_up[i] = expected[i] * host_silu(gate_values[i]);
+  }
+  const double gate_error = checked_error("SwiGLU backward: grad_gate", to_host(grad_gate, count), expected_gate, n);
+  const double up_error = checked_error("SwiGLU backward: grad_up", to_host(grad_up, count), expected_up, n);
+  const bool gate_bits = same_bits_reported("SwiGLU backward: grad_gate", grad_gate, expected_grad_gate, count, n);
+  const bool up_bits = same_bits_reported("SwiGLU backward: grad_up", grad_up, expected_grad_up, count, n);
+  const bool ok = gate_error < 1e-2 && up_error < 1e-2 && gate_bits && up_bits;
+  std::printf(
+      "%s SwiGLU backward (bands of %d), B N-major, odd shape m %d n %d k %d: errors: grad_gate %.2e, grad_up %.2e; "
+      "%sthe pass's bits over the own plain product  %s\n",
+      tiling, group_rows, m, n, k, gate_error, up_error, gate_bits && up_bits ? "" : "NOT ", ok ? "ok" : "WRONG");
+  for (void* p : {static_cast<void*>(dy), static_cast<void*>(w), static_cast<void*>(gate), static_cast<void*>(up),
+                  static_cast<void*>(grad_gate), static_cast<void*>(grad_up), static_cast<void*>(product),
+                  static_cast<void*>(expected_grad_gate), static_cast<void*>(expected_grad_up),
+                  static_cast<void*>(reference)})
+    CUDA_CHECK(cudaFree(p));
+  return ok;
+}
+
+// Llama's gate and up products with SwiGLU, µs: "lt 2p+sw" is what weft runs without the own
+// product (cuBLASLt's two products, then the SwiGLU pass over gate and up), "lt 2p" the two products
+// alone; then the own kSwiglu variants, each checked first (gate and up against cuBLASLt's, out the
+// swiglu pass's bits of its own gate and up). False where an output is wrong.
+bool time_swiglu_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t stream, int rounds,
+                        const std::string& shape_prefix) {
+  struct Buffers {
+    const bf16 *x, *gate_weight, *up_weight;
+    bf16 *gate, *up, *out;
+  };
+  struct Variant {
+    const char* name;
+    std::function<void(const Buffers&, int m, int hidden, int k)> run;
+  };
+#define WEFT_OWN_SWIGLU(label, tiling, group_rows)                                                              \
+  {label, [stream](const Buffers& b, int m, int hidden, int k) {                                               \
+     launch_own_swiglu<hopper::tiling>(b.x, b.gate_weight, b.up_weight, b.gate, b.up, b.out, m, hidden, k, stream, \
+                                       group_rows);                                                             \
+   }}
+  const std::vector<Variant> variants = {
+      WEFT_OWN_SWIGLU("alt sw", AlternatingTiling, 1),
+      WEFT_OWN_SWIGLU("alt b8 sw", AlternatingTiling, 8),
+      WEFT_OWN_SWIGLU("wide4 sw", WideFourStages, 1),
+      WEFT_OWN_SWIGLU("wide4b8 sw", WideFourStages, 8),
+  };
+#undef WEFT_OWN_SWIGLU
+  const std::vector<Shape> shapes = {{"llama1b gate+up (16384x5504x2048)", 16384, 5504, 2048},
+                                     {"llama7b gate+up (8192x11008x4096)", 8192, 11008, 4096}};
+  std::printf("\n%-34s %9s %9s", "SwiGLU forward (µs)", "lt 2p", "lt 2p+sw");
+  for (const Variant& variant : variants) std::printf(" %10s", variant.name);
+  std::printf("\n");
+  bool all_ok = true;
+  for (const Shape& shape : shapes) {
+    if (std::string(shape.name).rfind(shape_prefix, 0) != 0) continue;
+    const int m = shape.m, hidden = shape.n, k = shape.k;
+    const size_t count = size_t(m) * hidden;
+    bf16 *x, *gate_weight, *up_weight, *lt_gate, *lt_up, *lt_out, *gate, *up, *out, *expected_out;
+    CUDA_CHECK(cudaMalloc(&x, size_t(m) * k * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&gate_weight, size_t(hidden) * k * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&up_weight, size_t(hidden) * k * sizeof(bf16)));
+    for (bf16** p : {&lt_gate, &lt_up, &lt_out, &gate, &up, &out, &expected_out})
+      CUDA_CHECK(cudaMalloc(p, count * sizeof(bf16)));
+    fill_kernel<<<1024, 256, 0, stream>>>(x, size_t(m) * k, 41, 1.f);
+    fill_kernel<<<1024, 256, 0, stream>>>(gate_weight, size_t(hidden) * k, 42, 2.f / std::sqrt(float(k)));
+    fill_kernel<<<1024, 256, 0, stream>>>(up_weight, size_t(hidden) * k, 43, 1.f / std::sqrt(float(k)));
+    const Lt gate_product = make_lt(handle, workspace, stream, x, gate_weight, nullptr, lt_gate, nullptr, m, hidden, k);
+    const Lt up_product = make_lt(handle, workspace, stream, x, up_weight, nullptr, lt_up, nullptr, m, hidden, k);
+    const Buffers buffers{x, gate_weight, up_weight, gate, up, out};
+    CUDA_CHECK(cudaProfilerStart());
+    gate_product.run();
+    up_product.run();
+    const std::vector<float> lt_gate_values = to_host(lt_gate, count), lt_up_values = to_host(lt_up, count);
+    double worst = 0;
+    bool bits_ok = true;
+    for (const Variant& variant : variants) {
+      for (bf16* p : {gate, up, out}) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, count * sizeof(bf16), stream));
+      variant.run(buffers, m, hidden, k);
+      swiglu_pass(gate, up, expected_out, count, stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      worst = std::max(worst, checked_error(variant.name, to_host(gate, count), lt_gate_values, hidden));
+      worst = std::max(worst, checked_error(variant.name, to_host(up, count), lt_up_values, hidden));
+      if (!same_bits(out, expected_out, count)) {
+        std::fprintf(stderr, "  %s: out is not the swiglu pass's bits of its gate and up\n", variant.name);
+        bits_ok = false;
+      }
+    }
+    CUDA_CHECK(cudaProfilerStop());
+    const bool ok = worst < 1e-2 && bits_ok;
+    all_ok = all_ok && ok;
+    std::vector<std::vector<float>> ms(variants.size() + 2);
+    for (int round = 0; round < rounds; ++round) {
+      ms[0].push_back(time_ms(
+          [&] {
+            gate_product.run();
+            up_product.run();
+          },
+          stream));
+      ms[1].push_back(time_ms(
+          [&] {
+            gate_product.run();
+            up_product.run();
+            swiglu_pass(lt_gate, lt_up, lt_out, count, stream);
+          },
+          stream));
+      for (size_t v = 0; v < variants.size(); ++v)
+        ms[v + 2].push_back(time_ms([&] { variants[v].run(buffers, m, hidden, k); }, stream));
+    }
+    std::printf("%-34s", shape.name);
+    for (size_t v = 0; v < ms.size(); ++v) {
+      std::sort(ms[v].begin(), ms[v].end());
+      std::printf(v < 2 ? " %9.1f" : " %10.1f", ms[v][ms[v].size() / 2] * 1e3f);
+    }
+    std::printf("   error %.1e %s\n", worst, ok ? "ok" : "WRONG");
+    gate_product.destroy();
+    up_product.destroy();
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(gate_weight), static_cast<void*>(up_weight),
+                    static_cast<void*>(lt_gate), static_cast<void*>(lt_up), static_cast<void*>(lt_out),
+                    static_cast<void*>(gate), static_cast<void*>(up), static_cast<void*>(out),
+                    static_cast<void*>(expected_out)})
+      CUDA_CHECK(cudaFree(p));
+  }
+  return all_ok;
+}
+
+// SwiGLU's backward in Llama's down-projection dX product, µs: "lt p+swb" is what weft runs
+// without the own product (cuBLASLt's N-major product dY · W, then the SwiGLU backward pass over it
+// with gate and up), "lt p" the product alone, "a192b16 p" the own plain product of the runtime's
+// backward tiling (what the epilogue adds to); then the own kSwigluBackward variants, each checked
+// first: both gradients against cuBLASLt's product and the pass (within bf16's rounding), and bit
+// for bit against the pass over the own plain product of the same tiling. False where an output is
+// wrong.
+bool time_swiglu_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t stream, int rounds,
+                                 const std::string& shape_prefix) {
+  using hopper::BLayout;
+  using hopper::Epilogue;
+  struct Buffers {
+    const bf16 *dy, *w, *gate, *up;
+    bf16 *grad_gate, *grad_up, *product;
+  };
+  struct Variant {
+    const char* name;
+    std::function<void(const Buffers&, int m, int n, int k)> run;    // the gradients
+    std::function<void(const Buffers&, int m, int n, int k)> plain;  // the same tiling's plain product
+  };
+#define WEFT_OWN_SWIGLU_BACKWARD(label, tiling, group_rows)                                                      \
+  {label,                                                                                                       \
+   [stream](const Buffers& x, int m, int n, int k) {                                                            \
+     launch_own<hopper::tiling, Epilogue::kSwigluBackward, BLayout::kKByN>(x.dy, x.w, nullptr, x.grad_gate,     \
+                                                                           const_cast<bf16*>(x.gate), m, n, k,  \
+                                                                           stream, group_rows, nullptr,         \
+                                                                           x.grad_up, x.up);                    \
+   },                                                                                                           \
+   [stream](const Buffers& x, int m, int n, int k) {                                                            \
+     launch_own<hopper::tiling, Epilogue::kNone, BLayout::kKByN>(x.dy, x.w, nullptr, x.product, nullptr, m, n, \
+                                                                 k, stream, group_rows);                        \
+   }}
+  const std::vector<Variant> variants = {
+      WEFT_OWN_SWIGLU_BACKWARD("alt swb", AlternatingTiling, 1),
+      WEFT_OWN_SWIGLU_BACKWARD("altb16 swb", AlternatingTiling, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("a192 swb", AlternatingWideSwigluBackward, 1),
+      WEFT_OWN_SWIGLU_BACKWARD("a192b16swb", AlternatingWideSwigluBackward, 16),
+  };
+#undef WEFT_OWN_SWIGLU_BACKWARD
+  // The runtime's plain dX product (runtime/cuda/sm90a/hopper_products.cu), for what the epilogue costs.
+  auto own_plain = [stream](const Buffers& x, int m, int n, int k) {
+    launch_own<hopper::AlternatingWide, Epilogue::kNone, BLayout::kKByN>(x.dy, x.w, nullptr, x.product, nullptr, m, n,
+                                                                        k, stream, 16);
+  };
+  const std::vector<Shape> shapes = {{"llama1b down dX (16384x5504x2048)", 16384, 5504, 2048},
+                                     {"llama7b down dX (8192x11008x4096)", 8192, 11008, 4096}};
+  std::printf("\n%-34s %9s %9s %10s", "SwiGLU backward dX (µs)", "lt p", "lt p+swb", "a192b16 p");
+  for (const Variant& variant : variants) std::printf(" %10s", variant.name);
+  std::printf("\n");
+  bool all_ok = true;
+  for (const Shape& shape : shapes) {
+    if (std::string(shape.name).rfind(shape_prefix, 0) != 0) continue;
+    const int m = shape.m, n = shape.n, k = shape.k;
+    const size_t count = size_t(m) * n;
+    bf16 *dy, *w, *gate, *up, *lt_product, *lt_grad_gate, *lt_grad_up, *grad_gate, *grad_up, *product,
+        *expected_grad_gate, *expected_grad_up;
+    CUDA_CHECK(cudaMalloc(&dy, size_t(m) * k * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&w, size_t(k) * n * sizeof(bf16)));
+    for (bf16** p : {&gate, &up, &lt_product, &lt_grad_gate, &lt_grad_up, &grad_gate, &grad_up, &product,
+                     &expected_grad_gate, &expected_grad_up})
+      CUDA_CHECK(cudaMalloc(p, count * sizeof(bf16)));
+    fill_kernel<<<1024, 256, 0, stream>>>(dy, size_t(m) * k, 61, 1.f);
+    fill_kernel<<<1024, 256, 0, stream>>>(w, size_t(k) * n, 62, 1.f / std::sqrt(float(k)));
+    fill_kernel<<<1024, 256, 0, stream>>>(gate, count, 63, 3.f);
+    fill_kernel<<<1024, 256, 0, stream>>>(up, count, 64, 1.f);
+    const Lt plain = make_lt(handle, workspace, stream, dy, w, nullptr, lt_product, nullptr, m, n, k,
+                             CUBLASLT_EPILOGUE_DEFAULT, true);
+    const Buffers buffers{dy, w, gate, up, grad_gate, grad_up, product};
+    CUDA_CHECK(cudaProfilerStart());
+    plain.run();
+    swiglu_backward_pass(gate, up, lt_product, lt_grad_gate, lt_grad_up, count, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<float> lt_product_values = to_host(lt_product, count);
+    const std::vector<float> lt_gate_values = to_host(lt_grad_gate, count), lt_up_values = to_host(lt_grad_up, count);
+    CUDA_CHECK(cudaMemsetAsync(product, 0xFF, count * sizeof(bf16), stream));
+    own_plain(buffers, m, n, k);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    double worst = checked_error("a192b16 p", to_host(product, count), lt_product_values, n);
+    bool bits_ok = true;
+    for (const Variant& variant : variants) {
+      for (bf16* p : {grad_gate, grad_up, product}) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, count * sizeof(bf16), stream));
+      variant.run(buffers, m, n, k);
+      variant.plain(buffers, m, n, k);
+      swiglu_backward_pass(gate, up, product, expected_grad_gate, expected_grad_up, count, stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      worst = std::max(worst, checked_error(variant.name, to_host(grad_gate, count), lt_gate_values, n));
+      worst = std::max(worst, checked_error(variant.name, to_host(grad_up, count), lt_up_values, n));
+      bits_ok = same_bits_reported(variant.name, grad_gate, expected_grad_gate, count, n) && bits_ok;
+      bits_ok = same_bits_reported(variant.name, grad_up, expected_grad_up, count, n) && bits_ok;
+    }
+    CUDA_CHECK(cudaProfilerStop());
+    const bool ok = worst < 1e-2 && bits_ok;
+    all_ok = all_ok && ok;
+    std::vector<std::vector<float>> ms(variants.size() + 3);
+    for (int round = 0; round < rounds; ++round) {
+      ms[0].push_back(time_ms([&] { plain.run(); }, stream));
+      ms[1].push_back(time_ms(
+          [&] {
+            plain.run();
+            swiglu_backward_pass(gate, up, lt_product, lt_grad_gate, lt_grad_up, count, stream);
+          },
+          stream));
+      ms[2].push_back(time_ms([&] { own_plain(buffers, m, n, k); }, stream));
+      for (size_t v = 0; v < variants.size(); ++v)
+        ms[v + 3].push_back(time_ms([&] { variants[v].run(buffers, m, n, k); }, stream));
+    }
+    std::printf("%-34s", shape.name);
+    for (size_t v = 0; v < ms.size(); ++v) {
+      std::sort(ms[v].begin(), ms[v].end());
+      std::printf(v < 2 ? " %9.1f" : " %10.1f", ms[v][ms[v].size() / 2] * 1e3f);
+    }
+    std::printf("   error %.1e %s\n", worst, ok ? "ok" : "WRONG");
+    plain.destroy();
+    for (void* p : {static_cast<void*>(dy), static_cast<void*>(w), static_cast<void*>(gate), static_cast<void*>(up),
+                    static_cast<void*>(lt_product), static_cast<void*>(lt_grad_gate), static_cast<void*>(lt_grad_up),
+                    static_cast<void*>(grad_gate), static_cast<void*>(grad_up), static_cast<void*>(product),
+                    static_cast<void*>(expected_grad_gate), static_cast<void*>(expected_grad_up)})
+      CUDA_CHECK(cudaFree(p));
+  }
+  return all_ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -634,6 +1083,17 @@ int main(int argc, char** argv) {
              all_ok;
     all_ok = check_odd_shape_backward<hopper::AlternatingPaired>("alternating, paired", odd[0], odd[1], odd[2],
                                                                  stream) &&
+             all_ok;
+    all_ok = check_odd_shape_swiglu<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream) && all_ok;
+    all_ok = check_odd_shape_swiglu<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream, 3) &&
+             all_ok;
+    all_ok = check_odd_shape_swiglu<hopper::WideFourStages>("wide, four stages", odd[0], odd[1], odd[2], stream) &&
+             all_ok;
+    all_ok =
+        check_odd_shape_swiglu_backward<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream) &&
+        all_ok;
+    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWideSwigluBackward>(
+                 "alternating, 192 columns", odd[0], odd[1], odd[2], stream, 3) &&
              all_ok;
   }
 
@@ -742,6 +1202,8 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaFree(p));
   }
   all_ok = time_backward_shapes(handle, workspace, stream, rounds, shape_prefix) && all_ok;
+  all_ok = time_swiglu_shapes(handle, workspace, stream, rounds, shape_prefix) && all_ok;
+  all_ok = time_swiglu_backward_shapes(handle, workspace, stream, rounds, shape_prefix) && all_ok;
   std::printf("\n%s\n", all_ok ? "every output checked: ok" : "SOME OUTPUTS WRONG");
   return all_ok ? 0 : 1;
 }

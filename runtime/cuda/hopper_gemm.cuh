@@ -9,7 +9,8 @@
 // bias + GELU forward and for GELU's backward in the next linear's dX product; cuBLASLt runs every
 // other product. The backward (B N-major, kGeluBackward, kSumAColumns) was written on 2026-12-05
 // without a GPU, then checked right on an H100 by the benchmark; docs/performance.md (sixteenth
-// session) has its first figures.
+// session) has its first figures. SwiGLU's backward in the down-projection's dX product
+// (kSwigluBackward) was written on 2026-12-06 (seventeenth session) without a GPU.
 // tools/cuda_hopper_gemm_benchmark checks every tiling against cuBLASLt and a reference and times
 // both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it stands and
 // why. In the same call as cuBLASLt: the bias + GELU product 5-10% faster than cuBLASLt's on
@@ -43,6 +44,9 @@
 // - GELU's backward: at a tile's start, once its last stores have read the staging boxes, a
 //   warpgroup's leader has TMA load the tile's pre-activation into them (counted on pre_loaded), so
 //   the load runs under the products; the epilogue reads each value from the place its result goes.
+// - SwiGLU's backward the same way, with two inputs (gate and up) and two outputs (their gradients)
+//   for each output box: half as many output boxes a staging round, each gradient written over the
+//   input box it was read from.
 #pragma once
 
 #include <cuda.h>
@@ -97,6 +101,11 @@ using WideTiling = Tiling<256, 3>;                  // all of a warpgroup's outp
 using WideFourStages = Tiling<256, 4, false, 2>;    // a fourth stage; the output staged half at a time
 using AlternatingTiling = Tiling<128, 5, true>;
 using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; the output staged in halves
+// SwiGLU's backward stages two boxes (gate and up, then their gradients) for each output box, so it
+// needs an even count: here a warpgroup's 6 output boxes go one at a time (two staging boxes). Four
+// staging boxes would fit but do not divide the 6 (as every tiling's rounds must); six do not fit
+// beside 4 stages.
+using AlternatingWideSwigluBackward = Tiling<192, 4, true, 2>;
 // The same tilings with pairs of CTAs sharing B's loads.
 using WideFourStagesPaired = Tiling<256, 4, false, 2, 2>;
 using AlternatingPaired = Tiling<128, 5, true, 0, 2>;
@@ -106,9 +115,14 @@ using AlternatingWidePaired = Tiling<192, 4, true, 3, 2>;
 using AlternatingSixStagesPaired = Tiling<128, 6, true, 2, 2>;
 
 // What the epilogue applies to the product before the bf16 store: nothing, + bias, + bias then GELU
-// (keeping the pre-activation when asked), or GELU's backward: times gelu'(pre-activation), the
-// pre-activation read from a matrix of the output's shape (cuBLASLt's DGELU epilogue).
-enum class Epilogue { kNone, kBias, kBiasGelu, kGeluBackward };
+// (keeping the pre-activation when asked), GELU's backward: times gelu'(pre-activation), the
+// pre-activation read from a matrix of the output's shape (cuBLASLt's DGELU epilogue), SwiGLU:
+// the gate and up products and silu(gate) · up, all three stored, or SwiGLU's backward: the
+// product is the gradient of silu(gate) · up, and the gate and up gradients are stored.
+// kSwiglu: Llama's gate and up products at once, B's rows being the two weights' (see gemm_kernel).
+// kSwigluBackward: the down-projection's dX product with B N-major, gate and up read as kGeluBackward
+// reads the pre-activation (see gemm_kernel).
+enum class Epilogue { kNone, kBias, kBiasGelu, kGeluBackward, kSwiglu, kSwigluBackward };
 
 // How B lies in memory: [N, K] with K contiguous (a linear layer's weight as stored, for the forward
 // X · Wᵀ), or [K, N] with N contiguous (the same weight in the backward dY · W, whose product's
@@ -215,6 +229,15 @@ __device__ inline __nv_bfloat162 load_shared(const void* source) {
   uint32_t bits;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(shared_address(source)) : "memory");
   return *reinterpret_cast<__nv_bfloat162*>(&bits);
+}
+// Two f32 values rounded to the nearest bf16 (ties to even) and packed, low in the low half: the
+// instruction __floats2bfloat162_rn uses, but volatile, so that the compiler keeps the conversion
+// where it is written instead of sinking it to the packed value's use (and keeping the f32 values'
+// registers until then).
+__device__ inline uint32_t bf16_pair_bits(float low, float high) {
+  uint32_t bits;
+  asm volatile("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(high), "f"(low));
+  return bits;
 }
 // Shared-memory writes of this thread visible to TMA (the async proxy).
 __device__ inline void fence_for_tma() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
@@ -379,6 +402,18 @@ __device__ inline float gelu_tanh_derivative(float x) {
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * a * x_squared);
 }
 
+// silu and its derivative, written as runtime/cuda/swiglu.cu writes them (expf, IEEE divides), so
+// that SwiGLU's backward here gives that file's swiglu_backward kernel's bits of the same product.
+__device__ inline float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ inline float silu_derivative(float x) {
+  const float sigmoid = 1.0f / (1.0f + expf(-x));
+  return sigmoid * (1.0f + x * (1.0f - sigmoid));
+}
+// SwiGLU's activation of one bf16 gate and up value (one rounded product), as swiglu.cu's forward,
+// bit for bit: a layer that rebuilds its output from the kept gate and up (train.recompute:
+// selective) gets the same bits the forward stored.
+__device__ inline float swiglu_value(float gate, float up) { return __fmul_rn(silu(gate), up); }
+
 }  // namespace device
 #endif  // WEFT_HOPPER_GEMM_DEVICE
 
@@ -396,15 +431,45 @@ __device__ inline float gelu_tanh_derivative(float x) {
 // height of origin_of's bands. Both outputs go through the staging boxes: the pre-activation stored
 // from registers in wgmma's fragment layout instead (8 rows of 16 bytes a warp's store) measured
 // 35-40% slower.
+// kSwiglu (kNByK, one CTA a cluster, kBlockN a multiple of 128): Llama's gate and up products of x
+// = a at once. n_size is the hidden width H of the three outputs [M, H]; a tile covers kBlockN / 2
+// of their columns, and its B slice is the gate weight's rows (b_map, [H, K], boxes [kBlockN / 2
+// rows, 64]) over the up weight's same rows (second_b_map, the same shape), so that accumulator
+// columns c and c + kBlockN / 2, gate and up of output column c, sit in one thread (wgmma's
+// fragment layout puts column 8j + 2 (lane % 4) + r in every thread of a lane % 4 class). Stored:
+// the gate product to pre_gelu_map's matrix, the up product to second_out_map's, silu(gate) · up of
+// the two rounded values to out_map's (each [M, H], boxes [64 rows, 64]).
+// kSwigluBackward (kKByN, one CTA a cluster, an even kStagingBoxes, no column sums): SwiGLU's
+// backward in the down-projection's dX product. With d = a · b rounded to bf16 (dY · W), g = gate and
+// u = up: grad_gate = (d · u) · silu'(g) and grad_up = d · silu(g), each product rounded as
+// runtime/cuda/swiglu.cu's swiglu_backward rounds it, so that the outputs are that kernel's bits of
+// d. Read: gate from pre_gelu_map's matrix and up from second_pre_map's; stored: grad_gate to
+// out_map's and grad_up to second_out_map's (each [M, N], boxes [64 rows, 64]).
+// second_b_map, second_out_map and second_pre_map are read only by the epilogues above that name
+// them; the others' launches may repeat another map there.
 template <typename T, Epilogue kEpilogue, BLayout kB = BLayout::kNByK, bool kSumAColumns = false>
 __global__ void __launch_bounds__(T::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                 const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap pre_gelu_map,
-                int m_size, int n_size, int k_size, const __nv_bfloat16* __restrict__ bias, bool keep_pre_gelu,
-                int group_rows, float* __restrict__ a_column_partials) {
+                const __grid_constant__ CUtensorMap second_b_map, const __grid_constant__ CUtensorMap second_out_map,
+                const __grid_constant__ CUtensorMap second_pre_map, int m_size, int n_size, int k_size,
+                const __nv_bfloat16* __restrict__ bias, bool keep_pre_gelu, int group_rows,
+                float* __restrict__ a_column_partials) {
 #ifdef WEFT_HOPPER_GEMM_DEVICE
   using namespace device;
   static_assert(!kSumAColumns || T::kPingPong, "gemm_kernel: A's column sums are taken by alternating tilings");
+  constexpr bool kSwiglu = kEpilogue == Epilogue::kSwiglu;
+  static_assert(!kSwiglu || (kB == BLayout::kNByK && T::kCluster == 1 && T::kBlockN % 128 == 0 && !kSumAColumns),
+                "gemm_kernel: SwiGLU's products read both weights K-major, one CTA a cluster, into whole "
+                "64-column boxes of each output");
+  constexpr bool kSwigluBackward = kEpilogue == Epilogue::kSwigluBackward;
+  // Each of a round's output boxes takes two staging boxes, and the rounds cover a warpgroup's boxes.
+  static_assert(!kSwigluBackward || (kB == BLayout::kKByN && T::kCluster == 1 && !kSumAColumns &&
+                                     T::kStagingBoxes % 2 == 0 && T::kBoxes % (T::kStagingBoxes / 2) == 0),
+                "gemm_kernel: SwiGLU's backward reads B N-major, one CTA a cluster, without A's column sums, "
+                "into pairs of staging boxes that divide the warpgroup's output boxes");
+  // The output columns a tile covers: SwiGLU's tiles hold gate and up columns side by side.
+  constexpr int kTileColumns = kSwiglu ? T::kBlockN / 2 : T::kBlockN;
   constexpr int kNBoxes = T::kBlockN / 64;  // a stage's B boxes when kB is kKByN
   static_assert(kB == BLayout::kNByK || kNBoxes % T::kCluster == 0,
                 "gemm_kernel: an N-major B splits into whole 64-column boxes among the cluster's CTAs");
@@ -415,11 +480,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(staging_all + T::kConsumers * T::kStagingBytes);  // [kStages]
   uint64_t* empty = full + T::kStages;                                                          // [kStages]
   uint64_t* turn = empty + T::kStages;  // [2]: alternating warpgroup g may start its products on turn[g]
-  uint64_t* pre_loaded = turn + 2;      // [kConsumers]: kGeluBackward's pre-activation boxes are in staging
+  // [kConsumers]: kGeluBackward's pre-activation boxes (kSwigluBackward's gate and up boxes) are in staging
+  uint64_t* pre_loaded = turn + 2;
   // A cluster's tile group: kCluster vertically adjacent tiles, rank r of the cluster taking the
   // r-th (past the last row, its loads are TMA's zeros and its stores are skipped). Without
   // clusters a group is a tile and a CTA its own cluster.
-  const int n_tiles = (n_size + T::kBlockN - 1) / T::kBlockN;
+  const int n_tiles = (n_size + kTileColumns - 1) / kTileColumns;
   const int m_groups = ((m_size + T::kBlockM - 1) / T::kBlockM + T::kCluster - 1) / T::kCluster;
   const int tiles = m_groups * n_tiles;  // tile groups
   const int k_blocks = (k_size + T::kBlockK - 1) / T::kBlockK;
@@ -433,7 +499,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const int band_rows = min(group_rows, m_groups - band * group_rows);
     const int m_group = band * group_rows + within % band_rows;
     m_start = (m_group * T::kCluster + static_cast<int>(rank)) * T::kBlockM;
-    n_start = (within / band_rows) * T::kBlockN;
+    n_start = (within / band_rows) * kTileColumns;
   };
 
   if (threadIdx.x == 0) {
@@ -492,6 +558,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                          k_block * T::kBlockK);
               }
             }
+          } else if constexpr (kSwiglu) {
+            // The gate weight's rows over the up weight's: kBlockN / 2 rows of 128 bytes each.
+            tma_load(b_tile, &b_map, &full[stage], k_block * T::kBlockK, n_start);
+            tma_load(b_tile + (T::kBlockN / 2) * 128, &second_b_map, &full[stage], k_block * T::kBlockK, n_start);
           } else if constexpr (T::kCluster > 1) {
             tma_load_multicast(b_tile + rank * T::kBSliceRows * 128, &b_map, &full[stage], k_block * T::kBlockK,
                                n_start + rank * T::kBSliceRows, (1u << T::kCluster) - 1);
@@ -522,7 +592,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int tile_step = T::kPingPong ? T::kConsumers : 1;
   int use = T::kPingPong ? group * k_blocks : 0;
   int turns_waited = 0;
-  int pre_loads = 0;  // kGeluBackward: this warpgroup's loads of pre-activation boxes waited for
+  int pre_loads = 0;  // kGeluBackward, kSwigluBackward: this warpgroup's loads into staging waited for
   for (int tile = cluster + (T::kPingPong ? group * clusters : 0); tile < tiles;
        tile += tile_step * clusters, use += (tile_step - 1) * k_blocks) {
     if constexpr (T::kPingPong) {
@@ -535,16 +605,28 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     auto box_column = [&](int box) { return n_start + 64 * (box % (T::kBlockN / 64)); };
     // kGeluBackward: the leader loads a staging round's pre-activation boxes into the staging boxes,
     // where the epilogue reads each value from the place its result goes (TMA fills zeros past the
-    // matrix's edges; those boxes are not stored).
+    // matrix's edges; those boxes are not stored). kSwigluBackward: a round's kStagingBoxes / 2 output
+    // boxes, each one's gate box into staging box p and its up box into staging box
+    // kStagingBoxes / 2 + p (p its place in the round), where its two gradients go.
     auto load_pre_activation = [&](int round) {
       barrier_expect_bytes(&pre_loaded[group], T::kStagingBoxes * 8192);
+      if constexpr (kSwigluBackward) {
+        constexpr int kPositions = T::kStagingBoxes / 2;
 #pragma unroll
-      for (int box = round * T::kStagingBoxes; box < (round + 1) * T::kStagingBoxes; ++box) {
-        tma_load(staging + (box % T::kStagingBoxes) * 8192, &pre_gelu_map, &pre_loaded[group], box_column(box),
-                 box_row(box));
+        for (int box = round * kPositions; box < (round + 1) * kPositions; ++box) {
+          uint8_t* const gate_box = staging + (box % kPositions) * 8192;
+          tma_load(gate_box, &pre_gelu_map, &pre_loaded[group], box_column(box), box_row(box));
+          tma_load(gate_box + kPositions * 8192, &second_pre_map, &pre_loaded[group], box_column(box), box_row(box));
+        }
+      } else {
+#pragma unroll
+        for (int box = round * T::kStagingBoxes; box < (round + 1) * T::kStagingBoxes; ++box) {
+          tma_load(staging + (box % T::kStagingBoxes) * 8192, &pre_gelu_map, &pre_loaded[group], box_column(box),
+                   box_row(box));
+        }
       }
     };
-    if constexpr (kEpilogue == Epilogue::kGeluBackward) {
+    if constexpr (kEpilogue == Epilogue::kGeluBackward || kSwigluBackward) {
       // The first round's boxes load under the products, once the last tile's stores have read them.
       if (leader) {
         tma_store_wait_read();
@@ -689,6 +771,160 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
     };
+    // SwiGLU's three outputs: this warpgroup's boxes of the gate product, then the up product's, then
+    // silu(gate) · up's, staged kStagingBoxes at a time (each round waiting until TMA has read the
+    // round before). Output column c of the tile (below kTileColumns) has its gate value in column
+    // group c / 8 and its up value in column group c / 8 + kGroups of the same thread.
+    auto store_swiglu = [&] {
+      constexpr int kGroups = kTileColumns / 8;                 // an output's 8-column groups in a half
+      constexpr int kBoxesAcross = kTileColumns / 64;           // an output's 64-column boxes in a half
+      constexpr int kOutputBoxes = T::kHalves * kBoxesAcross;   // one output's boxes of this warpgroup
+      constexpr int kRounds = (3 * kOutputBoxes + T::kStagingBoxes - 1) / T::kStagingBoxes;
+      const CUtensorMap* const maps[3] = {&pre_gelu_map, &second_out_map, &out_map};
+#pragma unroll
+      for (int round = 0; round < kRounds; ++round) {
+        if (leader) tma_store_wait_read();
+        warpgroup_sync(group);
+#pragma unroll
+        for (int half = 0; half < T::kHalves; ++half) {
+#pragma unroll
+          for (int c = 0; c < kGroups; ++c) {
+            const int column = 8 * c + 2 * (lane % 4), chunk = (column % 64) / 8;
+#pragma unroll
+            for (int pair = 0; pair < 2; ++pair) {
+              const int row = 16 * warp + lane / 4 + 8 * pair;
+              const __nv_bfloat162 gate = __floats2bfloat162_rn(accumulators[half][4 * c + 2 * pair],
+                                                                accumulators[half][4 * c + 2 * pair + 1]);
+              const __nv_bfloat162 up = __floats2bfloat162_rn(accumulators[half][4 * (c + kGroups) + 2 * pair],
+                                                              accumulators[half][4 * (c + kGroups) + 2 * pair + 1]);
+#pragma unroll
+              for (int output = 0; output < 3; ++output) {
+                const int box = output * kOutputBoxes + half * kBoxesAcross + column / 64;
+                if (box / T::kStagingBoxes != round) continue;  // known at compile time once unrolled
+                __nv_bfloat162 value = gate;
+                if (output == 1) value = up;
+                if (output == 2) {
+                  value = __floats2bfloat162_rn(swiglu_value(__low2float(gate), __low2float(up)),
+                                                swiglu_value(__high2float(gate), __high2float(up)));
+                }
+                store_shared(staging + (box % T::kStagingBoxes) * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
+                                 (column % 8) * 2,
+                             value);
+              }
+            }
+          }
+        }
+        fence_for_tma();
+        warpgroup_sync(group);
+        if (leader) {
+#pragma unroll
+          for (int box = round * T::kStagingBoxes; box < (round + 1) * T::kStagingBoxes && box < 3 * kOutputBoxes;
+               ++box) {
+            const int within = box % kOutputBoxes;
+            const int row_start = m_start + 64 * (first_half + within / kBoxesAcross);
+            const int column_start = n_start + 64 * (within % kBoxesAcross);
+            if (column_start < n_size && row_start < m_size) {
+              tma_store(maps[box / kOutputBoxes], staging + (box % T::kStagingBoxes) * 8192, column_start, row_start);
+            }
+          }
+          tma_store_commit();
+        }
+      }
+    };
+    // SwiGLU's backward: kPositions = kStagingBoxes / 2 of this warpgroup's output boxes a round, in
+    // the order box_row and box_column number them. Output box b's gate and up boxes are in staging
+    // boxes b % kPositions and kPositions + b % kPositions (load_pre_activation: the first round's
+    // loaded at the tile's start, each later one's once the round before has been read by its
+    // stores); each thread reads its gate and up values from the slots that its two gradients then
+    // overwrite, grad_gate over gate and grad_up over up, so no slot is shared between threads.
+    auto store_swiglu_backward = [&] {
+      if constexpr (kSwigluBackward) {  // (compiled only where its tiling's staging fits)
+        constexpr int kPositions = T::kStagingBoxes / 2;
+        constexpr int kBoxesAcross = T::kBlockN / 64;  // 64-column boxes in a half
+        // Column groups whose inputs are read before any of their gradients are written, so that the
+        // reads overlap instead of each store waiting for its own read (as stage_and_store's kBatch).
+        constexpr int kBatch = 4;
+        static_assert(8 % kBatch == 0, "store_swiglu_backward: whole batches of a box's 8 column groups");
+        // d, the product rounded to bf16, for every value up front: half the registers of the f32
+        // accumulators, which the 192-column tiling needs for the inputs and the math (rounded value
+        // by value where used, it spilled 72 bytes). Pair j of a half: values 2j and 2j + 1.
+        uint32_t products[T::kHalves][T::kAccumulators / 2];
+#pragma unroll
+        for (int half = 0; half < T::kHalves; ++half) {
+#pragma unroll
+          for (int j = 0; j < T::kAccumulators / 2; ++j) {
+            products[half][j] = bf16_pair_bits(accumulators[half][2 * j], accumulators[half][2 * j + 1]);
+          }
+        }
+#pragma unroll
+        for (int round = 0; round < T::kBoxes / kPositions; ++round) {
+          if (leader) {
+            tma_store_wait_read();  // the staging boxes' previous stores have read them
+            if (round > 0) load_pre_activation(round);
+          }
+          // Each thread reads and writes only its own slots, so the loads' barrier is all it waits for.
+          barrier_wait(&pre_loaded[group], pre_loads++ & 1);
+#pragma unroll
+          for (int box = round * kPositions; box < (round + 1) * kPositions; ++box) {
+            const int half = box / kBoxesAcross, first_group = 8 * (box % kBoxesAcross);  // column groups of 8
+            uint8_t* const gate_box = staging + (box % kPositions) * 8192;
+            uint8_t* const up_box = gate_box + kPositions * 8192;
+            // Where value pair `pair` of column group c (of the half) lies in its box: slot_of's place.
+            auto offset_of = [&](int c, int pair) {
+              const int column = 8 * c + 2 * (lane % 4), chunk = (column % 64) / 8;
+              const int row = 16 * warp + lane / 4 + 8 * pair;
+              return row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
+            };
+#pragma unroll
+            for (int first_c = first_group; first_c < first_group + 8; first_c += kBatch) {
+              __nv_bfloat162 gates[kBatch][2], ups[kBatch][2];
+#pragma unroll
+              for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+                for (int pair = 0; pair < 2; ++pair) {
+                  gates[b][pair] = load_shared(gate_box + offset_of(first_c + b, pair));
+                  ups[b][pair] = load_shared(up_box + offset_of(first_c + b, pair));
+                }
+              }
+#pragma unroll
+              for (int b = 0; b < kBatch; ++b) {
+                const int c = first_c + b;
+#pragma unroll
+                for (int pair = 0; pair < 2; ++pair) {
+                  // Values 4c + 2 pair and 4c + 2 pair + 1: d as the unfused path's product stores it.
+                  const uint32_t product = products[half][2 * c + pair];
+                  float grad_gate[2], grad_up[2];
+#pragma unroll
+                  for (int i = 0; i < 2; ++i) {
+                    const float d = __uint_as_float(i == 0 ? product << 16 : product & 0xFFFF0000u);
+                    const float g = i == 0 ? __low2float(gates[b][pair]) : __high2float(gates[b][pair]);
+                    const float u = i == 0 ? __low2float(ups[b][pair]) : __high2float(ups[b][pair]);
+                    grad_up[i] = __fmul_rn(d, silu(g));
+                    grad_gate[i] = __fmul_rn(__fmul_rn(d, u), silu_derivative(g));
+                  }
+                  store_shared(gate_box + offset_of(c, pair), __floats2bfloat162_rn(grad_gate[0], grad_gate[1]));
+                  store_shared(up_box + offset_of(c, pair), __floats2bfloat162_rn(grad_up[0], grad_up[1]));
+                }
+              }
+            }
+          }
+          fence_for_tma();
+          warpgroup_sync(group);
+          if (leader) {
+#pragma unroll
+            for (int box = round * kPositions; box < (round + 1) * kPositions; ++box) {
+              const int row_start = box_row(box), column_start = box_column(box);
+              if (column_start < n_size && row_start < m_size) {
+                uint8_t* const gate_box = staging + (box % kPositions) * 8192;
+                tma_store(&out_map, gate_box, column_start, row_start);
+                tma_store(&second_out_map, gate_box + kPositions * 8192, column_start, row_start);
+              }
+            }
+            tma_store_commit();
+          }
+        }
+      }
+    };
     if constexpr (kEpilogue == Epilogue::kBiasGelu) {
       if (keep_pre_gelu) {
         stage_and_store(&pre_gelu_map, [&](float first, float second, int column, __nv_bfloat162) {
@@ -700,6 +936,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         biased(first, second, column, first, second);
         return __floats2bfloat162_rn(gelu_tanh(first), gelu_tanh(second));
       });
+    } else if constexpr (kSwiglu) {
+      store_swiglu();
+    } else if constexpr (kSwigluBackward) {
+      store_swiglu_backward();
     } else if constexpr (kEpilogue == Epilogue::kGeluBackward) {
       // The pre-activations of the two values, read from the slot their result goes to.
       stage_and_store(&out_map, [&](float first, float second, int, __nv_bfloat162 pre) {

@@ -15,9 +15,16 @@
 //   column-sum pass over dY. Written in the same session. The kernel was right on an H100 in the
 //   benchmark, 10-12% faster than cuBLASLt's product and a separate pass on GPT-2's dX shapes (slower
 //   at K = 8192); training steps with it matched the CPU.
+// - hopper_swiglu: Llama's gate and up products and SwiGLU in one product, writing gate, up and
+//   silu(gate) · up (CudaBackend::swiglu_products), in place of cuBLASLt's two products and weft's
+//   SwiGLU pass, which read gate and up back. Written on 2026-12-06 (seventeenth session).
+// - hopper_swiglu_backward: SwiGLU's backward in the down-projection's dX product, writing the gate
+//   and up gradients (CudaBackend::matmul_swiglu_backward), in place of cuBLASLt's product and the
+//   SwiGLU backward pass, which reads the product back. Written in the same session.
 //
 // Off by default. WEFT_HOPPER_GEMM picks them, read once: unset, "" or "0": none; "1" or "all": every
-// one; or a comma-separated list of the names bias_gelu, gelu_backward and input_gradient. Any other
+// one; or a comma-separated list of the names bias_gelu, gelu_backward, input_gradient, swiglu and
+// swiglu_backward. Any other
 // value is reported on stderr and runs none (cuBLASLt's products, which lose nothing). Tests set
 // them directly.
 // The results are not cuBLASLt's bits: GELU's tanh is the hardware's approximation (2^-11 relative,
@@ -43,8 +50,11 @@ enum HopperProduct : unsigned {
   kHopperBiasGelu = 1u << 0,       // "bias_gelu"
   kHopperGeluBackward = 1u << 1,   // "gelu_backward"
   kHopperInputGradient = 1u << 2,  // "input_gradient"
+  kHopperSwiglu = 1u << 3,         // "swiglu"
+  kHopperSwigluBackward = 1u << 4, // "swiglu_backward"
 };
-constexpr unsigned kAllHopperProducts = kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient;
+constexpr unsigned kAllHopperProducts =
+    kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient | kHopperSwiglu | kHopperSwigluBackward;
 
 // The products (a mask of HopperProduct) that a WEFT_HOPPER_GEMM value names; nullopt where it names
 // anything else, with *problem saying what and which values are valid.
@@ -84,6 +94,23 @@ bool hopper_gelu_backward(const void* dy, const void* w, const void* pre_gelu, v
 // queued on stream; false (nothing queued) where it does not apply, as hopper_bias_gelu.
 bool hopper_input_gradient(const void* dy, const void* w, const void* pre_gelu, void* out, void* column_sums,
                            float* partials, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+// gate [m, hidden] = x [m, k] · gate_weight [hidden, k]ᵀ, up [m, hidden] = x · up_weight [hidden, k]ᵀ
+// and out [m, hidden] = silu(gate) · up from the rounded gate and up, as Backend::swiglu computes it
+// (the CUDA swiglu kernel's bits), bf16, every matrix contiguous and row-major, on the current
+// device, queued on stream. False (nothing queued) where it does not apply, as hopper_bias_gelu
+// (hidden in n's place).
+bool hopper_swiglu(const void* x, const void* gate_weight, const void* up_weight, void* gate, void* up, void* out,
+                   int64_t m, int64_t hidden, int64_t k, cudaStream_t stream);
+
+// SwiGLU's backward in the down-projection's dX product: with d = dy [m, k] · w [k, n] rounded to
+// bf16 (w N-major: the down-projection's [out = k, in = n] weight as stored), grad_gate [m, n] =
+// (d · up) · silu'(gate) and grad_up [m, n] = d · silu(gate), from gate and up [m, n], written as
+// Backend::swiglu_backward writes them (the CUDA swiglu_backward kernel's bits of d), bf16, every
+// matrix contiguous and row-major, on the current device, queued on stream. False (nothing queued)
+// where it does not apply, as hopper_bias_gelu.
+bool hopper_swiglu_backward(const void* dy, const void* w, const void* gate, const void* up, void* grad_gate,
+                            void* grad_up, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 #endif
 // The rows of hopper_input_gradient's partials for m rows of dY.
 constexpr int64_t hopper_column_sum_slices(int64_t m) { return (m + 31) / 32; }

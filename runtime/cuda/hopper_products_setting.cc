@@ -21,7 +21,7 @@ std::atomic<unsigned> products_state{kNotRead};
 std::atomic<int64_t> launches{0};
 
 constexpr absl::string_view kValidValues =
-    "0, 1, all, or a comma-separated list of bias_gelu, gelu_backward and input_gradient";
+    "0, 1, all, or a comma-separated list of bias_gelu, gelu_backward, input_gradient, swiglu and swiglu_backward";
 
 }  // namespace
 
@@ -39,6 +39,10 @@ std::optional<unsigned> parse_hopper_products(std::string_view text, std::string
       products |= kHopperGeluBackward;
     } else if (name == "input_gradient") {
       products |= kHopperInputGradient;
+    } else if (name == "swiglu") {
+      products |= kHopperSwiglu;
+    } else if (name == "swiglu_backward") {
+      products |= kHopperSwigluBackward;
     } else {
       if (problem != nullptr) {
         *problem = absl::StrCat(name.empty() ? std::string("an empty name") : absl::StrCat("\"", name, "\""), " in \"",

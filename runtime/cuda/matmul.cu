@@ -922,6 +922,60 @@ bool try_hopper_input_gradient(const Tensor& a, const Tensor& bm, const Tensor& 
 #endif
 }
 
+// SwiGLU's gate and up products with the activation on weft's own Hopper product (hopper_products.h)
+// where it is switched on: rows [R, C] and both weights [H, C] contiguous bf16, gate, up and out
+// [R, H] contiguous bf16, on one device. False where it does not take them.
+bool try_hopper_swiglu(const Tensor& rows, const Tensor& gate_weight, const Tensor& up_weight, const Tensor& gate,
+                       const Tensor& up, const Tensor& out) {
+#if defined(WEFT_HAVE_SM90A)
+  if (!hopper_product_enabled(kHopperSwiglu) || rows.dim() != 2 || gate_weight.dim() != 2) return false;
+  const int64_t r = rows.size(0), c = rows.size(1), hidden = gate_weight.size(0);
+  const Shape out_shape{r, hidden};
+  for (const Tensor* t : {&rows, &gate_weight, &up_weight, &gate, &up, &out}) {
+    if (t->dtype() != kBFloat16 || !t->device().is_cuda() || t->device() != out.device() || !t->is_contiguous()) {
+      return false;
+    }
+  }
+  if (gate_weight.size(1) != c || up_weight.shape() != gate_weight.shape() || gate.shape() != out_shape ||
+      up.shape() != out_shape || out.shape() != out_shape) {
+    return false;
+  }
+  const int device = out.device().index;
+  set_device(device);
+  return hopper_swiglu(rows.raw_data(), gate_weight.raw_data(), up_weight.raw_data(), gate.raw_data(), up.raw_data(),
+                       out.raw_data(), r, hidden, c, current_stream(device));
+#else
+  return false;
+#endif
+}
+
+// SwiGLU's backward in a down-projection's dX product on weft's own Hopper product
+// (hopper_products.h) where it is switched on: a = dY [1, M, K] and bm = the weight [1, K, N] as
+// stored (hopper_operands' dX case, checked against a [1, M, N] product), gate, up, grad_gate and
+// grad_up [M, N] contiguous bf16 on the product's device. False where it does not take them.
+bool try_hopper_swiglu_backward(const Tensor& a, const Tensor& bm, const Tensor& gate, const Tensor& up,
+                                const Tensor& grad_gate, const Tensor& grad_up) {
+#if defined(WEFT_HAVE_SM90A)
+  if (!hopper_product_enabled(kHopperSwigluBackward) || gate.dim() != 2) return false;
+  const int64_t m = gate.size(0), n = gate.size(1);
+  // hopper_operands reads the product's shape from its output: a [1, M, N] view of grad_gate's shape.
+  if (!grad_gate.is_contiguous() || !hopper_operands(a, bm, grad_gate.view({1, m, n}), false)) return false;
+  for (const Tensor* t : {&gate, &up, &grad_up}) {
+    if (t->dtype() != kBFloat16 || t->device() != grad_gate.device() || t->shape() != gate.shape() ||
+        !t->is_contiguous()) {
+      return false;
+    }
+  }
+  if (grad_gate.shape() != gate.shape()) return false;
+  const int device = grad_gate.device().index;
+  set_device(device);
+  return hopper_swiglu_backward(a.raw_data(), bm.raw_data(), gate.raw_data(), up.raw_data(), grad_gate.raw_data(),
+                                grad_up.raw_data(), m, n, a.size(2), current_stream(device));
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 void matmul_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out) {
@@ -1095,6 +1149,27 @@ void CudaBackend::matmul_and_column_sums(const Tensor& a, const Tensor& bm, cons
                                          const Tensor& out, const Tensor& column_sums) {
   if (out.numel() > 0 && cuda::try_hopper_input_gradient(a, bm, pre_activation, out, column_sums)) return;
   Backend::matmul_and_column_sums(a, bm, pre_activation, out, column_sums);
+}
+
+// SwiGLU's backward rides weft's own Hopper product where it is switched on
+// (WEFT_HOPPER_GEMM=swiglu_backward) and takes the operands; otherwise the default: cuBLASLt's
+// product, then the swiglu_backward kernel.
+void CudaBackend::matmul_swiglu_backward(const Tensor& a, const Tensor& bm, const Tensor& gate, const Tensor& up,
+                                         const Tensor& grad_gate, const Tensor& grad_up) {
+  if (gate.numel() > 0 && a.size(2) > 0 && cuda::try_hopper_swiglu_backward(a, bm, gate, up, grad_gate, grad_up)) {
+    return;
+  }
+  Backend::matmul_swiglu_backward(a, bm, gate, up, grad_gate, grad_up);
+}
+
+// SwiGLU's products ride weft's own Hopper product where it is switched on (WEFT_HOPPER_GEMM=swiglu)
+// and takes the operands; otherwise the default: cuBLASLt's two products, then the swiglu kernel.
+void CudaBackend::swiglu_products(const Tensor& rows, const Tensor& gate_weight, const Tensor& up_weight,
+                                  const Tensor& gate, const Tensor& up, const Tensor& out) {
+  if (out.numel() > 0 && rows.numel() > 0 && cuda::try_hopper_swiglu(rows, gate_weight, up_weight, gate, up, out)) {
+    return;
+  }
+  Backend::swiglu_products(rows, gate_weight, up_weight, gate, up, out);
 }
 
 // GELU and the bias ride cuBLASLt's GELU_AUX_BIAS epilogue (aux = the pre-activation, needing N a

@@ -193,6 +193,18 @@ void NvtxAnnotatedBackend::rotary_embedding_backward(const Tensor& grad_out, con
   inner_.rotary_embedding_backward(grad_out, cos, sin, grad_x);
 }
 
+void NvtxAnnotatedBackend::swiglu_products(const Tensor& rows, const Tensor& gate_weight, const Tensor& up_weight,
+                                           const Tensor& gate, const Tensor& up, const Tensor& out) {
+  NvtxRange range("swiglu_products");
+  inner_.swiglu_products(rows, gate_weight, up_weight, gate, up, out);
+}
+
+void NvtxAnnotatedBackend::matmul_swiglu_backward(const Tensor& a, const Tensor& bm, const Tensor& gate,
+                                                  const Tensor& up, const Tensor& grad_gate, const Tensor& grad_up) {
+  NvtxRange range("matmul_swiglu_backward");
+  inner_.matmul_swiglu_backward(a, bm, gate, up, grad_gate, grad_up);
+}
+
 void NvtxAnnotatedBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   NvtxRange range("swiglu");
   inner_.swiglu(gate, up, out);

@@ -63,6 +63,10 @@ class NvtxAnnotatedBackend final : public Backend {
   void rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) override;
   void rotary_embedding_backward(const Tensor& grad_out, const Tensor& cos, const Tensor& sin,
                                  const Tensor& grad_x) override;
+  void swiglu_products(const Tensor& rows, const Tensor& gate_weight, const Tensor& up_weight, const Tensor& gate,
+                       const Tensor& up, const Tensor& out) override;
+  void matmul_swiglu_backward(const Tensor& a, const Tensor& bm, const Tensor& gate, const Tensor& up,
+                              const Tensor& grad_gate, const Tensor& grad_up) override;
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad_out, const Tensor& grad_gate,
                        const Tensor& grad_up) override;

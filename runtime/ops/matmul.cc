@@ -10,6 +10,7 @@
 #include "runtime/ops/linear_parameter_gradients.h"
 #include "runtime/ops/op_checks.h"
 #include "runtime/ops/reduction.h"
+#include "runtime/ops/swiglu_gradient_handoff.h"
 
 namespace weft {
 namespace {
@@ -89,7 +90,9 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
 // Backend::matmul_bias_add call; the residual's gradient is dY itself.
 // Backward: with gelu, dPre = gelu'(pre) * dY (Backend::unary_backward) first, unless the linear
 // after it (an MLP's projection, the one use of this output) already handed it dPre from its own
-// dX GEMM with gelu' in the epilogue (Backend::matmul_gelu_backward); then dX = dY W now,
+// dX GEMM with gelu' in the epilogue (Backend::matmul_gelu_backward); then dX = dY W now (or, where
+// the input is a SwiGLU op's output with this linear its one use, that op's gate and up gradients
+// from one Backend::matmul_swiglu_backward: swiglu_gradient_handoff.h),
 // and dW, db now or, under a DeferWeightGradients with a leaf weight (and a leaf bias or one without
 // a gradient), later: the work goes to the deferral target and dW, db are returned undefined, so the
 // engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run(). Without a
@@ -179,6 +182,13 @@ class LinearFunction final : public autograd::Function {
       }
       producer->handed_pre_activation_gradient_ = true;
       grad_x = grad_x.view(x_shape_);
+    } else if (const SwigluGradientProducer::Handoff handoff = swiglu_handoff(g.dtype()); handoff.gate.defined()) {
+      // dX here is the gradient of a SwiGLU output; its producer takes its gate and up gradients from
+      // this product instead (swiglu_gradient_handoff.h). What flows on to it stands in for dX, of
+      // its shape; the producer's backward does not read it.
+      backend_for(g.device()).matmul_swiglu_backward(g.unsqueeze(0), weight.unsqueeze(0), handoff.gate, handoff.up,
+                                                     handoff.grad_gate, handoff.grad_up);
+      grad_x = handoff.grad_gate.view(x_shape_);
     } else {
       grad_x = input_gradient(g, weight, rows.size(1), bias_with_input_gradient ? &bias_gradient : nullptr);
     }
@@ -223,6 +233,17 @@ class LinearFunction final : public autograd::Function {
                    pre_activation.size(1) == saved()[0].size(1)
                ? producer
                : nullptr;
+  }
+
+  // Where this linear's input is a SwiGLU op's output and this linear its one use: the producer's
+  // buffers for its gate and up gradients, which this backward's product then writes
+  // (swiglu_gradient_handoff.h); otherwise undefined members.
+  SwigluGradientProducer::Handoff swiglu_handoff(DType dtype) const {
+    const autograd::Edge& input = next_edges[0];
+    if (!input.valid() || input.input_index != 0 || input.node->output_uses(0) != 1) return {};
+    auto* producer = dynamic_cast<SwigluGradientProducer*>(input.node.get());
+    if (producer == nullptr) return {};
+    return producer->take_gradients_from_next_product(dtype, saved()[0].size(0), saved()[0].size(1));
   }
 
   // dX = dY W ([R, K], as x_shape_), plus the gradient x already has from its other uses when that

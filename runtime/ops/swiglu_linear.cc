@@ -11,14 +11,10 @@
 #include "runtime/error.h"
 #include "runtime/ops/linear_parameter_gradients.h"
 #include "runtime/ops/op_checks.h"
+#include "runtime/ops/swiglu_gradient_handoff.h"
 
 namespace weft {
 namespace {
-
-// out [1, R, N] = rows [R, K] @ weight [N, K]^T.
-void product_into(const Tensor& rows, const Tensor& weight, const Tensor& out) {
-  backend_for(rows.device()).matmul(rows.unsqueeze(0), weight.transpose(0, 1).unsqueeze(0), out, 1.0, 0.0);
-}
 
 // The two weights' .grad as one [2, H, C] tensor when they lie one right after the other in one
 // storage, `gate_first` naming which comes first, and both count as zero or neither does (one beta
@@ -68,9 +64,23 @@ std::pair<Tensor, Tensor> weight_gradients(const Tensor& grad_pair, bool gate_fi
           linear_parameter_gradients(grad_up, rows, false, up).weight};
 }
 
-class SwigluLinearFunction final : public autograd::Function {
+class SwigluLinearFunction final : public autograd::Function, public SwigluGradientProducer {
  public:
   std::string name() const override { return "SwigluLinearBackward"; }
+
+  // The down-projection's dX product writes the pair gradient (swiglu_gradient_handoff.h), in the
+  // order the weights' .grad lie, as this backward would allocate it.
+  Handoff take_gradients_from_next_product(DType dtype, int64_t rows, int64_t hidden) override {
+    if (saved_released() || saved().size() != 4) return {};
+    const Tensor& pair = saved()[3];  // [2, R, H]
+    if (!pair.defined() || pair.dtype() != dtype || pair.size(1) != rows || pair.size(2) != hidden) return {};
+    const std::shared_ptr<autograd::AccumulateGrad> gate = autograd::leaf_accumulator(next_edges[1]);
+    const std::shared_ptr<autograd::AccumulateGrad> up = autograd::leaf_accumulator(next_edges[2]);
+    handed_gate_first_ = gate_gradient_first(gate.get(), up.get(), dtype);
+    handed_pair_ = Tensor::empty({2, rows, hidden}, dtype, pair.device());
+    return {pair.select(0, 0), pair.select(0, 1), handed_pair_.select(0, handed_gate_first_ ? 0 : 1),
+            handed_pair_.select(0, handed_gate_first_ ? 1 : 0)};
+  }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     const Tensor& x = inputs[0];
@@ -81,10 +91,8 @@ class SwigluLinearFunction final : public autograd::Function {
     const Tensor rows = x.reshape({-1, x.size(-1)});  // [R, C]
     const int64_t r = rows.size(0);
     Tensor pair = Tensor::empty({2, r, hidden}, x.dtype(), x.device());  // [gate; up] pre-activations
-    product_into(rows, gate_weight, pair.narrow(0, 0, 1));
-    product_into(rows, up_weight, pair.narrow(0, 1, 1));
     Tensor out = Tensor::empty({r, hidden}, x.dtype(), x.device());
-    backend_for(x.device()).swiglu(pair.select(0, 0), pair.select(0, 1), out);
+    backend_for(x.device()).swiglu_products(rows, gate_weight, up_weight, pair.select(0, 0), pair.select(0, 1), out);
     save_for_backward({rows, gate_weight, up_weight, pair});
     Shape out_shape = x_shape_;
     out_shape.back() = hidden;
@@ -107,20 +115,31 @@ class SwigluLinearFunction final : public autograd::Function {
     const Tensor& pair = saved()[3];         // [2, R, H]
     const int64_t r = rows.size(0), c = rows.size(1), hidden = gate_weight.size(0);
     Backend& backend = backend_for(rows.device());
-    const Tensor g = grad_or_zeros(grads, 0).reshape({r, hidden}).contiguous();
 
     std::shared_ptr<autograd::AccumulateGrad> gate = autograd::leaf_accumulator(next_edges[1]);
     std::shared_ptr<autograd::AccumulateGrad> up = autograd::leaf_accumulator(next_edges[2]);
-    // The pair gradient in the order of the weights' .grad, so that one product can write both.
-    const bool gate_first = gate_gradient_first(gate.get(), up.get(), g.dtype());
-    Tensor grad_pair = Tensor::empty({2, r, hidden}, g.dtype(), g.device());
+    // The pair gradient in the order of the weights' .grad, so that one product can write both:
+    // handed over by the next linear's product, or computed here from the output's gradient.
+    Tensor grad_pair;
+    bool gate_first;
+    if (handed_pair_.defined()) {
+      grad_pair = std::move(handed_pair_);
+      handed_pair_ = Tensor();
+      gate_first = handed_gate_first_;
+    } else {
+      const Tensor g = grad_or_zeros(grads, 0).reshape({r, hidden}).contiguous();
+      gate_first = gate_gradient_first(gate.get(), up.get(), g.dtype());
+      grad_pair = Tensor::empty({2, r, hidden}, g.dtype(), g.device());
+      backend.swiglu_backward(pair.select(0, 0), pair.select(0, 1), g, grad_pair.select(0, gate_first ? 0 : 1),
+                              grad_pair.select(0, gate_first ? 1 : 0));
+    }
     const Tensor grad_gate = grad_pair.select(0, gate_first ? 0 : 1), grad_up = grad_pair.select(0, gate_first ? 1 : 0);
-    backend.swiglu_backward(pair.select(0, 0), pair.select(0, 1), g, grad_gate, grad_up);
 
     // dX = dG Wg + dU Wu: the first product adds what x's gradient already holds (as linear does),
     // the second adds into the first's result.
-    Tensor grad_x = Tensor::empty({1, r, c}, g.dtype(), g.device());
-    const Tensor addend = autograd::take_pending_gradient(next_edges[0], g.dtype(), r * c, g.device());
+    Tensor grad_x = Tensor::empty({1, r, c}, grad_pair.dtype(), grad_pair.device());
+    const Tensor addend =
+        autograd::take_pending_gradient(next_edges[0], grad_pair.dtype(), r * c, grad_pair.device());
     if (addend.defined()) {
       backend.matmul_bias_add(grad_gate.unsqueeze(0), gate_weight.unsqueeze(0), Tensor(), addend.view({1, r, c}),
                               grad_x);
@@ -147,6 +166,10 @@ class SwigluLinearFunction final : public autograd::Function {
 
  private:
   Shape x_shape_;
+  // Set by take_gradients_from_next_product, taken by the next backward: the pair gradient written
+  // by the down-projection's product, and which half is the gate's.
+  Tensor handed_pair_;
+  bool handed_gate_first_ = true;
 };
 
 }  // namespace

@@ -11,7 +11,8 @@
 // (a gradient buffer keeps them so: Module::keep_gradients_adjacent), the backward writes both with
 // that one product; otherwise with one product each, exactly as two linears would.
 //
-// Forward: the two products into one [2, R, H] buffer (gate first), then Backend::swiglu. Saved:
+// Forward: Backend::swiglu_products, the two products into one [2, R, H] buffer (gate first) and
+// swiglu from it, which a backend may run as one product (weft's own on Hopper). Saved:
 // x's rows, the weights and that buffer (what two linears and swiglu save together). Backward:
 // Backend::swiglu_backward into one [2, R, H] buffer, dX = dG Wg + dU Wu (the second product adds
 // into the first's result, and a gradient x already has, Llama's residual-stream norm output being

@@ -2,8 +2,9 @@
 // and linear_gelu (Backend::matmul_bias_gelu, cuBLASLt's GELU_AUX_BIAS epilogue), forward and
 // backward, the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward,
 // DGELU), and linear_add (Backend::matmul_bias_add: the residual read as cuBLASLt's C); and
-// linear_gelu's product, GELU's backward product and a linear's dX product with its bias gradient on
-// weft's own Hopper kernels where the GPU has them (runtime/cuda/hopper_products.h).
+// linear_gelu's product, GELU's backward product, a linear's dX product with its bias gradient and
+// SwiGLU's gate and up products on weft's own Hopper kernels where the GPU has them
+// (runtime/cuda/hopper_products.h).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
 // f32 on the rounded values, so a bf16 case measures only the GPU's error. Tolerances, as
@@ -388,6 +389,43 @@ TEST(CudaFused, OwnHopperInputGradientMatchesCpu) {
       expect_close(got, want, tolerance_for(kBFloat16), what + " out");
       expect_close(got_sums, want_sums, tolerance_for(kBFloat16), what + " column sums");
     }
+  });
+#endif
+}
+
+// SwiGLU's gate and up products with the activation (Backend::swiglu_products) on weft's own Hopper
+// kernel, against the CPU's, on kHopperCases read as x [rows, in] and both weights [out, in]; the
+// gate weight drawn wider so that gate values reach silu's curved part. out must also be the CUDA
+// swiglu kernel's bits of the kernel's own gate and up: a layer that rebuilds its output from them
+// (train.recompute: selective) gets what the forward stored. Each case must have run on the own
+// kernel.
+TEST(CudaFused, OwnHopperSwigluProductsMatchCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+#if !defined(WEFT_HAVE_SM90A)
+  GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
+#else
+  if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  uint64_t seed = 1000;
+  expect_each_case_on_the_own_kernel(cuda::kHopperSwiglu, 1, [&](const LinearCase& c) {
+    const std::string what = describe({c.rows, c.in, c.out}, kBFloat16);
+    SCOPED_TRACE(what);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.in));
+    const RoundedInput x = random_input({c.rows, c.in}, ++seed, kBFloat16);
+    const RoundedInput gate_weight = random_input({c.out, c.in}, ++seed, kBFloat16, 0.0, 3.0 * scale);
+    const RoundedInput up_weight = random_input({c.out, c.in}, ++seed, kBFloat16, 0.0, scale);
+    const Tensor want_gate = Tensor::empty({c.rows, c.out}), want_up = Tensor::empty({c.rows, c.out}),
+                 want_out = Tensor::empty({c.rows, c.out});
+    backend_for(Device::cpu())
+        .swiglu_products(x.reference, gate_weight.reference, up_weight.reference, want_gate, want_up, want_out);
+    const Tensor got_gate = poisoned({c.rows, c.out}, kBFloat16), got_up = poisoned({c.rows, c.out}, kBFloat16),
+                 got_out = poisoned({c.rows, c.out}, kBFloat16);
+    backend_for(kGpu).swiglu_products(x.gpu, gate_weight.gpu, up_weight.gpu, got_gate, got_up, got_out);
+    expect_close(got_gate, want_gate, tolerance_for(kBFloat16), what + " gate");
+    expect_close(got_up, want_up, tolerance_for(kBFloat16), what + " up");
+    expect_close(got_out, want_out, tolerance_for(kBFloat16), what + " out");
+    const Tensor rebuilt = poisoned({c.rows, c.out}, kBFloat16);
+    backend_for(kGpu).swiglu(got_gate, got_up, rebuilt);
+    EXPECT_TRUE(testing::bitwise_equal(got_out, rebuilt)) << what << ": out is not swiglu's bits of gate and up";
   });
 #endif
 }

@@ -24,7 +24,9 @@ TEST(HopperProductsSetting, NamesEveryProductOrNone) {
   EXPECT_EQ(parse(" 0 "), 0u);
   EXPECT_EQ(parse("1"), kAllHopperProducts);
   EXPECT_EQ(parse("all"), kAllHopperProducts);
-  EXPECT_EQ(kAllHopperProducts, unsigned{kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient});
+  EXPECT_EQ(kAllHopperProducts,
+            unsigned{kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient | kHopperSwiglu |
+                     kHopperSwigluBackward});
 }
 
 TEST(HopperProductsSetting, NamesProductsInAList) {
@@ -32,7 +34,9 @@ TEST(HopperProductsSetting, NamesProductsInAList) {
   EXPECT_EQ(parse("gelu_backward"), unsigned{kHopperGeluBackward});
   EXPECT_EQ(parse("input_gradient"), unsigned{kHopperInputGradient});
   EXPECT_EQ(parse("bias_gelu,gelu_backward"), unsigned{kHopperBiasGelu | kHopperGeluBackward});
-  EXPECT_EQ(parse(" input_gradient , gelu_backward , bias_gelu "), kAllHopperProducts);
+  EXPECT_EQ(parse("swiglu"), unsigned{kHopperSwiglu});
+  EXPECT_EQ(parse("swiglu_backward"), unsigned{kHopperSwigluBackward});
+  EXPECT_EQ(parse(" input_gradient , swiglu, gelu_backward , bias_gelu,swiglu_backward "), kAllHopperProducts);
   EXPECT_EQ(parse("bias_gelu,bias_gelu"), unsigned{kHopperBiasGelu});
 }
 
@@ -42,7 +46,7 @@ TEST(HopperProductsSetting, RefusesOtherValuesNamingTheValidOnes) {
     std::string problem;
     EXPECT_EQ(parse(text, &problem), std::nullopt);
     EXPECT_NE(problem.find("is not a product"), std::string::npos) << problem;
-    EXPECT_NE(problem.find("bias_gelu, gelu_backward and input_gradient"), std::string::npos) << problem;
+    EXPECT_NE(problem.find("bias_gelu, gelu_backward, input_gradient, swiglu and swiglu_backward"), std::string::npos) << problem;
     EXPECT_NE(problem.find(text), std::string::npos) << "the message quotes the value: " << problem;
   }
   std::string problem;

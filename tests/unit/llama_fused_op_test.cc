@@ -7,12 +7,17 @@
 // f64, also for tables whose halves differ (the backward is the transpose, not only the inverse
 // rotation); the rotation's output keeps the [B, T, H, D] memory of a projection's heads; attention
 // un-rotating its q and k gradients in place (unrotate_gradient_in_place) gives the same gradients
-// and hands the qkv projection one gradient buffer; bad arguments are weft::Error.
+// and hands the qkv projection one gradient buffer; a SwiGLU MLP's down-projection hands
+// swiglu_linear its gate and up gradients (swiglu_gradient_handoff.h) only as the output's one use;
+// bad arguments are weft::Error.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "layers/rope.h"
+#include "runtime/autograd/function.h"
+#include "runtime/ops/swiglu_gradient_handoff.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
 
@@ -272,6 +277,116 @@ TEST(SwigluLinear, AdjacentGradientsGetTheirOwnProducts) {
     // Still the views of the slots: written in place, not replaced.
     EXPECT_EQ(gate.grad().raw_data(), slots.narrow(0, gate_first ? 0 : 48, 48).raw_data());
     EXPECT_EQ(up.grad().raw_data(), slots.narrow(0, gate_first ? 48 : 0, 48).raw_data());
+  }
+}
+
+// A SwiGLU MLP: the down-projection's backward hands swiglu_linear its gate and up gradients from
+// one Backend::matmul_swiglu_backward (swiglu_gradient_handoff.h). Against the unfused ops (two
+// linears, swiglu, the down linear): gradients within rounding, in f32 and f64, and with the gate
+// and up .grad adjacent in either order (the hand-off allocates the pair gradient in the slots'
+// order, so the one batched product still writes both). Finite differences with the hand-off, and
+// with a second use of the SwiGLU output, where it must not be taken.
+TEST(SwigluLinear, DownProjectionHandsItsGradientsBack) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = leaf_of({2, 3, 8}, 62, dtype), gate = leaf_of({6, 8}, 63, dtype), up = leaf_of({6, 8}, 64, dtype),
+                 down = leaf_of({8, 6}, 65, dtype);
+    const Tensor x_ref = x.detach().set_requires_grad(true), gate_ref = gate.detach().set_requires_grad(true),
+                 up_ref = up.detach().set_requires_grad(true), down_ref = down.detach().set_requires_grad(true);
+    const Tensor weights = leaf_of({2, 3, 8}, 66, dtype, false);
+    sum(mul(linear(swiglu_linear(x, gate, up), down), weights)).backward();
+    sum(mul(linear(swiglu(linear(x_ref, gate_ref), linear(x_ref, up_ref)), down_ref), weights)).backward();
+    const double tolerance = dtype == kFloat64 ? 1e-12 : 1e-5;
+    for (const auto& [got, want] : {std::pair{x, x_ref}, {gate, gate_ref}, {up, up_ref}, {down, down_ref}}) {
+      EXPECT_LT(max_abs_difference(got.grad(), want.grad()), tolerance);
+    }
+  }
+  for (bool gate_first : {false, true}) {
+    SCOPED_TRACE(gate_first ? "gate's slot first" : "up's slot first");
+    const Tensor x = leaf_of({3, 4, 8}, 67, kFloat64), down = leaf_of({8, 6}, 68, kFloat64);
+    Tensor gate = leaf_of({6, 8}, 69, kFloat64), up = leaf_of({6, 8}, 70, kFloat64);
+    const Tensor gate_ref = gate.detach().set_requires_grad(true), up_ref = up.detach().set_requires_grad(true);
+    Tensor slots = Tensor::full({2 * 6 * 8}, 1e30, kFloat64);  // stale contents, never to be read
+    gate.set_grad(slots.narrow(0, gate_first ? 0 : 48, 48).view({6, 8}));
+    up.set_grad(slots.narrow(0, gate_first ? 48 : 0, 48).view({6, 8}));
+    gate.mark_grad_zero();
+    up.mark_grad_zero();
+    const Tensor weights = leaf_of({3, 4, 8}, 71, kFloat64, false);
+    sum(mul(linear(swiglu_linear(x, gate, up), down), weights)).backward();
+    sum(mul(linear(swiglu(linear(x, gate_ref), linear(x, up_ref)), down), weights)).backward();
+    EXPECT_LT(max_abs_difference(gate.grad(), gate_ref.grad()), 1e-12);
+    EXPECT_LT(max_abs_difference(up.grad(), up_ref.grad()), 1e-12);
+    EXPECT_EQ(gate.grad().raw_data(), slots.narrow(0, gate_first ? 0 : 48, 48).raw_data());
+  }
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) { return linear(swiglu_linear(in[0], in[1], in[2]), in[3]); },
+      {random_leaf({2, 3, 5}, 72), random_leaf({7, 5}, 73), random_leaf({7, 5}, 74), random_leaf({4, 7}, 75)});
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        const Tensor hidden = swiglu_linear(in[0], in[1], in[2]);
+        return add(linear(hidden, in[3]), linear(hidden, in[4]));
+      },
+      {random_leaf({2, 3, 5}, 76), random_leaf({7, 5}, 77), random_leaf({7, 5}, 78), random_leaf({5, 7}, 79),
+       random_leaf({5, 7}, 80)});
+}
+
+// The linear's side of the hand-off, seen from a producer that records it: asked once where the
+// linear is its output's one use, never where the output has a second use; the gradients right
+// either way (against silu then mul, within rounding).
+class RecordingSwiglu final : public autograd::Function, public SwigluGradientProducer {
+ public:
+  explicit RecordingSwiglu(int* handoffs) : handoffs_(handoffs) {}
+  std::string name() const override { return "RecordingSwigluBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    Tensor out = Tensor::empty(inputs[0].shape(), inputs[0].dtype(), inputs[0].device());
+    backend_for(out.device()).swiglu(inputs[0], inputs[1], out);
+    save_for_backward({inputs[0], inputs[1]});
+    return {out};
+  }
+  Handoff take_gradients_from_next_product(DType dtype, int64_t rows, int64_t hidden) override {
+    ++*handoffs_;
+    const Tensor& gate = saved()[0];
+    EXPECT_EQ(dtype, gate.dtype());
+    EXPECT_EQ(rows, gate.size(0));
+    EXPECT_EQ(hidden, gate.size(1));
+    grad_gate_ = Tensor::empty(gate.shape(), dtype, gate.device());
+    grad_up_ = Tensor::empty(gate.shape(), dtype, gate.device());
+    return {gate, saved()[1], grad_gate_, grad_up_};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (grad_gate_.defined()) return {std::exchange(grad_gate_, Tensor()), std::exchange(grad_up_, Tensor())};
+    const Tensor& gate = saved()[0];
+    Tensor grad_gate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+    Tensor grad_up = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+    backend_for(gate.device()).swiglu_backward(gate, saved()[1], grad_or_zeros(grads, 0).contiguous(), grad_gate,
+                                               grad_up);
+    return {grad_gate, grad_up};
+  }
+
+ private:
+  int* handoffs_;
+  Tensor grad_gate_, grad_up_;
+};
+
+TEST(SwigluLinear, LinearAsksItsProducerOnlyAsItsOneUse) {
+  for (bool second_use : {false, true}) {
+    SCOPED_TRACE(second_use ? "the output read again" : "the linear the output's one use");
+    const Tensor gate = leaf_of({5, 6}, 81, kFloat64), up = leaf_of({5, 6}, 82, kFloat64),
+                 down = leaf_of({4, 6}, 83, kFloat64);
+    const Tensor gate_ref = gate.detach().set_requires_grad(true), up_ref = up.detach().set_requires_grad(true);
+    int handoffs = 0;
+    const Tensor hidden = autograd::apply<RecordingSwiglu>({gate, up}, &handoffs)[0];
+    const Tensor hidden_ref = mul(silu(gate_ref), up_ref);
+    const Tensor out_weights = leaf_of({5, 4}, 84, kFloat64, false), hidden_weights = leaf_of({5, 6}, 85, kFloat64, false);
+    auto loss = [&](const Tensor& h) {
+      Tensor value = sum(mul(linear(h, down.detach()), out_weights));
+      return second_use ? add(value, sum(mul(h, hidden_weights))) : value;
+    };
+    loss(hidden).backward();
+    loss(hidden_ref).backward();
+    EXPECT_EQ(handoffs, second_use ? 0 : 1);
+    EXPECT_LT(max_abs_difference(gate.grad(), gate_ref.grad()), 1e-12);
+    EXPECT_LT(max_abs_difference(up.grad(), up_ref.grad()), 1e-12);
   }
 }
 

@@ -1,6 +1,7 @@
 // The launchers of weft's own Hopper products (runtime/cuda/hopper_products.h): linear_gelu's bias +
-// GELU forward, GELU's backward in the next linear's dX product, and a linear's dX product with its
-// bias gradient's column sums. Compiled for sm_90a only (CMakeLists.txt: the weft_sm90a object
+// GELU forward, GELU's backward in the next linear's dX product, a linear's dX product with its
+// bias gradient's column sums, Llama's gate and up products with SwiGLU, and SwiGLU's backward in
+// the down-projection's dX product. Compiled for sm_90a only (CMakeLists.txt: the weft_sm90a object
 // library), where wgmma and setmaxnreg exist.
 //
 // The tiling per shape, from docs/performance.md (2026-12-05, fifteenth session, measured for the
@@ -12,7 +13,9 @@
 // at every width: on an H100 (docs/performance.md, 2026-12-05, sixteenth session) it was the
 // fastest own tiling for every dX shape measured (GPT-2's fc with the sums 144 against 157 µs for
 // the 128-column one, the 1.3B fc plain 442 against 475) and level on GPT-2's GELU backward (153
-// against 152).
+// against 152). SwiGLU's backward takes the same 192 columns in bands of 16, with its output staged
+// one box (two staging boxes: gate and up, then their gradients) at a time
+// (hopper::AlternatingWideSwigluBackward); not yet measured.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -58,11 +61,14 @@ bool applies(int64_t m, int64_t n, int64_t k, std::initializer_list<const void*>
 
 // Launches tiling T's kernel, one persistent CTA an SM (clusters are not used here: pairs measured
 // slower on these shapes). b is [n, k] (kNByK) or [k, n] (kKByN). pre_gelu: written by kBiasGelu
-// (null: not kept), read by kGeluBackward. partials: a's column sums in 32-row slices where
-// kSumAColumns. False where a map cannot be made.
+// (null: not kept), read by kGeluBackward and (the gate) by kSwigluBackward. partials: a's column
+// sums in 32-row slices where kSumAColumns. second_out and second_pre: kSwigluBackward's grad_up
+// (written) and up (read), [m, n] each; null for the other epilogues. False where a map cannot be
+// made.
 template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB, bool kSumAColumns = false>
 bool launch(const void* a, const void* b, const void* bias, void* out, const void* pre_gelu, int m, int n, int k,
-            int group_rows, int device, cudaStream_t stream, float* partials = nullptr) {
+            int group_rows, int device, cudaStream_t stream, float* partials = nullptr, void* second_out = nullptr,
+            const void* second_pre = nullptr) {
   const auto kernel = hopper::gemm_kernel<T, kEpilogue, kB, kSumAColumns>;
   static bool configured[64] = {};  // the shared-memory size it asks for, allowed once on each device
   if (!configured[device]) {
@@ -76,10 +82,17 @@ bool launch(const void* a, const void* b, const void* bias, void* out, const voi
       !make_bf16_tensor_map(pre_map, pre_gelu != nullptr ? pre_gelu : out, m, n, 64)) {
     return false;
   }
+  // The second maps only where the epilogue reads them; the kernel ignores them otherwise.
+  CUtensorMap second_out_map = out_map, second_pre_map = pre_map;
+  if ((second_out != nullptr && !make_bf16_tensor_map(second_out_map, second_out, m, n, 64)) ||
+      (second_pre != nullptr && !make_bf16_tensor_map(second_pre_map, second_pre, m, n, 64))) {
+    return false;
+  }
   const int64_t tiles = ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{n} + T::kBlockN - 1) / T::kBlockN);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
   kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(
-      a_map, b_map, out_map, pre_map, m, n, k, static_cast<const __nv_bfloat16*>(bias),
+      a_map, b_map, out_map, pre_map, b_map, second_out_map, second_pre_map, m, n, k,
+      static_cast<const __nv_bfloat16*>(bias),
       kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows, partials);
   WEFT_CUDA_CHECK(cudaGetLastError());
   count_hopper_gemm_launch();
@@ -101,6 +114,35 @@ bool launch_for_width(const void* a, const void* b, const void* bias, void* out,
                                                                           device, stream, partials);
   }
   return false;
+}
+
+// SwiGLU's products on the alternating 128 × 128 tiling: 64 columns of each output a tile, the
+// whole 64-column boxes the epilogue stores (the 192-column tiling's 96 would split boxes). Row by
+// row, as the alternating tiling runs the narrower forward products.
+bool launch_swiglu(const void* x, const void* gate_weight, const void* up_weight, void* gate, void* up, void* out,
+                   int m, int hidden, int k, int device, cudaStream_t stream) {
+  using T = hopper::AlternatingTiling;
+  const auto kernel = hopper::gemm_kernel<T, hopper::Epilogue::kSwiglu, hopper::BLayout::kNByK>;
+  static bool configured[64] = {};
+  if (!configured[device]) {
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
+    configured[device] = true;
+  }
+  CUtensorMap x_map, gate_weight_map, up_weight_map, out_map, gate_map, up_map;
+  if (!make_bf16_tensor_map(x_map, x, m, k, T::kBlockM) ||
+      !make_bf16_tensor_map(gate_weight_map, gate_weight, hidden, k, T::kBlockN / 2) ||
+      !make_bf16_tensor_map(up_weight_map, up_weight, hidden, k, T::kBlockN / 2) ||
+      !make_bf16_tensor_map(out_map, out, m, hidden, 64) || !make_bf16_tensor_map(gate_map, gate, m, hidden, 64) ||
+      !make_bf16_tensor_map(up_map, up, m, hidden, 64)) {
+    return false;
+  }
+  const int64_t tiles = ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{hidden} + T::kBlockN / 2 - 1) / (T::kBlockN / 2));
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
+  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(x_map, gate_weight_map, out_map, gate_map, up_weight_map,
+                                                         up_map, up_map, m, hidden, k, nullptr, false, 1, nullptr);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+  count_hopper_gemm_launch();
+  return true;
 }
 
 // sums[c] = Σ_s partials[s, c] over the slices, rounded once to bf16: the column sums' second pass. A
@@ -162,6 +204,25 @@ bool hopper_input_gradient(const void* dy, const void* w, const void* pre_gelu, 
       partials, static_cast<int>(hopper_column_sum_slices(m)), columns, static_cast<__nv_bfloat16*>(column_sums));
   WEFT_CUDA_CHECK(cudaGetLastError());
   return true;
+}
+
+bool hopper_swiglu(const void* x, const void* gate_weight, const void* up_weight, void* gate, void* up, void* out,
+                   int64_t m, int64_t hidden, int64_t k, cudaStream_t stream) {
+  int device = 0;
+  if (!applies(m, hidden, k, {x, gate_weight, up_weight, gate, up, out}, device)) return false;
+  return launch_swiglu(x, gate_weight, up_weight, gate, up, out, static_cast<int>(m), static_cast<int>(hidden),
+                       static_cast<int>(k), device, stream);
+}
+
+bool hopper_swiglu_backward(const void* dy, const void* w, const void* gate, const void* up, void* grad_gate,
+                            void* grad_up, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  int device = 0;
+  if (!applies(m, n, k, {dy, w, gate, up, grad_gate, grad_up}, device)) return false;
+  // The backward products' tiling and bands (the file's comment), with the output staged one box at
+  // a time: SwiGLU's backward needs two staging boxes for each.
+  return launch<hopper::AlternatingWideSwigluBackward, hopper::Epilogue::kSwigluBackward, hopper::BLayout::kKByN>(
+      dy, w, nullptr, grad_gate, gate, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 16, device,
+      stream, nullptr, grad_up, up);
 }
 
 }  // namespace weft::cuda
