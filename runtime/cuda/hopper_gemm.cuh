@@ -6,11 +6,13 @@
 // and weft's one-GPU targets (issue #16) need those epilogues at the plain products' pace.
 //
 // Status: the runtime calls it opt-in (WEFT_HOPPER_GEMM, runtime/cuda/hopper_products.h) for linear_gelu's
-// bias + GELU forward and for GELU's backward in the next linear's dX product; cuBLASLt runs every
-// other product. The backward (B N-major, kGeluBackward, kSumAColumns) was written on 2026-12-05
+// bias + GELU forward, GELU's backward in the next linear's dX product, a linear's dX product with
+// its bias gradient, and Llama's SwiGLU products forward and backward; cuBLASLt runs every other
+// product. The backward (B N-major, kGeluBackward, kSumAColumns) was written on 2026-12-05
 // without a GPU, then checked right on an H100 by the benchmark; docs/performance.md (sixteenth
-// session) has its first figures. SwiGLU's backward in the down-projection's dX product
-// (kSwigluBackward) was written on 2026-12-06 (seventeenth session) without a GPU.
+// session) has its first figures. SwiGLU's (kSwiglu, kSwigluBackward) were written on 2026-12-06
+// (seventeenth session), right on an H200 the first time, and slower than cuBLASLt's products
+// with weft's SwiGLU passes (docs/performance.md, seventeenth session).
 // tools/cuda_hopper_gemm_benchmark checks every tiling against cuBLASLt and a reference and times
 // both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it stands and
 // why. In the same call as cuBLASLt: the bias + GELU product 5-10% faster than cuBLASLt's on
@@ -104,7 +106,8 @@ using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; 
 // SwiGLU's backward stages two boxes (gate and up, then their gradients) for each output box, so it
 // needs an even count: here a warpgroup's 6 output boxes go one at a time (two staging boxes). Four
 // staging boxes would fit but do not divide the 6 (as every tiling's rounds must); six do not fit
-// beside 4 stages.
+// beside 4 stages. Measured 1.9 times slower than the 128-column tiling's two rounds (each round's
+// load waits for the round before's stores; docs/performance.md, 2026-12-06): kept for the benchmark.
 using AlternatingWideSwigluBackward = Tiling<192, 4, true, 2>;
 // The same tilings with pairs of CTAs sharing B's loads.
 using WideFourStagesPaired = Tiling<256, 4, false, 2, 2>;

@@ -13,9 +13,12 @@
 // at every width: on an H100 (docs/performance.md, 2026-12-05, sixteenth session) it was the
 // fastest own tiling for every dX shape measured (GPT-2's fc with the sums 144 against 157 µs for
 // the 128-column one, the 1.3B fc plain 442 against 475) and level on GPT-2's GELU backward (153
-// against 152). SwiGLU's backward takes the same 192 columns in bands of 16, with its output staged
-// one box (two staging boxes: gate and up, then their gradients) at a time
-// (hopper::AlternatingWideSwigluBackward); not yet measured.
+// against 152). SwiGLU's two products take the alternating 128 × 128 tiling: in the benchmark on an
+// H200 (docs/performance.md, 2026-12-06, seventeenth session) the forward in bands of 8 (1158 µs
+// at Llama 1B's shape against 1209 row by row; 2362 against 2855 at a 7B shape) and the backward in
+// bands of 16 (838 and 1397 µs against 825 and 1450 row by row), where the 192-column tiling, whose
+// staging holds one output box's gate and up at a time, took 1555 µs at Llama 1B's shape. Both
+// were slower than cuBLASLt's products with weft's SwiGLU passes (1162 and 723 µs there).
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -117,8 +120,8 @@ bool launch_for_width(const void* a, const void* b, const void* bias, void* out,
 }
 
 // SwiGLU's products on the alternating 128 × 128 tiling: 64 columns of each output a tile, the
-// whole 64-column boxes the epilogue stores (the 192-column tiling's 96 would split boxes). Row by
-// row, as the alternating tiling runs the narrower forward products.
+// whole 64-column boxes the epilogue stores (the 192-column tiling's 96 would split boxes), in bands
+// of 8 rows of tiles (the file's comment).
 bool launch_swiglu(const void* x, const void* gate_weight, const void* up_weight, void* gate, void* up, void* out,
                    int m, int hidden, int k, int device, cudaStream_t stream) {
   using T = hopper::AlternatingTiling;
@@ -139,7 +142,7 @@ bool launch_swiglu(const void* x, const void* gate_weight, const void* up_weight
   const int64_t tiles = ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{hidden} + T::kBlockN / 2 - 1) / (T::kBlockN / 2));
   const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
   kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(x_map, gate_weight_map, out_map, gate_map, up_weight_map,
-                                                         up_map, up_map, m, hidden, k, nullptr, false, 1, nullptr);
+                                                         up_map, up_map, m, hidden, k, nullptr, false, 8, nullptr);
   WEFT_CUDA_CHECK(cudaGetLastError());
   count_hopper_gemm_launch();
   return true;
@@ -218,9 +221,8 @@ bool hopper_swiglu_backward(const void* dy, const void* w, const void* gate, con
                             void* grad_up, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   int device = 0;
   if (!applies(m, n, k, {dy, w, gate, up, grad_gate, grad_up}, device)) return false;
-  // The backward products' tiling and bands (the file's comment), with the output staged one box at
-  // a time: SwiGLU's backward needs two staging boxes for each.
-  return launch<hopper::AlternatingWideSwigluBackward, hopper::Epilogue::kSwigluBackward, hopper::BLayout::kKByN>(
+  // Two output boxes a staging round (gate and up, then their gradients, in the four staging boxes).
+  return launch<hopper::AlternatingTiling, hopper::Epilogue::kSwigluBackward, hopper::BLayout::kKByN>(
       dy, w, nullptr, grad_gate, gate, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 16, device,
       stream, nullptr, grad_up, up);
 }
