@@ -3,7 +3,7 @@
 // backward, the GELU backward in the next linear's dX GEMM (Backend::matmul_gelu_backward,
 // DGELU), and linear_add (Backend::matmul_bias_add: the residual read as cuBLASLt's C); and
 // linear_gelu's product, GELU's backward product, a linear's dX product with its bias gradient and
-// SwiGLU's gate and up products on weft's own Hopper kernels where the GPU has them
+// SwiGLU's gate and up products and its backward on weft's own Hopper kernels where the GPU has them
 // (runtime/cuda/hopper_products.h).
 //
 // Inputs are drawn on the CPU in f32 and rounded to the dtype under test; the CPU reference runs in
@@ -426,6 +426,39 @@ TEST(CudaFused, OwnHopperSwigluProductsMatchCpu) {
     const Tensor rebuilt = poisoned({c.rows, c.out}, kBFloat16);
     backend_for(kGpu).swiglu(got_gate, got_up, rebuilt);
     EXPECT_TRUE(testing::bitwise_equal(got_out, rebuilt)) << what << ": out is not swiglu's bits of gate and up";
+  });
+#endif
+}
+
+// SwiGLU's backward in a down-projection's dX product (Backend::matmul_swiglu_backward) on weft's own
+// Hopper kernel, against the CPU's product and swiglu_backward, on kHopperCases read as dY [rows,
+// in], the down weight [in, out] and gate, up [rows, out] (gate drawn wide, out to silu's tails).
+// The gradients go into the halves of one [2, rows, out] buffer, as swiglu_linear's hand-off gives
+// them. Each case must have run on the own kernel.
+TEST(CudaFused, OwnHopperSwigluBackwardMatchesCpu) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+#if !defined(WEFT_HAVE_SM90A)
+  GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
+#else
+  if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  uint64_t seed = 1100;
+  expect_each_case_on_the_own_kernel(cuda::kHopperSwigluBackward, 1, [&](const LinearCase& c) {
+    const std::string what = describe({c.rows, c.in, c.out}, kBFloat16);
+    SCOPED_TRACE(what);
+    const RoundedInput g = random_input({1, c.rows, c.in}, ++seed, kBFloat16);
+    const RoundedInput w =
+        random_input({c.in, c.out}, ++seed, kBFloat16, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+    const RoundedInput gate = random_input({c.rows, c.out}, ++seed, kBFloat16, 0.0, 3.0);
+    const RoundedInput up = random_input({c.rows, c.out}, ++seed, kBFloat16);
+    const Tensor want = Tensor::empty({2, c.rows, c.out});
+    backend_for(Device::cpu())
+        .matmul_swiglu_backward(g.reference, w.reference.unsqueeze(0), gate.reference, up.reference,
+                                want.select(0, 0), want.select(0, 1));
+    const Tensor got = poisoned({2, c.rows, c.out}, kBFloat16);
+    backend_for(kGpu).matmul_swiglu_backward(g.gpu, w.gpu.unsqueeze(0), gate.gpu, up.gpu, got.select(0, 0),
+                                             got.select(0, 1));
+    expect_close(got.select(0, 0), want.select(0, 0), tolerance_for(kBFloat16), what + " grad gate");
+    expect_close(got.select(0, 1), want.select(0, 1), tolerance_for(kBFloat16), what + " grad up");
   });
 #endif
 }
