@@ -766,8 +766,9 @@ float host_silu_derivative(float x) {
 // SwiGLU's backward with B read N-major on an odd shape: with p = dy [m, k] · w [k, n], grad_gate =
 // (p · up) · silu'(gate) and grad_up = p · silu(gate), against the f32 reference's p (within bf16's
 // rounding); and bit for bit against the swiglu backward pass over the own plain product of the same
-// tiling (the same accumulators, so the same rounded p).
-template <typename T>
+// tiling (the same accumulators, so the same rounded p; Plain: a tiling of the same width for a
+// tiling whose staging has no plain product of its own).
+template <typename T, typename Plain = T>
 bool check_odd_shape_swiglu_backward(const char* tiling, int m, int n, int k, cudaStream_t stream, int group_rows = 1) {
   using hopper::BLayout;
   using hopper::Epilogue;
@@ -786,7 +787,7 @@ bool check_odd_shape_swiglu_backward(const char* tiling, int m, int n, int k, cu
   for (bf16* p : {grad_gate, grad_up, product}) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, count * sizeof(bf16), stream));
   launch_own<T, Epilogue::kSwigluBackward, BLayout::kKByN>(dy, w, nullptr, grad_gate, gate, m, n, k, stream, group_rows,
                                                            nullptr, grad_up, up);
-  launch_own<T, Epilogue::kNone, BLayout::kKByN>(dy, w, nullptr, product, nullptr, m, n, k, stream, group_rows);
+  launch_own<Plain, Epilogue::kNone, BLayout::kKByN>(dy, w, nullptr, product, nullptr, m, n, k, stream, group_rows);
   swiglu_backward_pass(gate, up, product, expected_grad_gate, expected_grad_up, count, stream);
   reference_kernel<<<dim3((n + 127) / 128, m), 128, 0, stream>>>(dy, w, nullptr, reference, m, n, k, true);
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -939,7 +940,9 @@ bool time_swiglu_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaS
     std::function<void(const Buffers&, int m, int n, int k)> run;    // the gradients
     std::function<void(const Buffers&, int m, int n, int k)> plain;  // the same tiling's plain product
   };
-#define WEFT_OWN_SWIGLU_BACKWARD(label, tiling, group_rows)                                                      \
+// plain_tiling: one whose plain product has the same wgmma width, hence the same sums (a tiling whose
+// staging only SwiGLU's backward can use has no plain product of its own).
+#define WEFT_OWN_SWIGLU_BACKWARD(label, tiling, plain_tiling, group_rows)                                        \
   {label,                                                                                                       \
    [stream](const Buffers& x, int m, int n, int k) {                                                            \
      launch_own<hopper::tiling, Epilogue::kSwigluBackward, BLayout::kKByN>(x.dy, x.w, nullptr, x.grad_gate,     \
@@ -948,14 +951,17 @@ bool time_swiglu_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaS
                                                                            x.grad_up, x.up);                    \
    },                                                                                                           \
    [stream](const Buffers& x, int m, int n, int k) {                                                            \
-     launch_own<hopper::tiling, Epilogue::kNone, BLayout::kKByN>(x.dy, x.w, nullptr, x.product, nullptr, m, n, \
-                                                                 k, stream, group_rows);                        \
+     launch_own<hopper::plain_tiling, Epilogue::kNone, BLayout::kKByN>(x.dy, x.w, nullptr, x.product, nullptr,  \
+                                                                       m, n, k, stream, group_rows);            \
    }}
   const std::vector<Variant> variants = {
-      WEFT_OWN_SWIGLU_BACKWARD("alt swb", AlternatingTiling, 1),
-      WEFT_OWN_SWIGLU_BACKWARD("altb16 swb", AlternatingTiling, 16),
-      WEFT_OWN_SWIGLU_BACKWARD("a192 swb", AlternatingWideSwigluBackward, 1),
-      WEFT_OWN_SWIGLU_BACKWARD("a192b16swb", AlternatingWideSwigluBackward, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("alt swb", AlternatingTiling, AlternatingTiling, 1),
+      WEFT_OWN_SWIGLU_BACKWARD("altb16 swb", AlternatingTiling, AlternatingTiling, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("a192 swb", AlternatingWideSwigluBackward, AlternatingWide, 1),
+      WEFT_OWN_SWIGLU_BACKWARD("a192b16swb", AlternatingWideSwigluBackward, AlternatingWide, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("a192s4b16", AlternatingWideFourStaging, AlternatingWide, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("alt3s8 swb", AlternatingThreeStagesAllStaged, AlternatingTiling, 1),
+      WEFT_OWN_SWIGLU_BACKWARD("a3s8b16swb", AlternatingThreeStagesAllStaged, AlternatingTiling, 16),
   };
 #undef WEFT_OWN_SWIGLU_BACKWARD
   // The runtime's plain dX product (runtime/cuda/sm90a/hopper_products.cu), for what the epilogue costs.
@@ -1094,6 +1100,12 @@ int main(int argc, char** argv) {
         all_ok;
     all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWideSwigluBackward>(
                  "alternating, 192 columns", odd[0], odd[1], odd[2], stream, 3) &&
+             all_ok;
+    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWideFourStaging, hopper::AlternatingWide>(
+                 "alternating, 192 columns, four staging boxes", odd[0], odd[1], odd[2], stream, 3) &&
+             all_ok;
+    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingThreeStagesAllStaged, hopper::AlternatingTiling>(
+                 "alternating, three stages, eight staging boxes", odd[0], odd[1], odd[2], stream) &&
              all_ok;
   }
 

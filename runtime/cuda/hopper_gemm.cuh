@@ -92,7 +92,9 @@ struct Tiling {
   // waiting until TMA has read the round before), leaving shared memory to the stages.
   static constexpr int kBoxes = kHalves * kBlockN / 64;
   static constexpr int kStagingBoxes = kStagingBoxCount == 0 ? kBoxes : kStagingBoxCount;
-  static_assert(kBoxes % kStagingBoxes == 0, "Tiling: the staging rounds divide the boxes");
+  // (SwiGLU's backward takes two staging boxes an output box: for it, half of them must divide.)
+  static_assert(kBoxes % kStagingBoxes == 0 || (kStagingBoxes % 2 == 0 && kBoxes % (kStagingBoxes / 2) == 0),
+                "Tiling: the staging rounds divide the boxes");
   static constexpr int kStagingBytes = kStagingBoxes * 8192;
   static constexpr int kSharedBytes =
       kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + (2 * kStages + 4) * 8;  // + alignment + barriers
@@ -109,6 +111,11 @@ using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; 
 // beside 4 stages. Measured 1.9 times slower than the 128-column tiling's two rounds (each round's
 // load waits for the round before's stores; docs/performance.md, 2026-12-06): kept for the benchmark.
 using AlternatingWideSwigluBackward = Tiling<192, 4, true, 2>;
+// Two tilings with more staging for SwiGLU's backward, to measure against the exposed loads (not
+// yet run): four staging boxes beside 192 columns' four stages (three rounds), and all eight that
+// its two rounds' worth need beside 128 columns' three stages (the loads all under the products).
+using AlternatingWideFourStaging = Tiling<192, 4, true, 4>;
+using AlternatingThreeStagesAllStaged = Tiling<128, 3, true, 8>;
 // The same tilings with pairs of CTAs sharing B's loads.
 using WideFourStagesPaired = Tiling<256, 4, false, 2, 2>;
 using AlternatingPaired = Tiling<128, 5, true, 0, 2>;
@@ -471,6 +478,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                      T::kStagingBoxes % 2 == 0 && T::kBoxes % (T::kStagingBoxes / 2) == 0),
                 "gemm_kernel: SwiGLU's backward reads B N-major, one CTA a cluster, without A's column sums, "
                 "into pairs of staging boxes that divide the warpgroup's output boxes");
+  static_assert(kSwiglu || kSwigluBackward || T::kBoxes % T::kStagingBoxes == 0,
+                "gemm_kernel: the staging rounds divide the warpgroup's output boxes");
   // The output columns a tile covers: SwiGLU's tiles hold gate and up columns side by side.
   constexpr int kTileColumns = kSwiglu ? T::kBlockN / 2 : T::kBlockN;
   constexpr int kNBoxes = T::kBlockN / 64;  // a stage's B boxes when kB is kKByN
