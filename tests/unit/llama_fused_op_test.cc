@@ -10,12 +10,14 @@
 // and hands the qkv projection one gradient buffer; a SwiGLU MLP's down-projection hands
 // swiglu_linear its gate and up gradients (swiglu_gradient_handoff.h) only as the output's one use;
 // bad arguments are weft::Error.
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "layers/rope.h"
+#include "runtime/autograd/deferred_weight_gradients.h"
 #include "runtime/autograd/function.h"
 #include "runtime/ops/swiglu_gradient_handoff.h"
 #include "runtime/weft.h"
@@ -328,6 +330,34 @@ TEST(SwigluLinear, DownProjectionHandsItsGradientsBack) {
       },
       {random_leaf({2, 3, 5}, 76), random_leaf({7, 5}, 77), random_leaf({7, 5}, 78), random_leaf({5, 7}, 79),
        random_leaf({5, 7}, 80)});
+}
+
+// The hand-off under a zero-bubble pipeline's split backward (DeferWeightGradients): the input
+// gradient at once, the gate, up and down weight gradients at run(), each bitwise what an undeferred
+// backward gives (the pair gradient the down linear wrote is the one the deferred product reads).
+TEST(SwigluLinear, HandOffKeepsDeferredWeightGradientsExact) {
+  auto mlp_gradients = [](bool deferred) {
+    const Tensor x = leaf_of({2, 3, 8}, 86, kFloat32), gate = leaf_of({6, 8}, 87, kFloat32),
+                 up = leaf_of({6, 8}, 88, kFloat32), down = leaf_of({8, 6}, 89, kFloat32);
+    const Tensor loss = sum(mul(linear(swiglu_linear(x, gate, up), down), leaf_of({2, 3, 8}, 90, kFloat32, false)));
+    autograd::DeferredWeightGradients weight_work;
+    {
+      std::optional<autograd::DeferWeightGradients> defer;
+      if (deferred) defer.emplace(weight_work);
+      loss.backward();
+    }
+    EXPECT_TRUE(x.grad().defined());
+    if (deferred) {
+      EXPECT_FALSE(gate.grad().defined()) << "the weight gradients wait for run()";
+      weight_work.run();
+    }
+    return std::vector<Tensor>{x.grad(), gate.grad(), up.grad(), down.grad()};
+  };
+  const std::vector<Tensor> now = mlp_gradients(false), later = mlp_gradients(true);
+  for (size_t i = 0; i < now.size(); ++i) {
+    ASSERT_TRUE(later[i].defined()) << i;
+    EXPECT_EQ(later[i].to_vector(), now[i].to_vector()) << "gradient " << i;
+  }
 }
 
 // The linear's side of the hand-off, seen from a producer that records it: asked once where the
