@@ -255,6 +255,18 @@ TEST(SwigluLinear, GradientsMatchFiniteDifferences) {
                          {random_leaf({5}, 50), random_leaf({4, 5}, 51)});
 }
 
+// Gives gate and up [6, 8] f64 .grad views of one storage, one right after the other (gate's first
+// or up's), holding stale values that count as zero, as a gradient buffer's slots do after its lazy
+// zeroing; returns the storage [96].
+Tensor adjacent_gradient_slots(Tensor& gate, Tensor& up, bool gate_first) {
+  Tensor slots = Tensor::full({2 * 6 * 8}, 1e30, kFloat64);  // stale contents, never to be read
+  gate.set_grad(slots.narrow(0, gate_first ? 0 : 48, 48).view({6, 8}));
+  up.set_grad(slots.narrow(0, gate_first ? 48 : 0, 48).view({6, 8}));
+  gate.mark_grad_zero();
+  up.mark_grad_zero();
+  return slots;
+}
+
 // With the two weights' .grad next to each other in one storage (a gradient buffer's slots), in
 // either order, the one batched product writes each weight's gradient into its own slot: on a
 // buffer of stale values that counts as zero (beta 0), then accumulating a second backward (beta 1).
@@ -264,11 +276,7 @@ TEST(SwigluLinear, AdjacentGradientsGetTheirOwnProducts) {
     const Tensor x = leaf_of({3, 4, 8}, 52, kFloat64);
     Tensor gate = leaf_of({6, 8}, 53, kFloat64), up = leaf_of({6, 8}, 54, kFloat64);
     const Tensor gate_ref = gate.detach().set_requires_grad(true), up_ref = up.detach().set_requires_grad(true);
-    Tensor slots = Tensor::full({2 * 6 * 8}, 1e30, kFloat64);  // stale contents, never to be read
-    gate.set_grad(slots.narrow(0, gate_first ? 0 : 48, 48).view({6, 8}));
-    up.set_grad(slots.narrow(0, gate_first ? 48 : 0, 48).view({6, 8}));
-    gate.mark_grad_zero();
-    up.mark_grad_zero();
+    const Tensor slots = adjacent_gradient_slots(gate, up, gate_first);
     const Tensor weights = leaf_of({3, 4, 6}, 55, kFloat64, false);
     for (int pass = 0; pass < 2; ++pass) {
       sum(mul(swiglu_linear(x, gate, up), weights)).backward();
@@ -308,11 +316,7 @@ TEST(SwigluLinear, DownProjectionHandsItsGradientsBack) {
     const Tensor x = leaf_of({3, 4, 8}, 67, kFloat64), down = leaf_of({8, 6}, 68, kFloat64);
     Tensor gate = leaf_of({6, 8}, 69, kFloat64), up = leaf_of({6, 8}, 70, kFloat64);
     const Tensor gate_ref = gate.detach().set_requires_grad(true), up_ref = up.detach().set_requires_grad(true);
-    Tensor slots = Tensor::full({2 * 6 * 8}, 1e30, kFloat64);  // stale contents, never to be read
-    gate.set_grad(slots.narrow(0, gate_first ? 0 : 48, 48).view({6, 8}));
-    up.set_grad(slots.narrow(0, gate_first ? 48 : 0, 48).view({6, 8}));
-    gate.mark_grad_zero();
-    up.mark_grad_zero();
+    const Tensor slots = adjacent_gradient_slots(gate, up, gate_first);
     const Tensor weights = leaf_of({3, 4, 8}, 71, kFloat64, false);
     sum(mul(linear(swiglu_linear(x, gate, up), down), weights)).backward();
     sum(mul(linear(swiglu(linear(x, gate_ref), linear(x, up_ref)), down), weights)).backward();
