@@ -246,10 +246,10 @@ class Backend {
   // SwiGLU's gate and up products with the activation: gate [R, H] = rows [R, C] · gate_weight [H,
   // C]ᵀ, up [R, H] = rows · up_weight [H, C]ᵀ, then swiglu(gate, up, out [R, H]) from the rounded
   // gate and up. rows and the weights with any strides matmul takes; gate, up, out contiguous
-  // (gate and up may be the halves of one [2, R, H] buffer). The default runs the two products and swiglu, exactly what the
-  // three apart compute; a backend may run them as one product (CUDA on Hopper: weft's own product
-  // under WEFT_HOPPER_GEMM=swiglu, runtime/cuda/hopper_products.h), its out still swiglu's bits of
-  // its gate and up.
+  // (gate and up may be the halves of one [2, R, H] buffer). The default runs the two products and
+  // swiglu, exactly what the three apart compute; a backend may run them as one product (CUDA on
+  // Hopper: weft's own product under WEFT_HOPPER_GEMM=swiglu, runtime/cuda/hopper_products.h), its
+  // out still swiglu's bits of its gate and up.
   virtual void swiglu_products(const Tensor& rows, const Tensor& gate_weight, const Tensor& up_weight,
                                const Tensor& gate, const Tensor& up, const Tensor& out) {
     matmul(rows.unsqueeze(0), gate_weight.transpose(0, 1).unsqueeze(0), gate.unsqueeze(0), 1.0, 0.0);

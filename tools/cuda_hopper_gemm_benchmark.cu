@@ -146,7 +146,8 @@ void launch_own_swiglu(const bf16* x, const bf16* gate_weight, const bf16* up_we
   const int tiles = ((m + T::kBlockM - 1) / T::kBlockM) * ((hidden + T::kBlockN / 2 - 1) / (T::kBlockN / 2));
   kernel<<<std::min(tiles, processors), T::kThreads, T::kSharedBytes, stream>>>(
       operand_map(x, m, k, T::kBlockM), operand_map(gate_weight, hidden, k, T::kBlockN / 2),
-      operand_map(out, m, hidden, 64), operand_map(gate, m, hidden, 64), operand_map(up_weight, hidden, k, T::kBlockN / 2),
+      operand_map(out, m, hidden, 64), operand_map(gate, m, hidden, 64),
+      operand_map(up_weight, hidden, k, T::kBlockN / 2),
       operand_map(up, m, hidden, 64), operand_map(up, m, hidden, 64), m, hidden, k, nullptr, false, group_rows,
       nullptr);
   CUDA_CHECK(cudaGetLastError());
@@ -717,8 +718,9 @@ bool check_odd_shape_swiglu(const char* tiling, int m, int hidden, int k, cudaSt
   fill_kernel<<<256, 256, 0, stream>>>(up_weight, size_t(hidden) * k, 33, 1.f / std::sqrt(float(k)));
   for (bf16* p : {gate, up, out}) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, count * sizeof(bf16), stream));
   launch_own_swiglu<T>(x, gate_weight, up_weight, gate, up, out, m, hidden, k, stream, group_rows);
-  reference_kernel<<<dim3((hidden + 127) / 128, m), 128, 0, stream>>>(x, gate_weight, nullptr, gate_reference, m, hidden, k);
-  reference_kernel<<<dim3((hidden + 127) / 128, m), 128, 0, stream>>>(x, up_weight, nullptr, up_reference, m, hidden, k);
+  const dim3 reference_grid((hidden + 127) / 128, m);
+  reference_kernel<<<reference_grid, 128, 0, stream>>>(x, gate_weight, nullptr, gate_reference, m, hidden, k);
+  reference_kernel<<<reference_grid, 128, 0, stream>>>(x, up_weight, nullptr, up_reference, m, hidden, k);
   swiglu_pass(gate, up, expected_out, count, stream);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<float> expected_gate(count), expected_up(count);
@@ -733,7 +735,8 @@ bool check_odd_shape_swiglu(const char* tiling, int m, int hidden, int k, cudaSt
               out_same ? "the swiglu pass's bits" : "NOT the swiglu pass's bits", ok ? "ok" : "WRONG");
   for (void* p : {static_cast<void*>(x), static_cast<void*>(gate_weight), static_cast<void*>(up_weight),
                   static_cast<void*>(gate), static_cast<void*>(up), static_cast<void*>(out),
-                  static_cast<void*>(expected_out), static_cast<void*>(gate_reference), static_cast<void*>(up_reference)})
+                  static_cast<void*>(expected_out), static_cast<void*>(gate_reference),
+                  static_cast<void*>(up_reference)})
     CUDA_CHECK(cudaFree(p));
   return ok;
 }

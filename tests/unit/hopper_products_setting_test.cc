@@ -46,7 +46,8 @@ TEST(HopperProductsSetting, RefusesOtherValuesNamingTheValidOnes) {
     std::string problem;
     EXPECT_EQ(parse(text, &problem), std::nullopt);
     EXPECT_NE(problem.find("is not a product"), std::string::npos) << problem;
-    EXPECT_NE(problem.find("bias_gelu, gelu_backward, input_gradient, swiglu and swiglu_backward"), std::string::npos) << problem;
+    EXPECT_NE(problem.find("bias_gelu, gelu_backward, input_gradient, swiglu and swiglu_backward"), std::string::npos)
+        << problem;
     EXPECT_NE(problem.find(text), std::string::npos) << "the message quotes the value: " << problem;
   }
   std::string problem;

@@ -411,7 +411,8 @@ TEST(SwigluLinear, LinearAsksItsProducerOnlyAsItsOneUse) {
     int handoffs = 0;
     const Tensor hidden = autograd::apply<RecordingSwiglu>({gate, up}, &handoffs)[0];
     const Tensor hidden_ref = mul(silu(gate_ref), up_ref);
-    const Tensor out_weights = leaf_of({5, 4}, 84, kFloat64, false), hidden_weights = leaf_of({5, 6}, 85, kFloat64, false);
+    const Tensor out_weights = leaf_of({5, 4}, 84, kFloat64, false);
+    const Tensor hidden_weights = leaf_of({5, 6}, 85, kFloat64, false);
     auto loss = [&](const Tensor& h) {
       Tensor value = sum(mul(linear(h, down.detach()), out_weights));
       return second_use ? add(value, sum(mul(h, hidden_weights))) : value;

@@ -139,7 +139,9 @@ bool launch_swiglu(const void* x, const void* gate_weight, const void* up_weight
       !make_bf16_tensor_map(up_map, up, m, hidden, 64)) {
     return false;
   }
-  const int64_t tiles = ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{hidden} + T::kBlockN / 2 - 1) / (T::kBlockN / 2));
+  constexpr int kOutputColumns = T::kBlockN / 2;  // of each output, a tile
+  const int64_t tiles =
+      ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{hidden} + kOutputColumns - 1) / kOutputColumns);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
   kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(x_map, gate_weight_map, out_map, gate_map, up_weight_map,
                                                          up_map, up_map, m, hidden, k, nullptr, false, 8, nullptr);
