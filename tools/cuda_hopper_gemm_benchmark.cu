@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "runtime/cuda/hopper_gemm.cuh"
+#include "runtime/cuda/silu.cuh"
 #include "runtime/cuda/tensor_map.h"
 #include "tools/standalone_cuda_checks.h"
 
@@ -153,7 +154,7 @@ void launch_own_swiglu(const bf16* x, const bf16* gate_weight, const bf16* up_we
   CUDA_CHECK(cudaGetLastError());
 }
 
-// out = silu(gate) · up over count elements, written as runtime/cuda/swiglu.cu writes it (8 values a
+// out = silu(gate) · up over count elements, as runtime/cuda/swiglu.cu computes it (silu.cuh; 8 values a
 // thread): the baseline's third pass, and what the own product's out must equal bit for bit.
 __global__ void swiglu_pass_kernel(const bf16* gate, const bf16* up, bf16* out, size_t count) {
   const size_t start = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) * 8;
@@ -164,14 +165,12 @@ __global__ void swiglu_pass_kernel(const bf16* gate, const bf16* up, bf16* out, 
       const bf16 *gs = reinterpret_cast<const bf16*>(&g), *us = reinterpret_cast<const bf16*>(&u);
       bf16* rs = reinterpret_cast<bf16*>(&result);
       for (int j = 0; j < 8; ++j) {
-        const float x = __bfloat162float(gs[j]);
-        rs[j] = __float2bfloat16(__fmul_rn(x / (1.0f + expf(-x)), __bfloat162float(us[j])));
+        rs[j] = __float2bfloat16(weft::cuda::swiglu_value(__bfloat162float(gs[j]), __bfloat162float(us[j])));
       }
       *reinterpret_cast<uint4*>(out + i) = result;
     } else {
       for (size_t j = i; j < count; ++j) {
-        const float x = __bfloat162float(gate[j]);
-        out[j] = __float2bfloat16(__fmul_rn(x / (1.0f + expf(-x)), __bfloat162float(up[j])));
+        out[j] = __float2bfloat16(weft::cuda::swiglu_value(__bfloat162float(gate[j]), __bfloat162float(up[j])));
       }
     }
   }
@@ -181,15 +180,13 @@ void swiglu_pass(const bf16* gate, const bf16* up, bf16* out, size_t count, cuda
   CUDA_CHECK(cudaGetLastError());
 }
 
-// SwiGLU's backward of one element, written as runtime/cuda/swiglu.cu's swiglu_backward_pack writes
-// it (its silu and silu_derivative: expf, IEEE divides; the same rounded products).
+// SwiGLU's backward of one element, as runtime/cuda/swiglu.cu's pass computes it (silu.cuh).
 __device__ void swiglu_backward_element(bf16 gate, bf16 up, bf16 grad, bf16& grad_gate, bf16& grad_up) {
-  const float x = __bfloat162float(gate), d = __bfloat162float(grad);
-  const float silu = x / (1.0f + expf(-x));
-  const float sigmoid = 1.0f / (1.0f + expf(-x));
-  const float silu_derivative = sigmoid * (1.0f + x * (1.0f - sigmoid));
-  grad_up = __float2bfloat16(__fmul_rn(d, silu));
-  grad_gate = __float2bfloat16(__fmul_rn(__fmul_rn(d, __bfloat162float(up)), silu_derivative));
+  float gate_gradient, up_gradient;
+  weft::cuda::swiglu_gradients(__bfloat162float(gate), __bfloat162float(up), __bfloat162float(grad), gate_gradient,
+                               up_gradient);
+  grad_gate = __float2bfloat16(gate_gradient);
+  grad_up = __float2bfloat16(up_gradient);
 }
 
 // grad_gate = (grad · up) · silu'(gate) and grad_up = grad · silu(gate) over count elements (8 a

@@ -27,6 +27,7 @@
 #include "runtime/cuda/device_math.cuh"
 #include "runtime/cuda/pinned_buffer.h"
 #include "runtime/cuda/row_kernels.cuh"
+#include "runtime/cuda/silu.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/cuda/strided_indexer.cuh"
 #include "runtime/random.h"
@@ -511,7 +512,7 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x) {
       const float inner = kSqrtTwoOverPi * (x + kGeluCubic * x * x * x);
       return 0.5f * x * (1.0f + tanhf(inner));
     }
-    case UnaryOp::kSilu: return x / (1.0f + expf(-x));
+    case UnaryOp::kSilu: return silu(x);
     case UnaryOp::kExp: return expf(x);
     case UnaryOp::kLog: return logf(x);
     case UnaryOp::kTanh: return tanhf(x);
@@ -532,10 +533,7 @@ __device__ __forceinline__ float unary_derivative(UnaryOp op, float x) {
       const float inner_derivative = kSqrtTwoOverPi * (1.0f + (3.0f * kGeluCubic) * x * x);
       return 0.5f * (1.0f + tanh_inner) + 0.5f * x * (1.0f - tanh_inner * tanh_inner) * inner_derivative;
     }
-    case UnaryOp::kSilu: {
-      const float sigmoid = 1.0f / (1.0f + expf(-x));
-      return sigmoid * (1.0f + x * (1.0f - sigmoid));
-    }
+    case UnaryOp::kSilu: return silu_derivative(x);
     case UnaryOp::kExp: return expf(x);
     case UnaryOp::kLog: return 1.0f / x;
     case UnaryOp::kTanh: {

@@ -57,6 +57,8 @@
 
 #include <cstdint>
 
+#include "runtime/cuda/silu.cuh"  // SwiGLU's epilogues: the SwiGLU passes' bits
+
 namespace weft::cuda::hopper {
 
 // Every tiling's K slice: 64 bf16 are the 128 bytes the swizzle (and TMA's box for it) spans.
@@ -412,17 +414,6 @@ __device__ inline float gelu_tanh_derivative(float x) {
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * a * x_squared);
 }
 
-// silu and its derivative, written as runtime/cuda/swiglu.cu writes them (expf, IEEE divides), so
-// that SwiGLU's backward here gives that file's swiglu_backward kernel's bits of the same product.
-__device__ inline float silu(float x) { return x / (1.0f + expf(-x)); }
-__device__ inline float silu_derivative(float x) {
-  const float sigmoid = 1.0f / (1.0f + expf(-x));
-  return sigmoid * (1.0f + x * (1.0f - sigmoid));
-}
-// SwiGLU's activation of one bf16 gate and up value (one rounded product), as swiglu.cu's forward,
-// bit for bit: a layer that rebuilds its output from the kept gate and up (train.recompute:
-// selective) gets the same bits the forward stored.
-__device__ inline float swiglu_value(float gate, float up) { return __fmul_rn(silu(gate), up); }
 
 }  // namespace device
 #endif  // WEFT_HOPPER_GEMM_DEVICE
@@ -911,8 +902,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                     const float d = __uint_as_float(i == 0 ? product << 16 : product & 0xFFFF0000u);
                     const float g = i == 0 ? __low2float(gates[b][pair]) : __high2float(gates[b][pair]);
                     const float u = i == 0 ? __low2float(ups[b][pair]) : __high2float(ups[b][pair]);
-                    grad_up[i] = __fmul_rn(d, silu(g));
-                    grad_gate[i] = __fmul_rn(__fmul_rn(d, u), silu_derivative(g));
+                    swiglu_gradients(g, u, d, grad_gate[i], grad_up[i]);
                   }
                   store_shared(gate_box + offset_of(c, pair), __floats2bfloat162_rn(grad_gate[0], grad_gate[1]));
                   store_shared(up_box + offset_of(c, pair), __floats2bfloat162_rn(grad_up[0], grad_up[1]));

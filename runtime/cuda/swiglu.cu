@@ -1,7 +1,7 @@
 // CUDA kernels: SwiGLU's activation silu(gate) * up and its backward, one pass each.
 //
 // What they compute is runtime/backend.h's swiglu contract; the reference is runtime/cpu/swiglu.cc,
-// and silu and its derivative are written as elementwise.cu's UnaryOp::kSilu (expf, an IEEE divide).
+// and silu and its derivative are runtime/cuda/silu.cuh's, shared with elementwise.cu's UnaryOp::kSilu.
 // The forward reads gate and up and writes out; the backward reads gate, up and grad_out and writes
 // grad_gate and grad_up, recomputing silu(gate) in registers, so no [.., hidden] activation is
 // saved for it and the unfused path's four elementwise passes each way become one. Every operand
@@ -20,6 +20,7 @@
 #include "runtime/cuda/dependent_launch.cuh"
 #include "runtime/cuda/device_math.cuh"
 #include "runtime/cuda/row_kernels.cuh"
+#include "runtime/cuda/silu.cuh"
 #include "runtime/cuda/stream.h"
 
 namespace weft {
@@ -28,13 +29,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-
-__device__ __forceinline__ float silu_derivative(float x) {
-  const float sigmoid = 1.0f / (1.0f + expf(-x));
-  return sigmoid * (1.0f + x * (1.0f - sigmoid));
-}
-
 // Elements [start, start + kPack) of every operand (kPack == 1: one element, any alignment).
 template <class T, int kPack>
 __device__ __forceinline__ void swiglu_pack(const T* gate, const T* up, T* out, int64_t start) {
@@ -42,7 +36,7 @@ __device__ __forceinline__ void swiglu_pack(const T* gate, const T* up, T* out, 
   const Pack<T, kPack> u = load_pack_streaming<T, kPack>(up + start);
   Pack<T, kPack> result;
 #pragma unroll
-  for (int k = 0; k < kPack; ++k) result.set(k, __fmul_rn(silu(g.get(k)), u.get(k)));
+  for (int k = 0; k < kPack; ++k) result.set(k, swiglu_value(g.get(k), u.get(k)));
   store_pack<T, kPack>(out + start, result);
 }
 
@@ -55,9 +49,10 @@ __device__ __forceinline__ void swiglu_backward_pack(const T* gate, const T* up,
   Pack<T, kPack> gg, gu;
 #pragma unroll
   for (int k = 0; k < kPack; ++k) {
-    const float x = g.get(k), grad = gy.get(k);
-    gu.set(k, __fmul_rn(grad, silu(x)));
-    gg.set(k, __fmul_rn(__fmul_rn(grad, u.get(k)), silu_derivative(x)));
+    float grad_gate, grad_up;
+    swiglu_gradients(g.get(k), u.get(k), gy.get(k), grad_gate, grad_up);
+    gg.set(k, grad_gate);
+    gu.set(k, grad_up);
   }
   store_pack<T, kPack>(grad_gate + start, gg);
   store_pack<T, kPack>(grad_up + start, gu);
