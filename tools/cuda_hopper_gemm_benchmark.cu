@@ -697,6 +697,25 @@ bool same_bits(const bf16* first, const bf16* second, size_t count) {
   return a == b;
 }
 
+// Whether two bf16 buffers of a matrix `columns` wide hold the same bits; where not, how many
+// elements differ and the first few (row, column) with both values on stderr, so that one run on
+// the GPU tells a rounding difference (a last bit) from a misplaced value.
+bool same_bits_reported(const char* what, const bf16* values, const bf16* expected, size_t count, int columns) {
+  if (same_bits(values, expected, count)) return true;
+  const std::vector<float> got = to_host(values, count), wanted = to_host(expected, count);
+  size_t differing = 0;
+  std::fprintf(stderr, "  %s: not the expected bits; first differing (row, column): value / expected:", what);
+  for (size_t i = 0; i < count; ++i) {
+    if (got[i] == wanted[i] || (std::isnan(got[i]) && std::isnan(wanted[i]))) continue;
+    if (++differing <= 4) {
+      std::fprintf(stderr, " (%zu, %zu): %g / %g", i / columns, i % columns, got[i], wanted[i]);
+    }
+  }
+  std::fprintf(stderr, "\n  %s: %zu of %zu values differ%s\n", what, differing, count,
+               differing == 0 ? " (only NaNs' bits do)" : "");
+  return false;
+}
+
 // SwiGLU's products on an odd shape against the f32 reference: gate and up within bf16's rounding,
 // out the swiglu pass's bits of the kernel's own gate and up.
 template <typename T>
@@ -725,7 +744,7 @@ bool check_odd_shape_swiglu(const char* tiling, int m, int hidden, int k, cudaSt
   CUDA_CHECK(cudaMemcpy(expected_up.data(), up_reference, count * sizeof(float), cudaMemcpyDeviceToHost));
   const double gate_error = checked_error("gate", to_host(gate, count), expected_gate, hidden);
   const double up_error = checked_error("up", to_host(up, count), expected_up, hidden);
-  const bool out_same = same_bits(out, expected_out, count);
+  const bool out_same = same_bits_reported("swiglu out", out, expected_out, count, hidden);
   const bool ok = gate_error < 1e-2 && up_error < 1e-2 && out_same;
   std::printf("%s SwiGLU (bands of %d), odd shape m %d hidden %d k %d: errors: gate %.2e, up %.2e; out %s  %s\n",
               tiling, group_rows, m, hidden, k, gate_error, up_error,
@@ -736,25 +755,6 @@ bool check_odd_shape_swiglu(const char* tiling, int m, int hidden, int k, cudaSt
                   static_cast<void*>(up_reference)})
     CUDA_CHECK(cudaFree(p));
   return ok;
-}
-
-// Whether two bf16 buffers of a matrix `columns` wide hold the same bits; where not, how many
-// elements differ and the first few (row, column) with both values on stderr, so that one run on
-// the GPU tells a rounding difference (a last bit) from a misplaced value.
-bool same_bits_reported(const char* what, const bf16* values, const bf16* expected, size_t count, int columns) {
-  if (same_bits(values, expected, count)) return true;
-  const std::vector<float> got = to_host(values, count), wanted = to_host(expected, count);
-  size_t differing = 0;
-  std::fprintf(stderr, "  %s: not the expected bits; first differing (row, column): value / expected:", what);
-  for (size_t i = 0; i < count; ++i) {
-    if (got[i] == wanted[i] || (std::isnan(got[i]) && std::isnan(wanted[i]))) continue;
-    if (++differing <= 4) {
-      std::fprintf(stderr, " (%zu, %zu): %g / %g", i / columns, i % columns, got[i], wanted[i]);
-    }
-  }
-  std::fprintf(stderr, "\n  %s: %zu of %zu values differ%s\n", what, differing, count,
-               differing == 0 ? " (only NaNs' bits do)" : "");
-  return false;
 }
 
 float host_silu(float x) { return x / (1.f + std::exp(-x)); }
@@ -877,10 +877,7 @@ bool time_swiglu_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t s
       CUDA_CHECK(cudaStreamSynchronize(stream));
       worst = std::max(worst, checked_error(variant.name, to_host(gate, count), lt_gate_values, hidden));
       worst = std::max(worst, checked_error(variant.name, to_host(up, count), lt_up_values, hidden));
-      if (!same_bits(out, expected_out, count)) {
-        std::fprintf(stderr, "  %s: out is not the swiglu pass's bits of its gate and up\n", variant.name);
-        bits_ok = false;
-      }
+      bits_ok = same_bits_reported(variant.name, out, expected_out, count, hidden) && bits_ok;
     }
     CUDA_CHECK(cudaProfilerStop());
     const bool ok = worst < 1e-2 && bits_ok;
