@@ -952,13 +952,11 @@ bool time_swiglu_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaS
                                                                        m, n, k, stream, group_rows);            \
    }}
   const std::vector<Variant> variants = {
-      WEFT_OWN_SWIGLU_BACKWARD("alt swb", AlternatingTiling, AlternatingTiling, 1),
-      WEFT_OWN_SWIGLU_BACKWARD("altb16 swb", AlternatingTiling, AlternatingTiling, 16),
-      WEFT_OWN_SWIGLU_BACKWARD("a192 swb", AlternatingWideSwigluBackward, AlternatingWide, 1),
-      WEFT_OWN_SWIGLU_BACKWARD("a192b16swb", AlternatingWideSwigluBackward, AlternatingWide, 16),
-      WEFT_OWN_SWIGLU_BACKWARD("a192s4b16", AlternatingWideFourStaging, AlternatingWide, 16),
-      WEFT_OWN_SWIGLU_BACKWARD("alt3s8 swb", AlternatingThreeStagesAllStaged, AlternatingTiling, 1),
-      WEFT_OWN_SWIGLU_BACKWARD("a3s8b16swb", AlternatingThreeStagesAllStaged, AlternatingTiling, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("a192 swb", AlternatingWide, AlternatingWide, 1),
+      WEFT_OWN_SWIGLU_BACKWARD("a192b8 swb", AlternatingWide, AlternatingWide, 8),
+      WEFT_OWN_SWIGLU_BACKWARD("a192b16swb", AlternatingWide, AlternatingWide, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("alt3 b16swb", AlternatingThreeStaging, AlternatingTiling, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("a4s6b16swb", AlternatingFourStagesSixStaging, AlternatingTiling, 16),
   };
 #undef WEFT_OWN_SWIGLU_BACKWARD
   // The runtime's plain dX product (runtime/cuda/sm90a/hopper_products.cu), for what the epilogue costs.
@@ -1092,17 +1090,17 @@ int main(int argc, char** argv) {
              all_ok;
     all_ok = check_odd_shape_swiglu<hopper::WideFourStages>("wide, four stages", odd[0], odd[1], odd[2], stream) &&
              all_ok;
-    all_ok =
-        check_odd_shape_swiglu_backward<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream) &&
-        all_ok;
-    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWideSwigluBackward>(
-                 "alternating, 192 columns", odd[0], odd[1], odd[2], stream, 3) &&
+    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWide>("alternating, 192 columns", odd[0], odd[1],
+                                                                       odd[2], stream) &&
              all_ok;
-    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWideFourStaging, hopper::AlternatingWide>(
-                 "alternating, 192 columns, four staging boxes", odd[0], odd[1], odd[2], stream, 3) &&
+    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWide>("alternating, 192 columns", odd[0], odd[1],
+                                                                       odd[2], stream, 3) &&
              all_ok;
-    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingThreeStagesAllStaged, hopper::AlternatingTiling>(
-                 "alternating, three stages, eight staging boxes", odd[0], odd[1], odd[2], stream) &&
+    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingThreeStaging, hopper::AlternatingTiling>(
+                 "alternating, three staging boxes", odd[0], odd[1], odd[2], stream) &&
+             all_ok;
+    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingFourStagesSixStaging, hopper::AlternatingTiling>(
+                 "alternating, four stages, six staging boxes", odd[0], odd[1], odd[2], stream, 3) &&
              all_ok;
   }
 

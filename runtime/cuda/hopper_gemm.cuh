@@ -94,8 +94,8 @@ struct Tiling {
   // waiting until TMA has read the round before), leaving shared memory to the stages.
   static constexpr int kBoxes = kHalves * kBlockN / 64;
   static constexpr int kStagingBoxes = kStagingBoxCount == 0 ? kBoxes : kStagingBoxCount;
-  // (SwiGLU's backward takes two staging boxes an output box: for it, half of them must divide.)
-  static_assert(kBoxes % kStagingBoxes == 0 || (kStagingBoxes % 2 == 0 && kBoxes % (kStagingBoxes / 2) == 0),
+  // (SwiGLU's backward takes three staging boxes an output box: for it, a third of them must divide.)
+  static_assert(kBoxes % kStagingBoxes == 0 || (kStagingBoxes % 3 == 0 && kBoxes % (kStagingBoxes / 3) == 0),
                 "Tiling: the staging rounds divide the boxes");
   static constexpr int kStagingBytes = kStagingBoxes * 8192;
   static constexpr int kSharedBytes =
@@ -107,17 +107,12 @@ using WideTiling = Tiling<256, 3>;                  // all of a warpgroup's outp
 using WideFourStages = Tiling<256, 4, false, 2>;    // a fourth stage; the output staged half at a time
 using AlternatingTiling = Tiling<128, 5, true>;
 using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; the output staged in halves
-// SwiGLU's backward stages two boxes (gate and up, then their gradients) for each output box, so it
-// needs an even count: here a warpgroup's 6 output boxes go one at a time (two staging boxes). Four
-// staging boxes would fit but do not divide the 6 (as every tiling's rounds must); six do not fit
-// beside 4 stages. Measured 1.9 times slower than the 128-column tiling's two rounds (each round's
-// load waits for the round before's stores; docs/performance.md, 2026-12-06): kept for the benchmark.
-using AlternatingWideSwigluBackward = Tiling<192, 4, true, 2>;
-// Two tilings with more staging for SwiGLU's backward, to measure against the exposed loads (not
-// yet run): four staging boxes beside 192 columns' four stages (three rounds), and all eight that
-// its two rounds' worth need beside 128 columns' three stages (the loads all under the products).
-using AlternatingWideFourStaging = Tiling<192, 4, true, 4>;
-using AlternatingThreeStagesAllStaged = Tiling<128, 3, true, 8>;
+// SwiGLU's backward stages three boxes for each output box (gate, up and the product; the gradients
+// then overwrite gate and up): AlternatingWide's three take a warpgroup's 6 output boxes one at a
+// time. Two 128-column tilings for the benchmark: one output box a round beside five stages, and two
+// a round beside four.
+using AlternatingThreeStaging = Tiling<128, 5, true, 3>;
+using AlternatingFourStagesSixStaging = Tiling<128, 4, true, 6>;
 // The same tilings with pairs of CTAs sharing B's loads.
 using WideFourStagesPaired = Tiling<256, 4, false, 2, 2>;
 using AlternatingPaired = Tiling<128, 5, true, 0, 2>;
@@ -241,6 +236,23 @@ __device__ inline __nv_bfloat162 load_shared(const void* source) {
   uint32_t bits;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(shared_address(source)) : "memory");
   return *reinterpret_cast<__nv_bfloat162*>(&bits);
+}
+__device__ inline void store_shared_bits(void* destination, uint32_t bits) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(shared_address(destination)), "r"(bits));
+}
+// 16 bytes at once (the address 16-byte aligned).
+__device__ inline uint4 load_shared_chunk(const void* source) {
+  uint4 bits;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(bits.x), "=r"(bits.y), "=r"(bits.z), "=r"(bits.w)
+               : "r"(shared_address(source))
+               : "memory");
+  return bits;
+}
+__device__ inline void store_shared_chunk(void* destination, uint4 bits) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(shared_address(destination)), "r"(bits.x),
+               "r"(bits.y), "r"(bits.z), "r"(bits.w)
+               : "memory");
 }
 // Two f32 values rounded to the nearest bf16 (ties to even) and packed, low in the low half: the
 // instruction __floats2bfloat162_rn uses, but volatile, so that the compiler keeps the conversion
@@ -440,7 +452,7 @@ __device__ inline float gelu_tanh_derivative(float x) {
 // fragment layout puts column 8j + 2 (lane % 4) + r in every thread of a lane % 4 class). Stored:
 // the gate product to pre_gelu_map's matrix, the up product to second_out_map's, silu(gate) · up of
 // the two rounded values to out_map's (each [M, H], boxes [64 rows, 64]).
-// kSwigluBackward (kKByN, one CTA a cluster, an even kStagingBoxes, no column sums): SwiGLU's
+// kSwigluBackward (kKByN, one CTA a cluster, kStagingBoxes a multiple of 3, no column sums): SwiGLU's
 // backward in the down-projection's dX product. With d = a · b rounded to bf16 (dY · W), g = gate and
 // u = up: grad_gate = (d · u) · silu'(g) and grad_up = d · silu(g), each product rounded as
 // runtime/cuda/swiglu.cu's swiglu_backward rounds it, so that the outputs are that kernel's bits of
@@ -464,11 +476,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                 "gemm_kernel: SwiGLU's products read both weights K-major, one CTA a cluster, into whole "
                 "64-column boxes of each output");
   constexpr bool kSwigluBackward = kEpilogue == Epilogue::kSwigluBackward;
-  // Each of a round's output boxes takes two staging boxes, and the rounds cover a warpgroup's boxes.
+  // Each of a round's output boxes takes three staging boxes, and the rounds cover a warpgroup's boxes.
   static_assert(!kSwigluBackward || (kB == BLayout::kKByN && T::kCluster == 1 && !kSumAColumns &&
-                                     T::kStagingBoxes % 2 == 0 && T::kBoxes % (T::kStagingBoxes / 2) == 0),
+                                     T::kStagingBoxes % 3 == 0 && T::kBoxes % (T::kStagingBoxes / 3) == 0),
                 "gemm_kernel: SwiGLU's backward reads B N-major, one CTA a cluster, without A's column sums, "
-                "into pairs of staging boxes that divide the warpgroup's output boxes");
+                "into triples of staging boxes that divide the warpgroup's output boxes");
+  // kSwigluBackward: the output boxes a staging round takes.
+  constexpr int kSwigluPositions = kSwigluBackward ? T::kStagingBoxes / 3 : 1;
   static_assert(kSwiglu || kSwigluBackward || T::kBoxes % T::kStagingBoxes == 0,
                 "gemm_kernel: the staging rounds divide the warpgroup's output boxes");
   // The output columns a tile covers: SwiGLU's tiles hold gate and up columns side by side.
@@ -608,13 +622,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     auto box_column = [&](int box) { return n_start + 64 * (box % (T::kBlockN / 64)); };
     // kGeluBackward: the leader loads a staging round's pre-activation boxes into the staging boxes,
     // where the epilogue reads each value from the place its result goes (TMA fills zeros past the
-    // matrix's edges; those boxes are not stored). kSwigluBackward: a round's kStagingBoxes / 2 output
+    // matrix's edges; those boxes are not stored). kSwigluBackward: a round's kSwigluPositions output
     // boxes, each one's gate box into staging box p and its up box into staging box
-    // kStagingBoxes / 2 + p (p its place in the round), where its two gradients go.
+    // kSwigluPositions + p (p its place in the round), where its two gradients go.
     auto load_pre_activation = [&](int round) {
-      barrier_expect_bytes(&pre_loaded[group], T::kStagingBoxes * 8192);
+      barrier_expect_bytes(&pre_loaded[group], (kSwigluBackward ? 2 * kSwigluPositions : T::kStagingBoxes) * 8192);
       if constexpr (kSwigluBackward) {
-        constexpr int kPositions = T::kStagingBoxes / 2;
+        constexpr int kPositions = kSwigluPositions;
 #pragma unroll
         for (int box = round * kPositions; box < (round + 1) * kPositions; ++box) {
           uint8_t* const gate_box = staging + (box % kPositions) * 8192;
@@ -834,23 +848,25 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
     };
-    // SwiGLU's backward: kPositions = kStagingBoxes / 2 of this warpgroup's output boxes a round, in
-    // the order box_row and box_column number them. Output box b's gate and up boxes are in staging
-    // boxes b % kPositions and kPositions + b % kPositions (load_pre_activation: the first round's
-    // loaded at the tile's start, each later one's once the round before has been read by its
-    // stores); each thread reads its gate and up values from the slots that its two gradients then
-    // overwrite, grad_gate over gate and grad_up over up, so no slot is shared between threads.
+    // SwiGLU's backward: kSwigluPositions of this warpgroup's output boxes a round, in the order
+    // box_row and box_column number them. Output box b's gate and up boxes are in staging boxes
+    // p = b % kSwigluPositions and kSwigluPositions + p (load_pre_activation: the first round's loaded
+    // at the tile's start, each later one's once the round before has been read by its stores), and
+    // the product d goes, from the accumulators' fragment layout, to staging box 2 kSwigluPositions + p
+    // in the same swizzled layout, so that one offset names the same element in all three. The math
+    // then runs over the round's 16-byte chunks, a chunk a thread at a time, in a loop that is not
+    // unrolled: written per accumulator in wgmma's layout (the epilogues above), 192 columns' worth
+    // of expf and IEEE divides came to more code than the instruction cache holds beside the other
+    // warpgroup's products (Nsight Compute: 7 cycles an instruction waiting for instructions, the
+    // product 3.3 times as long as without the epilogue). Each thread writes its chunk's gradients
+    // over the gate and up it read, grad_gate over gate and grad_up over up.
     auto store_swiglu_backward = [&] {
       if constexpr (kSwigluBackward) {  // (compiled only where its tiling's staging fits)
-        constexpr int kPositions = T::kStagingBoxes / 2;
+        constexpr int kPositions = kSwigluPositions;
         constexpr int kBoxesAcross = T::kBlockN / 64;  // 64-column boxes in a half
-        // Column groups whose inputs are read before any of their gradients are written, so that the
-        // reads overlap instead of each store waiting for its own read (as stage_and_store's kBatch).
-        constexpr int kBatch = 4;
-        static_assert(8 % kBatch == 0, "store_swiglu_backward: whole batches of a box's 8 column groups");
+        constexpr int kChunks = 8192 / 16;             // 16-byte chunks in a box
         // d, the product rounded to bf16, for every value up front: half the registers of the f32
-        // accumulators, which the 192-column tiling needs for the inputs and the math (rounded value
-        // by value where used, it spilled 72 bytes). Pair j of a half: values 2j and 2j + 1.
+        // accumulators. Pair j of a half: values 2j and 2j + 1.
         uint32_t products[T::kHalves][T::kAccumulators / 2];
 #pragma unroll
         for (int half = 0; half < T::kHalves; ++half) {
@@ -859,62 +875,69 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             products[half][j] = bf16_pair_bits(accumulators[half][2 * j], accumulators[half][2 * j + 1]);
           }
         }
-#pragma unroll
+        const int thread = threadIdx.x % 128;
+#pragma unroll 1
         for (int round = 0; round < T::kBoxes / kPositions; ++round) {
           if (leader) {
             tma_store_wait_read();  // the staging boxes' previous stores have read them
             if (round > 0) load_pre_activation(round);
           }
-          // Each thread reads and writes only its own slots, so the loads' barrier is all it waits for.
-          barrier_wait(&pre_loaded[group], pre_loads++ & 1);
+          // This round's d into its product boxes while the loads fly. Every box's code is here once
+          // (the indices into products must be known at compile time); the round picks its boxes. The
+          // round before's math has read these boxes: its threads all passed the sync before its stores.
 #pragma unroll
-          for (int box = round * kPositions; box < (round + 1) * kPositions; ++box) {
+          for (int box = 0; box < T::kBoxes; ++box) {
+            if (box / kPositions != round) continue;
             const int half = box / kBoxesAcross, first_group = 8 * (box % kBoxesAcross);  // column groups of 8
-            uint8_t* const gate_box = staging + (box % kPositions) * 8192;
-            uint8_t* const up_box = gate_box + kPositions * 8192;
-            // Where value pair `pair` of column group c (of the half) lies in its box: slot_of's place.
-            auto offset_of = [&](int c, int pair) {
-              const int column = 8 * c + 2 * (lane % 4), chunk = (column % 64) / 8;
-              const int row = 16 * warp + lane / 4 + 8 * pair;
-              return row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
-            };
+            uint8_t* const product_box = staging + (2 * kPositions + box % kPositions) * 8192;
 #pragma unroll
-            for (int first_c = first_group; first_c < first_group + 8; first_c += kBatch) {
-              __nv_bfloat162 gates[kBatch][2], ups[kBatch][2];
+            for (int c = first_group; c < first_group + 8; ++c) {
 #pragma unroll
-              for (int b = 0; b < kBatch; ++b) {
-#pragma unroll
-                for (int pair = 0; pair < 2; ++pair) {
-                  gates[b][pair] = load_shared(gate_box + offset_of(first_c + b, pair));
-                  ups[b][pair] = load_shared(up_box + offset_of(first_c + b, pair));
-                }
-              }
-#pragma unroll
-              for (int b = 0; b < kBatch; ++b) {
-                const int c = first_c + b;
-#pragma unroll
-                for (int pair = 0; pair < 2; ++pair) {
-                  // Values 4c + 2 pair and 4c + 2 pair + 1: d as the unfused path's product stores it.
-                  const uint32_t product = products[half][2 * c + pair];
-                  float grad_gate[2], grad_up[2];
-#pragma unroll
-                  for (int i = 0; i < 2; ++i) {
-                    const float d = __uint_as_float(i == 0 ? product << 16 : product & 0xFFFF0000u);
-                    const float g = i == 0 ? __low2float(gates[b][pair]) : __high2float(gates[b][pair]);
-                    const float u = i == 0 ? __low2float(ups[b][pair]) : __high2float(ups[b][pair]);
-                    swiglu_gradients(g, u, d, grad_gate[i], grad_up[i]);
-                  }
-                  store_shared(gate_box + offset_of(c, pair), __floats2bfloat162_rn(grad_gate[0], grad_gate[1]));
-                  store_shared(up_box + offset_of(c, pair), __floats2bfloat162_rn(grad_up[0], grad_up[1]));
-                }
+              for (int pair = 0; pair < 2; ++pair) {
+                const int column = 8 * c + 2 * (lane % 4), chunk = (column % 64) / 8;
+                const int row = 16 * warp + lane / 4 + 8 * pair;
+                store_shared_bits(product_box + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2,
+                                  products[half][2 * c + pair]);
               }
             }
+          }
+          warpgroup_sync(group);  // every thread's d is in place
+          barrier_wait(&pre_loaded[group], pre_loads++ & 1);
+#pragma unroll 1
+          for (int chunk = thread; chunk < kPositions * kChunks; chunk += 128) {
+            uint8_t* const gate_box = staging + (chunk / kChunks) * 8192 + (chunk % kChunks) * 16;
+            uint8_t* const up_box = gate_box + kPositions * 8192;
+            const uint4 gates = load_shared_chunk(gate_box), ups = load_shared_chunk(up_box);
+            const uint4 products_chunk = load_shared_chunk(gate_box + 2 * kPositions * 8192);
+            const uint32_t gate_words[4] = {gates.x, gates.y, gates.z, gates.w};
+            const uint32_t up_words[4] = {ups.x, ups.y, ups.z, ups.w};
+            const uint32_t product_words[4] = {products_chunk.x, products_chunk.y, products_chunk.z, products_chunk.w};
+            uint32_t grad_gate_words[4], grad_up_words[4];
+#pragma unroll
+            for (int word = 0; word < 4; ++word) {
+              float grad_gate[2], grad_up[2];
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {  // the low bf16 (the even column), then the high
+                const auto value = [&](uint32_t bits) {
+                  return __uint_as_float(i == 0 ? bits << 16 : bits & 0xFFFF0000u);
+                };
+                swiglu_gradients(value(gate_words[word]), value(up_words[word]), value(product_words[word]),
+                                 grad_gate[i], grad_up[i]);
+              }
+              grad_gate_words[word] = bf16_pair_bits(grad_gate[0], grad_gate[1]);
+              grad_up_words[word] = bf16_pair_bits(grad_up[0], grad_up[1]);
+            }
+            store_shared_chunk(gate_box, make_uint4(grad_gate_words[0], grad_gate_words[1], grad_gate_words[2],
+                                                    grad_gate_words[3]));
+            store_shared_chunk(up_box,
+                               make_uint4(grad_up_words[0], grad_up_words[1], grad_up_words[2], grad_up_words[3]));
           }
           fence_for_tma();
           warpgroup_sync(group);
           if (leader) {
 #pragma unroll
-            for (int box = round * kPositions; box < (round + 1) * kPositions; ++box) {
+            for (int box = 0; box < T::kBoxes; ++box) {
+              if (box / kPositions != round) continue;
               const int row_start = box_row(box), column_start = box_column(box);
               if (column_start < n_size && row_start < m_size) {
                 uint8_t* const gate_box = staging + (box % kPositions) * 8192;

@@ -223,8 +223,8 @@ bool hopper_swiglu_backward(const void* dy, const void* w, const void* gate, con
                             void* grad_up, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   int device = 0;
   if (!applies(m, n, k, {dy, w, gate, up, grad_gate, grad_up}, device)) return false;
-  // Two output boxes a staging round (gate and up, then their gradients, in the four staging boxes).
-  return launch<hopper::AlternatingTiling, hopper::Epilogue::kSwigluBackward, hopper::BLayout::kKByN>(
+  // 192 columns, one output box a staging round (its gate, up and product in the three staging boxes).
+  return launch<hopper::AlternatingWide, hopper::Epilogue::kSwigluBackward, hopper::BLayout::kKByN>(
       dy, w, nullptr, grad_gate, gate, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 16, device,
       stream, nullptr, grad_up, up);
 }
