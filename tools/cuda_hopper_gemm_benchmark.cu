@@ -68,9 +68,9 @@ __global__ void reference_kernel(const bf16* a, const bf16* b, const bf16* bias,
 }
 
 // A TMA map of a row-major [rows, columns] bf16 matrix in boxes of [box_rows, 64].
-CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows) {
+CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows, int box_columns = 64) {
   CUtensorMap map{};
-  if (!weft::cuda::make_bf16_tensor_map(map, data, rows, columns, box_rows)) {
+  if (!weft::cuda::make_bf16_tensor_map(map, data, rows, columns, box_rows, box_columns)) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled failed for [%d, %d]\n", rows, columns);
     std::exit(1);
   }
@@ -145,12 +145,12 @@ void launch_own_swiglu(const bf16* x, const bf16* gate_weight, const bf16* up_we
     CUDA_CHECK(cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device));
   }
   const int tiles = ((m + T::kBlockM - 1) / T::kBlockM) * ((hidden + T::kBlockN / 2 - 1) / (T::kBlockN / 2));
+  constexpr int kBoxColumns = hopper::swiglu_box_columns<T>();
   kernel<<<std::min(tiles, processors), T::kThreads, T::kSharedBytes, stream>>>(
       operand_map(x, m, k, T::kBlockM), operand_map(gate_weight, hidden, k, T::kBlockN / 2),
-      operand_map(out, m, hidden, 64), operand_map(gate, m, hidden, 64),
-      operand_map(up_weight, hidden, k, T::kBlockN / 2),
-      operand_map(up, m, hidden, 64), operand_map(up, m, hidden, 64), m, hidden, k, nullptr, false, group_rows,
-      nullptr);
+      operand_map(out, m, hidden, 64, kBoxColumns), operand_map(gate, m, hidden, 64, kBoxColumns),
+      operand_map(up_weight, hidden, k, T::kBlockN / 2), operand_map(up, m, hidden, 64, kBoxColumns),
+      operand_map(up, m, hidden, 64, kBoxColumns), m, hidden, k, nullptr, false, group_rows, nullptr);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -836,10 +836,11 @@ bool time_swiglu_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t s
                                        group_rows);                                                             \
    }}
   const std::vector<Variant> variants = {
-      WEFT_OWN_SWIGLU("alt sw", AlternatingTiling, 1),
       WEFT_OWN_SWIGLU("alt b8 sw", AlternatingTiling, 8),
-      WEFT_OWN_SWIGLU("wide4 sw", WideFourStages, 1),
       WEFT_OWN_SWIGLU("wide4b8 sw", WideFourStages, 8),
+      WEFT_OWN_SWIGLU("a192 sw", AlternatingWide, 1),
+      WEFT_OWN_SWIGLU("a192b8 sw", AlternatingWide, 8),
+      WEFT_OWN_SWIGLU("a192b16 sw", AlternatingWide, 16),
   };
 #undef WEFT_OWN_SWIGLU
   const std::vector<Shape> shapes = {{"llama1b gate+up (16384x5504x2048)", 16384, 5504, 2048},
@@ -1089,6 +1090,12 @@ int main(int argc, char** argv) {
     all_ok = check_odd_shape_swiglu<hopper::AlternatingTiling>("alternating", odd[0], odd[1], odd[2], stream, 3) &&
              all_ok;
     all_ok = check_odd_shape_swiglu<hopper::WideFourStages>("wide, four stages", odd[0], odd[1], odd[2], stream) &&
+             all_ok;
+    all_ok = check_odd_shape_swiglu<hopper::AlternatingWide>("alternating, 192 columns", odd[0], odd[1], odd[2],
+                                                             stream) &&
+             all_ok;
+    all_ok = check_odd_shape_swiglu<hopper::AlternatingWide>("alternating, 192 columns", odd[0], odd[1], odd[2],
+                                                             stream, 3) &&
              all_ok;
     all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWide>("alternating, 192 columns", odd[0], odd[1],
                                                                        odd[2], stream) &&

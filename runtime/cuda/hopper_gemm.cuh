@@ -113,6 +113,14 @@ using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; 
 // a round beside four.
 using AlternatingThreeStaging = Tiling<128, 5, true, 3>;
 using AlternatingFourStagesSixStaging = Tiling<128, 4, true, 6>;
+// The columns of kSwiglu's output boxes for tiling T (its tiles cover kBlockN / 2 columns of each
+// output): 64, the 128-byte swizzle's span, where those come in 64s; otherwise all of them in one
+// unswizzled box (the 192-column tiling's 96: rows of 192 bytes, which TMA stores without a swizzle;
+// the fragment layout's stores then meet 4-way bank conflicts, a few hundred cycles a tile).
+template <typename T>
+__host__ __device__ constexpr int swiglu_box_columns() {
+  return (T::kBlockN / 2) % 64 == 0 ? 64 : T::kBlockN / 2;
+}
 // The same tilings with pairs of CTAs sharing B's loads.
 using WideFourStagesPaired = Tiling<256, 4, false, 2, 2>;
 using AlternatingPaired = Tiling<128, 5, true, 0, 2>;
@@ -444,14 +452,14 @@ __device__ inline float gelu_tanh_derivative(float x) {
 // height of origin_of's bands. Both outputs go through the staging boxes: the pre-activation stored
 // from registers in wgmma's fragment layout instead (8 rows of 16 bytes a warp's store) measured
 // 35-40% slower.
-// kSwiglu (kNByK, one CTA a cluster, kBlockN a multiple of 128): Llama's gate and up products of x
+// kSwiglu (kNByK, one CTA a cluster, kBlockN a multiple of 16): Llama's gate and up products of x
 // = a at once. n_size is the hidden width H of the three outputs [M, H]; a tile covers kBlockN / 2
 // of their columns, and its B slice is the gate weight's rows (b_map, [H, K], boxes [kBlockN / 2
 // rows, 64]) over the up weight's same rows (second_b_map, the same shape), so that accumulator
 // columns c and c + kBlockN / 2, gate and up of output column c, sit in one thread (wgmma's
 // fragment layout puts column 8j + 2 (lane % 4) + r in every thread of a lane % 4 class). Stored:
 // the gate product to pre_gelu_map's matrix, the up product to second_out_map's, silu(gate) · up of
-// the two rounded values to out_map's (each [M, H], boxes [64 rows, 64]).
+// the two rounded values to out_map's (each [M, H], boxes [64 rows, swiglu_box_columns<T>()]).
 // kSwigluBackward (kKByN, one CTA a cluster, kStagingBoxes a multiple of 3, no column sums): SwiGLU's
 // backward in the down-projection's dX product. With d = a · b rounded to bf16 (dY · W), g = gate and
 // u = up: grad_gate = (d · u) · silu'(g) and grad_up = d · silu(g), each product rounded as
@@ -472,9 +480,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   using namespace device;
   static_assert(!kSumAColumns || T::kPingPong, "gemm_kernel: A's column sums are taken by alternating tilings");
   constexpr bool kSwiglu = kEpilogue == Epilogue::kSwiglu;
-  static_assert(!kSwiglu || (kB == BLayout::kNByK && T::kCluster == 1 && T::kBlockN % 128 == 0 && !kSumAColumns),
+  static_assert(!kSwiglu || (kB == BLayout::kNByK && T::kCluster == 1 && T::kBlockN % 16 == 0 && !kSumAColumns),
                 "gemm_kernel: SwiGLU's products read both weights K-major, one CTA a cluster, into whole "
-                "64-column boxes of each output");
+                "8-row groups of each weight");
   constexpr bool kSwigluBackward = kEpilogue == Epilogue::kSwigluBackward;
   // Each of a round's output boxes takes three staging boxes, and the rounds cover a warpgroup's boxes.
   static_assert(!kSwigluBackward || (kB == BLayout::kKByN && T::kCluster == 1 && !kSumAColumns &&
@@ -793,10 +801,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // round before). Output column c of the tile (below kTileColumns) has its gate value in column
     // group c / 8 and its up value in column group c / 8 + kGroups of the same thread.
     auto store_swiglu = [&] {
-      constexpr int kGroups = kTileColumns / 8;                 // an output's 8-column groups in a half
-      constexpr int kBoxesAcross = kTileColumns / 64;           // an output's 64-column boxes in a half
+      constexpr int kGroups = kTileColumns / 8;  // an output's 8-column groups in a half
+      // swiglu_box_columns: 128-byte swizzled 64-column boxes, or one unswizzled box across a half.
+      constexpr int kBoxColumns = swiglu_box_columns<T>();
+      constexpr bool kSwizzled = kBoxColumns == 64;
+      constexpr int kBoxBytes = 64 * kBoxColumns * 2;
+      constexpr int kBoxesAcross = kTileColumns / kBoxColumns;  // an output's boxes across a half
       constexpr int kOutputBoxes = T::kHalves * kBoxesAcross;   // one output's boxes of this warpgroup
-      constexpr int kRounds = (3 * kOutputBoxes + T::kStagingBoxes - 1) / T::kStagingBoxes;
+      constexpr int kRoundBoxes = T::kStagingBytes / kBoxBytes;  // boxes the staging holds at once
+      static_assert(kRoundBoxes > 0, "store_swiglu: the staging holds a box");
+      constexpr int kRounds = (3 * kOutputBoxes + kRoundBoxes - 1) / kRoundBoxes;
       const CUtensorMap* const maps[3] = {&pre_gelu_map, &second_out_map, &out_map};
 #pragma unroll
       for (int round = 0; round < kRounds; ++round) {
@@ -814,19 +828,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                                                 accumulators[half][4 * c + 2 * pair + 1]);
               const __nv_bfloat162 up = __floats2bfloat162_rn(accumulators[half][4 * (c + kGroups) + 2 * pair],
                                                               accumulators[half][4 * (c + kGroups) + 2 * pair + 1]);
+              const int offset = kSwizzled ? row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2
+                                           : row * kBoxColumns * 2 + column * 2;
 #pragma unroll
               for (int output = 0; output < 3; ++output) {
-                const int box = output * kOutputBoxes + half * kBoxesAcross + column / 64;
-                if (box / T::kStagingBoxes != round) continue;  // known at compile time once unrolled
+                const int box = output * kOutputBoxes + half * kBoxesAcross + column / kBoxColumns;
+                if (box / kRoundBoxes != round) continue;  // known at compile time once unrolled
                 __nv_bfloat162 value = gate;
                 if (output == 1) value = up;
                 if (output == 2) {
                   value = __floats2bfloat162_rn(swiglu_value(__low2float(gate), __low2float(up)),
                                                 swiglu_value(__high2float(gate), __high2float(up)));
                 }
-                store_shared(staging + (box % T::kStagingBoxes) * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
-                                 (column % 8) * 2,
-                             value);
+                store_shared(staging + (box % kRoundBoxes) * kBoxBytes + offset, value);
               }
             }
           }
@@ -835,13 +849,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         warpgroup_sync(group);
         if (leader) {
 #pragma unroll
-          for (int box = round * T::kStagingBoxes; box < (round + 1) * T::kStagingBoxes && box < 3 * kOutputBoxes;
-               ++box) {
+          for (int box = round * kRoundBoxes; box < (round + 1) * kRoundBoxes && box < 3 * kOutputBoxes; ++box) {
             const int within = box % kOutputBoxes;
             const int row_start = m_start + 64 * (first_half + within / kBoxesAcross);
-            const int column_start = n_start + 64 * (within % kBoxesAcross);
+            const int column_start = n_start + kBoxColumns * (within % kBoxesAcross);
             if (column_start < n_size && row_start < m_size) {
-              tma_store(maps[box / kOutputBoxes], staging + (box % T::kStagingBoxes) * 8192, column_start, row_start);
+              tma_store(maps[box / kOutputBoxes], staging + (box % kRoundBoxes) * kBoxBytes, column_start, row_start);
             }
           }
           tma_store_commit();

@@ -119,12 +119,13 @@ bool launch_for_width(const void* a, const void* b, const void* bias, void* out,
   return false;
 }
 
-// SwiGLU's products on the alternating 128 × 128 tiling: 64 columns of each output a tile, the
-// whole 64-column boxes the epilogue stores (the 192-column tiling's 96 would split boxes), in bands
-// of 8 rows of tiles (the file's comment).
+// SwiGLU's products on the alternating 128 × 192 tiling: 96 columns of each output a tile, stored
+// in unswizzled [64, 96] boxes (hopper::swiglu_box_columns), in bands of 8 rows of tiles (the file's
+// comment).
 bool launch_swiglu(const void* x, const void* gate_weight, const void* up_weight, void* gate, void* up, void* out,
                    int m, int hidden, int k, int device, cudaStream_t stream) {
-  using T = hopper::AlternatingTiling;
+  using T = hopper::AlternatingWide;
+  constexpr int kBoxColumns = hopper::swiglu_box_columns<T>();
   const auto kernel = hopper::gemm_kernel<T, hopper::Epilogue::kSwiglu, hopper::BLayout::kNByK>;
   static bool configured[64] = {};
   if (!configured[device]) {
@@ -135,8 +136,9 @@ bool launch_swiglu(const void* x, const void* gate_weight, const void* up_weight
   if (!make_bf16_tensor_map(x_map, x, m, k, T::kBlockM) ||
       !make_bf16_tensor_map(gate_weight_map, gate_weight, hidden, k, T::kBlockN / 2) ||
       !make_bf16_tensor_map(up_weight_map, up_weight, hidden, k, T::kBlockN / 2) ||
-      !make_bf16_tensor_map(out_map, out, m, hidden, 64) || !make_bf16_tensor_map(gate_map, gate, m, hidden, 64) ||
-      !make_bf16_tensor_map(up_map, up, m, hidden, 64)) {
+      !make_bf16_tensor_map(out_map, out, m, hidden, 64, kBoxColumns) ||
+      !make_bf16_tensor_map(gate_map, gate, m, hidden, 64, kBoxColumns) ||
+      !make_bf16_tensor_map(up_map, up, m, hidden, 64, kBoxColumns)) {
     return false;
   }
   constexpr int kOutputColumns = T::kBlockN / 2;  // of each output, a tile
