@@ -5,14 +5,15 @@
 // 2026-12-03/04: the GPT-2 up-projection with bias + GELU_AUX at 72% of the plain product's pace),
 // and weft's one-GPU targets (issue #16) need those epilogues at the plain products' pace.
 //
-// Status: the runtime calls it opt-in (WEFT_HOPPER_GEMM, runtime/cuda/hopper_products.h) for linear_gelu's
-// bias + GELU forward, GELU's backward in the next linear's dX product, a linear's dX product with
-// its bias gradient, and Llama's SwiGLU products forward and backward; cuBLASLt runs every other
-// product. The backward (B N-major, kGeluBackward, kSumAColumns) was written on 2026-12-05
+// Status: the runtime calls it (WEFT_HOPPER_GEMM, runtime/cuda/hopper_products.h) for linear_gelu's
+// bias + GELU forward, GELU's backward in the next linear's dX product and a linear's dX product with
+// its bias gradient where asked, and by default for Llama's SwiGLU products forward and backward;
+// cuBLASLt runs every other product. The backward (B N-major, kGeluBackward, kSumAColumns) was written on 2026-12-05
 // without a GPU, then checked right on an H100 by the benchmark; docs/performance.md (sixteenth
 // session) has its first figures. SwiGLU's (kSwiglu, kSwigluBackward) were written on 2026-12-06
 // (seventeenth session), right on an H200 the first time, and slower than cuBLASLt's products
-// with weft's SwiGLU passes (docs/performance.md, seventeenth session).
+// with weft's SwiGLU passes until the eighteenth session moved both to the 192-column tiling and
+// made their math cheaper (runtime/cuda/silu.cuh): then 18% (forward) and 23% (backward) faster.
 // tools/cuda_hopper_gemm_benchmark checks every tiling against cuBLASLt and a reference and times
 // both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it stands and
 // why. In the same call as cuBLASLt: the bias + GELU product 5-10% faster than cuBLASLt's on
@@ -869,10 +870,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // in the same swizzled layout, so that one offset names the same element in all three. The math
     // then runs over the round's 16-byte chunks, a chunk a thread at a time, in a loop that is not
     // unrolled: written per accumulator in wgmma's layout (the epilogues above), 192 columns' worth
-    // of expf and IEEE divides came to more code than the instruction cache holds beside the other
-    // warpgroup's products (Nsight Compute: 7 cycles an instruction waiting for instructions, the
-    // product 3.3 times as long as without the epilogue). Each thread writes its chunk's gradients
-    // over the gate and up it read, grad_gate over gate and grad_up over up.
+    // of it came to more code than the instruction cache holds beside the other warpgroup's products
+    // (Nsight Compute: 7 cycles an instruction waiting for instructions). This warpgroup's one warp a
+    // scheduler must finish it within the other warpgroup's products, which is why silu.cuh's sigmoid
+    // is cheap. Each thread writes its chunk's gradients over the gate and up it read, grad_gate over
+    // gate and grad_up over up.
     auto store_swiglu_backward = [&] {
       if constexpr (kSwigluBackward) {  // (compiled only where its tiling's staging fits)
         constexpr int kPositions = kSwigluPositions;

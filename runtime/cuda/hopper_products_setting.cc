@@ -59,12 +59,16 @@ unsigned hopper_products() {
   unsigned state = products_state.load(std::memory_order_relaxed);
   if (state == kNotRead) {
     const char* value = std::getenv("WEFT_HOPPER_GEMM");
-    std::string problem;
-    const std::optional<unsigned> parsed = parse_hopper_products(value != nullptr ? value : "", &problem);
-    if (!parsed.has_value()) {
-      std::fprintf(stderr, "weft: WEFT_HOPPER_GEMM: %s; running cuBLASLt's products\n", problem.c_str());
+    if (value == nullptr) {
+      state = kDefaultHopperProducts;
+    } else {
+      std::string problem;
+      const std::optional<unsigned> parsed = parse_hopper_products(value, &problem);
+      if (!parsed.has_value()) {
+        std::fprintf(stderr, "weft: WEFT_HOPPER_GEMM: %s; running cuBLASLt's products\n", problem.c_str());
+      }
+      state = parsed.value_or(0u);
     }
-    state = parsed.value_or(0u);
     products_state.store(state, std::memory_order_relaxed);
   }
   return state;

@@ -79,7 +79,14 @@ TEST(HopperProductsSetting, ReadsTheVariableOnceAndTestsReplaceIt) {
 
   ::unsetenv("WEFT_HOPPER_GEMM");
   forget_hopper_products_for_testing();
-  EXPECT_EQ(hopper_products(), 0u) << "off by default";
+  EXPECT_EQ(hopper_products(), unsigned{kHopperSwiglu | kHopperSwigluBackward})
+      << "unset: the SwiGLU pair, the GELU products off";
+  ::setenv("WEFT_HOPPER_GEMM", "", 1);
+  forget_hopper_products_for_testing();
+  EXPECT_EQ(hopper_products(), 0u) << "set and empty: none";
+  ::setenv("WEFT_HOPPER_GEMM", "0", 1);
+  forget_hopper_products_for_testing();
+  EXPECT_EQ(hopper_products(), 0u);
 
   set_hopper_products(kHopperBiasGelu);
   EXPECT_TRUE(hopper_product_enabled(kHopperBiasGelu));

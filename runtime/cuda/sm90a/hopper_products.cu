@@ -13,12 +13,11 @@
 // at every width: on an H100 (docs/performance.md, 2026-12-05, sixteenth session) it was the
 // fastest own tiling for every dX shape measured (GPT-2's fc with the sums 144 against 157 µs for
 // the 128-column one, the 1.3B fc plain 442 against 475) and level on GPT-2's GELU backward (153
-// against 152). SwiGLU's two products take the alternating 128 × 128 tiling: in the benchmark on an
-// H200 (docs/performance.md, 2026-12-06, seventeenth session) the forward in bands of 8 (1158 µs
-// at Llama 1B's shape against 1209 row by row; 2362 against 2855 at a 7B shape) and the backward in
-// bands of 16 (838 and 1397 µs against 825 and 1450 row by row), where the 192-column tiling, whose
-// staging holds one output box's gate and up at a time, took 1555 µs at Llama 1B's shape. Both
-// were slower than cuBLASLt's products with weft's SwiGLU passes (1162 and 723 µs there).
+// against 152). SwiGLU's two products take the 192-column tiling too (docs/performance.md,
+// 2026-12-06, eighteenth session, on an H100 at Llama 1B's shapes): the forward in bands of 8 (1061
+// µs against 1292 for cuBLASLt's two products and the SwiGLU pass, 1230 for the 128-column tiling in
+// bands of 8), the backward in bands of 16 (674 against 873 for cuBLASLt's product and the pass;
+// bands of 8 took 675, the 128-column tilings 737-772).
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -225,7 +224,8 @@ bool hopper_swiglu_backward(const void* dy, const void* w, const void* gate, con
                             void* grad_up, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   int device = 0;
   if (!applies(m, n, k, {dy, w, gate, up, grad_gate, grad_up}, device)) return false;
-  // 192 columns, one output box a staging round (its gate, up and product in the three staging boxes).
+  // 192 columns in bands of 16, one output box a staging round (its gate, up and product in the three
+  // staging boxes).
   return launch<hopper::AlternatingWide, hopper::Epilogue::kSwigluBackward, hopper::BLayout::kKByN>(
       dy, w, nullptr, grad_gate, gate, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 16, device,
       stream, nullptr, grad_up, up);
