@@ -958,6 +958,7 @@ bool time_swiglu_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaS
       WEFT_OWN_SWIGLU_BACKWARD("a192b16swb", AlternatingWide, AlternatingWide, 16),
       WEFT_OWN_SWIGLU_BACKWARD("alt3 b16swb", AlternatingThreeStaging, AlternatingTiling, 16),
       WEFT_OWN_SWIGLU_BACKWARD("a4s6b16swb", AlternatingFourStagesSixStaging, AlternatingTiling, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("w3s6b16swb", AlternatingWideThreeStagesSixStaging, AlternatingWide, 16),
   };
 #undef WEFT_OWN_SWIGLU_BACKWARD
   // The runtime's plain dX product (runtime/cuda/sm90a/hopper_products.cu), for what the epilogue costs.
@@ -1108,6 +1109,9 @@ int main(int argc, char** argv) {
              all_ok;
     all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingFourStagesSixStaging, hopper::AlternatingTiling>(
                  "alternating, four stages, six staging boxes", odd[0], odd[1], odd[2], stream, 3) &&
+             all_ok;
+    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWideThreeStagesSixStaging, hopper::AlternatingWide>(
+                 "alternating, 192 columns, three stages, six staging boxes", odd[0], odd[1], odd[2], stream, 3) &&
              all_ok;
   }
 

@@ -110,10 +110,12 @@ using AlternatingTiling = Tiling<128, 5, true>;
 using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; the output staged in halves
 // SwiGLU's backward stages three boxes for each output box (gate, up and the product; the gradients
 // then overwrite gate and up): AlternatingWide's three take a warpgroup's 6 output boxes one at a
-// time. Two 128-column tilings for the benchmark: one output box a round beside five stages, and two
-// a round beside four.
+// time. For the benchmark: two 128-column tilings, one output box a round beside five stages and two
+// a round beside four; and 192 columns with two output boxes a round (three rounds a tile, each
+// waiting for its gate and up loads, instead of six) bought with a stage (not yet run).
 using AlternatingThreeStaging = Tiling<128, 5, true, 3>;
 using AlternatingFourStagesSixStaging = Tiling<128, 4, true, 6>;
+using AlternatingWideThreeStagesSixStaging = Tiling<192, 3, true, 6>;
 // The columns of kSwiglu's output boxes for tiling T (its tiles cover kBlockN / 2 columns of each
 // output): 64, the 128-byte swizzle's span, where those come in 64s; otherwise all of them in one
 // unswizzled box (the 192-column tiling's 96: rows of 192 bytes, which TMA stores without a swizzle;
