@@ -8,9 +8,9 @@
 // Status: the runtime calls it (WEFT_HOPPER_GEMM, runtime/cuda/hopper_products.h) for linear_gelu's
 // bias + GELU forward, GELU's backward in the next linear's dX product and a linear's dX product with
 // its bias gradient where asked, and by default for Llama's SwiGLU products forward and backward;
-// cuBLASLt runs every other product. The backward (B N-major, kGeluBackward, kSumAColumns) was written on 2026-12-05
-// without a GPU, then checked right on an H100 by the benchmark; docs/performance.md (sixteenth
-// session) has its first figures. SwiGLU's (kSwiglu, kSwigluBackward) were written on 2026-12-06
+// cuBLASLt runs every other product. The backward (B N-major, kGeluBackward, kSumAColumns) was
+// written on 2026-12-05 without a GPU, then checked right on an H100 by the benchmark;
+// docs/performance.md (sixteenth session) has its first figures. SwiGLU's (kSwiglu, kSwigluBackward) were written on 2026-12-06
 // (seventeenth session), right on an H200 the first time, and slower than cuBLASLt's products
 // with weft's SwiGLU passes until the eighteenth session moved both to the 192-column tiling and
 // made their math cheaper (runtime/cuda/silu.cuh): then 18% (forward) and 23% (backward) faster.
