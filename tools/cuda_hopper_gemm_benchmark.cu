@@ -1120,6 +1120,10 @@ int main(int argc, char** argv) {
       {"gpt2 proj (16384x768x768)", 16384, 768, 768},   {"gpt2 down (16384x768x3072)", 16384, 768, 3072},
       {"1.3B up (8192x8192x2048)", 8192, 8192, 2048},   {"1.3B qkv (8192x6144x2048)", 8192, 6144, 2048},
       {"1.3B down (8192x2048x8192)", 8192, 2048, 8192},
+      // Llama 1B's forward products other than gate and up (issue #16: whether the own plain product
+      // could take them too): qkv (GQA 16/8, 2048 + 2 · 1024 columns), the attention's output, down.
+      {"llama1b qkv (16384x4096x2048)", 16384, 4096, 2048}, {"llama1b o (16384x2048x2048)", 16384, 2048, 2048},
+      {"llama1b down (16384x2048x5504)", 16384, 2048, 5504},
   };
   // The variants, in the table's order: cuBLASLt's, then each of weft's tilings, plain and with
   // bias + GELU.
