@@ -951,10 +951,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           }
           fence_for_tma();
           warpgroup_sync(group);
-          if (leader) {
+          if (leader) {  // this round's boxes (as load_pre_activation takes them)
 #pragma unroll
-            for (int box = 0; box < T::kBoxes; ++box) {
-              if (box / kPositions != round) continue;
+            for (int box = round * kPositions; box < (round + 1) * kPositions; ++box) {
               const int row_start = box_row(box), column_start = box_column(box);
               if (column_start < n_size && row_start < m_size) {
                 uint8_t* const gate_box = staging + (box % kPositions) * 8192;
