@@ -766,9 +766,8 @@ float host_silu_derivative(float x) {
 // SwiGLU's backward with B read N-major on an odd shape: with p = dy [m, k] · w [k, n], grad_gate =
 // (p · up) · silu'(gate) and grad_up = p · silu(gate), against the f32 reference's p (within bf16's
 // rounding); and bit for bit against the swiglu backward pass over the own plain product of the same
-// tiling (the same accumulators, so the same rounded p; Plain: a tiling of the same width for a
-// tiling whose staging has no plain product of its own).
-template <typename T, typename Plain = T>
+// tiling (the same accumulators, so the same rounded p).
+template <typename T>
 bool check_odd_shape_swiglu_backward(const char* tiling, int m, int n, int k, cudaStream_t stream, int group_rows = 1) {
   using hopper::BLayout;
   using hopper::Epilogue;
@@ -787,7 +786,7 @@ bool check_odd_shape_swiglu_backward(const char* tiling, int m, int n, int k, cu
   for (bf16* p : {grad_gate, grad_up, product}) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, count * sizeof(bf16), stream));
   launch_own<T, Epilogue::kSwigluBackward, BLayout::kKByN>(dy, w, nullptr, grad_gate, gate, m, n, k, stream, group_rows,
                                                            nullptr, grad_up, up);
-  launch_own<Plain, Epilogue::kNone, BLayout::kKByN>(dy, w, nullptr, product, nullptr, m, n, k, stream, group_rows);
+  launch_own<T, Epilogue::kNone, BLayout::kKByN>(dy, w, nullptr, product, nullptr, m, n, k, stream, group_rows);
   swiglu_backward_pass(gate, up, product, expected_grad_gate, expected_grad_up, count, stream);
   reference_kernel<<<dim3((n + 127) / 128, m), 128, 0, stream>>>(dy, w, nullptr, reference, m, n, k, true);
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -938,9 +937,7 @@ bool time_swiglu_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaS
     std::function<void(const Buffers&, int m, int n, int k)> run;    // the gradients
     std::function<void(const Buffers&, int m, int n, int k)> plain;  // the same tiling's plain product
   };
-// plain_tiling: one whose plain product has the same wgmma width, hence the same sums (a tiling whose
-// staging only SwiGLU's backward can use has no plain product of its own).
-#define WEFT_OWN_SWIGLU_BACKWARD(label, tiling, plain_tiling, group_rows)                                        \
+#define WEFT_OWN_SWIGLU_BACKWARD(label, tiling, group_rows)                                                      \
   {label,                                                                                                       \
    [stream](const Buffers& x, int m, int n, int k) {                                                            \
      launch_own<hopper::tiling, Epilogue::kSwigluBackward, BLayout::kKByN>(x.dy, x.w, nullptr, x.grad_gate,     \
@@ -949,16 +946,13 @@ bool time_swiglu_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaS
                                                                            x.grad_up, x.up);                    \
    },                                                                                                           \
    [stream](const Buffers& x, int m, int n, int k) {                                                            \
-     launch_own<hopper::plain_tiling, Epilogue::kNone, BLayout::kKByN>(x.dy, x.w, nullptr, x.product, nullptr,  \
-                                                                       m, n, k, stream, group_rows);            \
+     launch_own<hopper::tiling, Epilogue::kNone, BLayout::kKByN>(x.dy, x.w, nullptr, x.product, nullptr, m, n, \
+                                                                 k, stream, group_rows);                       \
    }}
   const std::vector<Variant> variants = {
-      WEFT_OWN_SWIGLU_BACKWARD("a192 swb", AlternatingWide, AlternatingWide, 1),
-      WEFT_OWN_SWIGLU_BACKWARD("a192b8 swb", AlternatingWide, AlternatingWide, 8),
-      WEFT_OWN_SWIGLU_BACKWARD("a192b16swb", AlternatingWide, AlternatingWide, 16),
-      WEFT_OWN_SWIGLU_BACKWARD("alt3 b16swb", AlternatingThreeStaging, AlternatingTiling, 16),
-      WEFT_OWN_SWIGLU_BACKWARD("a4s6b16swb", AlternatingFourStagesSixStaging, AlternatingTiling, 16),
-      WEFT_OWN_SWIGLU_BACKWARD("w3s6b16swb", AlternatingWideThreeStagesSixStaging, AlternatingWide, 16),
+      WEFT_OWN_SWIGLU_BACKWARD("a192 swb", AlternatingWide, 1),
+      WEFT_OWN_SWIGLU_BACKWARD("a192b8 swb", AlternatingWide, 8),
+      WEFT_OWN_SWIGLU_BACKWARD("a192b16swb", AlternatingWide, 16),
   };
 #undef WEFT_OWN_SWIGLU_BACKWARD
   // The runtime's plain dX product (runtime/cuda/sm90a/hopper_products.cu), for what the epilogue costs.
@@ -1103,15 +1097,6 @@ int main(int argc, char** argv) {
              all_ok;
     all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWide>("alternating, 192 columns", odd[0], odd[1],
                                                                        odd[2], stream, 3) &&
-             all_ok;
-    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingThreeStaging, hopper::AlternatingTiling>(
-                 "alternating, three staging boxes", odd[0], odd[1], odd[2], stream) &&
-             all_ok;
-    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingFourStagesSixStaging, hopper::AlternatingTiling>(
-                 "alternating, four stages, six staging boxes", odd[0], odd[1], odd[2], stream, 3) &&
-             all_ok;
-    all_ok = check_odd_shape_swiglu_backward<hopper::AlternatingWideThreeStagesSixStaging, hopper::AlternatingWide>(
-                 "alternating, 192 columns, three stages, six staging boxes", odd[0], odd[1], odd[2], stream, 3) &&
              all_ok;
   }
 

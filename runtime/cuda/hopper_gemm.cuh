@@ -95,8 +95,11 @@ struct Tiling {
   // waiting until TMA has read the round before), leaving shared memory to the stages.
   static constexpr int kBoxes = kHalves * kBlockN / 64;
   static constexpr int kStagingBoxes = kStagingBoxCount == 0 ? kBoxes : kStagingBoxCount;
-  // (SwiGLU's backward takes three staging boxes an output box: for it, a third of them must divide.)
-  static_assert(kBoxes % kStagingBoxes == 0 || (kStagingBoxes % 3 == 0 && kBoxes % (kStagingBoxes / 3) == 0),
+  // SwiGLU's backward takes three staging boxes an output box, so its rounds take a third as many
+  // output boxes, which must divide the boxes (1 for tilings of fewer than three staging boxes, which
+  // cannot take it, so that the division stays defined).
+  static constexpr int kSwigluBackwardRoundBoxes = kStagingBoxes >= 3 ? kStagingBoxes / 3 : 1;
+  static_assert(kBoxes % kStagingBoxes == 0 || (kStagingBoxes % 3 == 0 && kBoxes % kSwigluBackwardRoundBoxes == 0),
                 "Tiling: the staging rounds divide the boxes");
   static constexpr int kStagingBytes = kStagingBoxes * 8192;
   static constexpr int kSharedBytes =
@@ -110,12 +113,8 @@ using AlternatingTiling = Tiling<128, 5, true>;
 using AlternatingWide = Tiling<192, 4, true, 3>;  // 192 accumulators a thread; the output staged in halves
 // SwiGLU's backward stages three boxes for each output box (gate, up and the product; the gradients
 // then overwrite gate and up): AlternatingWide's three take a warpgroup's 6 output boxes one at a
-// time. For the benchmark: two 128-column tilings, one output box a round beside five stages and two
-// a round beside four; and 192 columns with two output boxes a round (three rounds a tile, each
-// waiting for its gate and up loads, instead of six) bought with a stage (not yet run).
-using AlternatingThreeStaging = Tiling<128, 5, true, 3>;
-using AlternatingFourStagesSixStaging = Tiling<128, 4, true, 6>;
-using AlternatingWideThreeStagesSixStaging = Tiling<192, 3, true, 6>;
+// time. Measured against it and slower (docs/performance.md, 2026-12-06): 128 columns with three
+// staging boxes beside five stages, or six beside four; 192 columns with six beside three stages.
 // The columns of kSwiglu's output boxes for tiling T (its tiles cover kBlockN / 2 columns of each
 // output): 64, the 128-byte swizzle's span, where those come in 64s; otherwise all of them in one
 // unswizzled box (the 192-column tiling's 96: rows of 192 bytes, which TMA stores without a swizzle;
@@ -489,11 +488,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   constexpr bool kSwigluBackward = kEpilogue == Epilogue::kSwigluBackward;
   // Each of a round's output boxes takes three staging boxes, and the rounds cover a warpgroup's boxes.
   static_assert(!kSwigluBackward || (kB == BLayout::kKByN && T::kCluster == 1 && !kSumAColumns &&
-                                     T::kStagingBoxes % 3 == 0 && T::kBoxes % (T::kStagingBoxes / 3) == 0),
+                                     T::kStagingBoxes % 3 == 0 && T::kBoxes % T::kSwigluBackwardRoundBoxes == 0),
                 "gemm_kernel: SwiGLU's backward reads B N-major, one CTA a cluster, without A's column sums, "
                 "into triples of staging boxes that divide the warpgroup's output boxes");
   // kSwigluBackward: the output boxes a staging round takes.
-  constexpr int kSwigluPositions = kSwigluBackward ? T::kStagingBoxes / 3 : 1;
+  constexpr int kSwigluPositions = kSwigluBackward ? T::kSwigluBackwardRoundBoxes : 1;
   static_assert(kSwiglu || kSwigluBackward || T::kBoxes % T::kStagingBoxes == 0,
                 "gemm_kernel: the staging rounds divide the warpgroup's output boxes");
   // The output columns a tile covers: SwiGLU's tiles hold gate and up columns side by side.
