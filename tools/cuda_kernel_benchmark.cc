@@ -10,9 +10,10 @@
 // projection's dX epilogue or as a pass after it).
 //
 // Shapes: [B*T, C] = [16*1024, 768] (GPT-2 124M at sequence 1024) and [8*1024, 2048] (a 1.3B model),
-// bf16; cross-entropy on [8*1024, 50304] bf16 logits; GPT-2's embedding backward; Llama 1B's
-// rotary embedding (q heads of [8, 2048, 4096] qkv) and SwiGLU ([8*2048, 5504]); AdamW over 48 bf16
-// [2048, 2048] parameters with split masters (26 bytes a parameter). Each kernel is
+// bf16; bias gradients (column sums over 16*1024 rows of 768 and 3072); cross-entropy on
+// [8*1024, 50304] bf16 logits; GPT-2's embedding backward; Llama 1B's rotary embedding (q heads of
+// [8, 2048, 4096] qkv) and SwiGLU ([8*2048, 5504]); AdamW over 48 bf16 [2048, 2048] parameters with
+// split masters (26 bytes a parameter). Each kernel is
 // called through the backend (runtime/backend.h) with its outputs allocated once, warmed up, then
 // timed with CUDA events over --iters back-to-back calls on the current stream; the time is the
 // mean per call.
@@ -290,6 +291,20 @@ int main(int argc, char** argv) {
                         backend.softmax_backward(out, grad_out, grad_x, false);
                       }),
                       3 * rows_by_columns * kElement});
+    }
+
+    // Bias gradients as training takes them: the column sums of dY [tokens, C] over every token
+    // (slices of rows into f32 partials, then a kernel that adds them in order), at GPT-2's widths.
+    for (const int64_t c : {int64_t{768}, int64_t{3072}}) {
+      const int64_t n = 16 * 1024;
+      const std::string shape = "[" + std::to_string(n) + ", " + std::to_string(c) + "] bf16";
+      const Tensor grad_out = Tensor::normal({n, c}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      const Tensor grad_bias = Tensor::empty({1, c}, bf16, gpu);
+      const int64_t dims[] = {0};
+      rows.push_back({"bias gradient", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.reduce(weft::ReduceOp::kSum, grad_out, dims, grad_bias, Tensor());
+                      }),
+                      static_cast<double>(n) * static_cast<double>(c) * kElement + c * kElement});
     }
 
     {
