@@ -443,6 +443,7 @@ int main(int argc, char** argv) {
                   gigabytes_per_second, 100.0 * gigabytes_per_second / ceiling);
     }
     std::printf("\ntarget (issue #3): memory-bound kernels >= 70%% of copy bandwidth\n\n");
+    std::fflush(stdout);  // the row table is out even if a caller stops the run during the matmuls
 
     // Matmuls last (they heat the GPU, which then clocks down): the bf16 8192^3 ceiling, then every
     // linear layer's three products.

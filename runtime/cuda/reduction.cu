@@ -11,6 +11,9 @@
 // When few outputs cover many elements (a whole-tensor sum, a bias gradient over every token), both
 // kernels split the reduced range into slices (blockIdx.y) that write f32 partials, and a second
 // kernel sums the partials of each output in slice order (sums and means; max is never split).
+// The column-sum kernel (bias gradients: 48 a GPT-2 step, each a few microseconds) and the partials'
+// kernel are launched as programmatic dependents (dependent_launch.cuh), so that their launches hide
+// under the kernel before them; the column sums let the partials' kernel start as they finish.
 // Accumulation is f32 (the CPU reference uses double; sums agree within the f32 tolerance). Max
 // returns the first index of the maximum and propagates NaN (the first NaN wins), like the CPU.
 // out and indices are contiguous, with x's shape and the reduced dims set to 1.
@@ -23,6 +26,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/dependent_launch.cuh"
 #include "runtime/cuda/device_math.cuh"
 #include "runtime/cuda/row_kernels.cuh"
 #include "runtime/cuda/stream.h"
@@ -192,6 +196,7 @@ __global__ void reduce_partials_kernel(ReduceOp op, const float* partials, int64
                                        int64_t reduced_count) {
   __shared__ float shared_sum[kFinalThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     float sum = 0.0f;
     for (int64_t slice = threadIdx.x; slice < splits; slice += blockDim.x) sum += partials[slice * rows + row];
@@ -228,6 +233,7 @@ __global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t colu
   float sum[kPer];
 #pragma unroll
   for (int j = 0; j < kPer; ++j) sum[j] = 0.0f;
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   if (group < groups) {
     const int64_t r_begin = blockIdx.y * chunk;
     const int64_t r_end = r_begin + chunk < reduced_count ? r_begin + chunk : reduced_count;
@@ -255,6 +261,7 @@ __global__ void column_sums_kernel(ReduceOp op, const T* x, T* out, int64_t colu
                    reduced_count);
     }
   }
+  allow_next_kernel_to_start();  // the partials' kernel still waits for every write above
 }
 
 }  // namespace
@@ -322,8 +329,8 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t>
       const int64_t blocks = std::min<int64_t>(row_blocks, 65535LL * 32);
       const dim3 threads(cuda::kColumnOutputs, cuda::kColumnSlices);
       const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
-      cuda::column_sums_kernel<T><<<grid, threads, 0, stream>>>(op, in, data, rows, reduced.strides[0][0],
-                                                                 reduced_count, chunk, partial_data);
+      cuda::launch_dependent(cuda::column_sums_kernel<T>, grid, threads, 0, stream, op, in, data, rows,
+                             reduced.strides[0][0], reduced_count, chunk, partial_data);
     } else if (by_columns) {
       const int64_t blocks = std::min<int64_t>((rows + cuda::kColumnOutputs - 1) / cuda::kColumnOutputs, 65535LL * 32);
       const dim3 threads(cuda::kColumnOutputs, cuda::kColumnSlices);
@@ -341,8 +348,9 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, absl::Span<const int64_t>
     WEFT_CUDA_CHECK_LAUNCH();
     if (splits > 1) {
       const int64_t blocks = std::min<int64_t>(rows, 65535LL * 32);
-      cuda::reduce_partials_kernel<T><<<static_cast<unsigned>(blocks), cuda::kFinalThreads, 0, stream>>>(
-          op, partial_data, splits, data, rows, reduced_count);
+      cuda::launch_dependent(cuda::reduce_partials_kernel<T>, dim3(static_cast<unsigned>(blocks)),
+                             dim3(cuda::kFinalThreads), 0, stream, op, static_cast<const float*>(partial_data),
+                             splits, data, rows, reduced_count);
       WEFT_CUDA_CHECK_LAUNCH();
     }
   });
