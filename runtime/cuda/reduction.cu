@@ -11,7 +11,7 @@
 // When few outputs cover many elements (a whole-tensor sum, a bias gradient over every token), both
 // kernels split the reduced range into slices (blockIdx.y) that write f32 partials, and a second
 // kernel sums the partials of each output in slice order (sums and means; max is never split).
-// The column-sum kernel (bias gradients: 48 a GPT-2 step, each a few microseconds) and the partials'
+// The column-sum kernel (bias gradients: 48 a GPT-2 step, 8-40 us each on an H100) and the partials'
 // kernel are launched as programmatic dependents (dependent_launch.cuh), so that their launches hide
 // under the kernel before them; the column sums let the partials' kernel start as they finish.
 // Accumulation is f32 (the CPU reference uses double; sums agree within the f32 tolerance). Max
