@@ -238,17 +238,16 @@ __device__ inline void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_
 __device__ inline void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // A store to shared memory that the compiler may move global loads across (a plain store through a
 // generic pointer could alias the bias, and every bias load would wait for the stores before it).
+__device__ inline void store_shared_bits(void* destination, uint32_t bits) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(shared_address(destination)), "r"(bits));
+}
 __device__ inline void store_shared(void* destination, __nv_bfloat162 value) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(shared_address(destination)),
-               "r"(*reinterpret_cast<uint32_t*>(&value)));
+  store_shared_bits(destination, *reinterpret_cast<uint32_t*>(&value));
 }
 __device__ inline __nv_bfloat162 load_shared(const void* source) {
   uint32_t bits;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(shared_address(source)) : "memory");
   return *reinterpret_cast<__nv_bfloat162*>(&bits);
-}
-__device__ inline void store_shared_bits(void* destination, uint32_t bits) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(shared_address(destination)), "r"(bits));
 }
 // 16 bytes at once (the address 16-byte aligned).
 __device__ inline uint4 load_shared_chunk(const void* source) {
