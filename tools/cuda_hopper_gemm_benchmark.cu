@@ -67,7 +67,8 @@ __global__ void reference_kernel(const bf16* a, const bf16* b, const bf16* bias,
   out[size_t(m) * n_size + n] = sum;
 }
 
-// A TMA map of a row-major [rows, columns] bf16 matrix in boxes of [box_rows, 64].
+// A TMA map of a row-major [rows, columns] bf16 matrix in boxes of [box_rows, box_columns] (64:
+// 128-byte swizzled; otherwise unswizzled, as make_bf16_tensor_map makes them).
 CUtensorMap operand_map(const bf16* data, int rows, int columns, int box_rows, int box_columns = 64) {
   CUtensorMap map{};
   if (!weft::cuda::make_bf16_tensor_map(map, data, rows, columns, box_rows, box_columns)) {
@@ -1105,8 +1106,9 @@ int main(int argc, char** argv) {
       {"gpt2 proj (16384x768x768)", 16384, 768, 768},   {"gpt2 down (16384x768x3072)", 16384, 768, 3072},
       {"1.3B up (8192x8192x2048)", 8192, 8192, 2048},   {"1.3B qkv (8192x6144x2048)", 8192, 6144, 2048},
       {"1.3B down (8192x2048x8192)", 8192, 2048, 8192},
-      // Llama 1B's forward products other than gate and up (issue #16: whether the own plain product
-      // could take them too): qkv (GQA 16/8, 2048 + 2 · 1024 columns), the attention's output, down.
+      // Llama 1B's forward products other than gate and up: qkv (GQA 16/8, 2048 + 2 · 1024 columns), the
+      // attention's output, down. On an H100 (docs/performance.md, 2026-12-06, nineteenth session) the
+      // own plain product lost qkv by 15% and was level or 6% ahead on the others: cuBLASLt keeps them.
       {"llama1b qkv (16384x4096x2048)", 16384, 4096, 2048}, {"llama1b o (16384x2048x2048)", 16384, 2048, 2048},
       {"llama1b down (16384x2048x5504)", 16384, 2048, 5504},
   };
