@@ -30,6 +30,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/dependent_launch.cuh"
 #include "runtime/cuda/device_math.cuh"
 #include "runtime/cuda/dynamic_shared_memory.cuh"
 #include "runtime/cuda/index_check.cuh"
@@ -87,6 +88,7 @@ __global__ void __launch_bounds__(kForwardThreads)
                          float* __restrict__ lse,        // [rows]
                          int64_t rows, int vocabulary, int64_t ignore_index, IndexErrorRecord* record) {
   __shared__ float scratch[64];
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const int packs = vocabulary / kVec;
   const int threads = static_cast<int>(blockDim.x);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -169,6 +171,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
                                   const float* __restrict__ grad_losses,  // [rows]
                                   T* grad_logits,                       // [rows, vocabulary], may be logits
                                   int64_t rows, int vocabulary, int64_t ignore_index, IndexErrorRecord* record) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const int packs = vocabulary / kVec;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* row_in = logits + row * vocabulary;
@@ -216,6 +219,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
   extern __shared__ __align__(16) unsigned char row_storage[];
   Pack<T, kVec>* const row_packs = reinterpret_cast<Pack<T, kVec>*>(row_storage);  // [packs] if kResident
   __shared__ float scratch[64];
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const int packs = vocabulary / kVec;
   const int threads = static_cast<int>(blockDim.x);
   // The first pass's load: kept in shared memory, or left in L2 for the second pass.
@@ -292,10 +296,10 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int
     cuda::dispatch_cuda_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
       const T* data = logits.data<T>();
       cuda::dispatch_pack<T>(cuda::can_use_packs<T>(vocabulary, data), [&]<int kVec>() {
-        cuda::cross_entropy_kernel<T, I, kVec>
-            <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec, cuda::kForwardThreads), 0, stream>>>(
-                data, targets.data<I>(), losses.data<float>(), lse.data<float>(), rows, vocabulary, ignore_index,
-                cuda::index_error_record());
+        cuda::launch_dependent(cuda::cross_entropy_kernel<T, I, kVec>, cuda::grid_for(rows, 1),
+                               cuda::threads_for(vocabulary / kVec, cuda::kForwardThreads), 0, stream, data,
+                               targets.data<I>(), losses.data<float>(), lse.data<float>(), rows, vocabulary,
+                               ignore_index, cuda::index_error_record());
         WEFT_CUDA_CHECK_LAUNCH();
       });
     });
@@ -317,10 +321,10 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
       const T* data = logits.data<T>();
       T* out = grad_logits.data<T>();
       cuda::dispatch_pack<T>(cuda::can_use_packs<T>(vocabulary, data, out), [&]<int kVec>() {
-        cuda::cross_entropy_backward_kernel<T, I, kVec>
-            <<<cuda::grid_for(rows, 1), cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads), 0, stream>>>(
-                data, targets.data<I>(), lse.data<float>(), grad_losses.data<float>(), out, rows, vocabulary,
-                ignore_index, cuda::index_error_record());
+        cuda::launch_dependent(cuda::cross_entropy_backward_kernel<T, I, kVec>, cuda::grid_for(rows, 1),
+                               cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads), 0, stream, data,
+                               targets.data<I>(), lse.data<float>(), grad_losses.data<float>(), out, rows,
+                               vocabulary, ignore_index, cuda::index_error_record());
         WEFT_CUDA_CHECK_LAUNCH();
       });
     });
@@ -359,13 +363,13 @@ void CudaBackend::cross_entropy_with_gradient(const Tensor& logits, const Tensor
         if (kVec > 1 && row_bytes <= cuda::kResidentRowBytes) {
           constexpr auto kernel = cuda::cross_entropy_with_gradient_kernel<T, I, kVec, true>;
           cuda::allow_dynamic_shared_memory<kernel>(static_cast<size_t>(row_bytes), device);
-          kernel<<<cuda::grid_for(rows, 1), threads, static_cast<size_t>(row_bytes), stream>>>(
-              data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(), lse.data<float>(), out,
-              rows, vocabulary, ignore_index, cuda::index_error_record());
+          cuda::launch_dependent(kernel, cuda::grid_for(rows, 1), threads, static_cast<size_t>(row_bytes), stream,
+                                 data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(),
+                                 lse.data<float>(), out, rows, vocabulary, ignore_index, cuda::index_error_record());
         } else {
-          cuda::cross_entropy_with_gradient_kernel<T, I, kVec, false><<<grid, threads, 0, stream>>>(
-              data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(), lse.data<float>(), out,
-              rows, vocabulary, ignore_index, cuda::index_error_record());
+          cuda::launch_dependent(cuda::cross_entropy_with_gradient_kernel<T, I, kVec, false>, grid, threads, 0, stream,
+                                 data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(),
+                                 lse.data<float>(), out, rows, vocabulary, ignore_index, cuda::index_error_record());
         }
         WEFT_CUDA_CHECK_LAUNCH();
       });

@@ -18,6 +18,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/dependent_launch.cuh"
 #include "runtime/cuda/device_math.cuh"
 #include "runtime/cuda/index_check.cuh"
 #include "runtime/cuda/row_kernels.cuh"
@@ -38,6 +39,7 @@ __global__ void __launch_bounds__(kThreads)
                      const T* __restrict__ weight,  // [vocabulary, columns]
                      T* __restrict__ out,           // [count, columns]
                      int64_t count, int columns, int64_t vocabulary, IndexErrorRecord* record) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int packs = columns / kVec;
   for (int64_t n = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32; n < count;
@@ -63,6 +65,7 @@ template <class I>
 __global__ void embedding_sort_keys_kernel(const I* __restrict__ ids,  // [count]
                                            int32_t* __restrict__ keys, int32_t* __restrict__ positions,
                                            int64_t count, int64_t vocabulary, IndexErrorRecord* record) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   for (int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; n < count;
        n += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t id = static_cast<int64_t>(ids[n]);
@@ -90,6 +93,7 @@ __global__ void __launch_bounds__(kThreads)
                                      T* __restrict__ grad_weight,            // [vocabulary, columns]
                                      float* __restrict__ partials,           // [segments, 2, columns]
                                      int64_t count, int columns, int64_t vocabulary) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int column = (static_cast<int>(blockIdx.y) * 32 + lane) * kVec;
   const bool active = column < columns;
@@ -167,6 +171,7 @@ __global__ void __launch_bounds__(kThreads)
                                     const float* __restrict__ partials,  // [segments, 2, columns]
                                     T* __restrict__ grad_weight,         // [vocabulary, columns]
                                     int64_t count, int64_t segments, int columns, int64_t vocabulary) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int column = (static_cast<int>(blockIdx.y) * 32 + lane) * kVec;
   if (column >= columns) return;
@@ -214,8 +219,9 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& weight, const Tenso
       const T* table = weight.data<T>();
       T* data = out.data<T>();
       cuda::dispatch_pack<T>(cuda::can_use_packs<T>(columns, table, data), [&]<int kVec>() {
-        cuda::embedding_kernel<T, I, kVec><<<cuda::grid_for(count, cuda::kRowsPerBlock), cuda::kThreads, 0, stream>>>(
-            ids.data<I>(), table, data, count, columns, vocabulary, cuda::index_error_record());
+        cuda::launch_dependent(cuda::embedding_kernel<T, I, kVec>, cuda::grid_for(count, cuda::kRowsPerBlock),
+                               cuda::kThreads, 0, stream, ids.data<I>(), table, data, count, columns, vocabulary,
+                               cuda::index_error_record());
         WEFT_CUDA_CHECK_LAUNCH();
       });
     });
@@ -253,8 +259,8 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& grad_out, 
   const int64_t segments = (count + cuda::kPartRows - 1) / cuda::kPartRows;
   const Tensor partials = Tensor::empty({segments * 2 * columns}, kFloat32, grad_weight.device());
   cuda::dispatch_cuda_index(ids.dtype(), "embedding_backward", [&]<class I>() {
-    cuda::embedding_sort_keys_kernel<I><<<cuda::grid_for(count, cuda::kThreads), cuda::kThreads, 0, stream>>>(
-        ids.data<I>(), keys, positions, count, vocabulary, cuda::index_error_record());
+    cuda::launch_dependent(cuda::embedding_sort_keys_kernel<I>, cuda::grid_for(count, cuda::kThreads), cuda::kThreads,
+                           0, stream, ids.data<I>(), keys, positions, count, vocabulary, cuda::index_error_record());
     WEFT_CUDA_CHECK_LAUNCH();
   });
   WEFT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_storage, sort_bytes, keys, sorted_keys, positions,
@@ -265,14 +271,15 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& grad_out, 
     cuda::dispatch_pack<T>(cuda::can_use_packs<T>(columns, gy, gw), [&]<int kVec>() {
       const unsigned int column_chunks = static_cast<unsigned int>((columns + 32 * kVec - 1) / (32 * kVec));
       const dim3 grid(cuda::grid_for(count, cuda::kRowsPerBlock), column_chunks);
-      cuda::embedding_backward_sorted_kernel<T, kVec><<<grid, cuda::kThreads, 0, stream>>>(
-          sorted_keys, sorted_positions, gy, gw, partials.data<float>(), count, columns, vocabulary);
+      cuda::launch_dependent(cuda::embedding_backward_sorted_kernel<T, kVec>, grid, cuda::kThreads, 0, stream,
+                             sorted_keys, sorted_positions, gy, gw, partials.data<float>(), count, columns,
+                             vocabulary);
       WEFT_CUDA_CHECK_LAUNCH();
       // Only runs longer than a part need it; the host cannot know without a read back, and a
       // launch over segments whose warps return at once costs a few microseconds.
       const dim3 merge_grid(cuda::grid_for(segments, cuda::kRowsPerBlock), column_chunks);
-      cuda::embedding_backward_merge_kernel<T, kVec><<<merge_grid, cuda::kThreads, 0, stream>>>(
-          sorted_keys, partials.data<float>(), gw, count, segments, columns, vocabulary);
+      cuda::launch_dependent(cuda::embedding_backward_merge_kernel<T, kVec>, merge_grid, cuda::kThreads, 0, stream,
+                             sorted_keys, partials.data<float>(), gw, count, segments, columns, vocabulary);
       WEFT_CUDA_CHECK_LAUNCH();
     });
   });

@@ -10,6 +10,7 @@
 // Elements are f32, bf16 or f16, read and written in place.
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/dependent_launch.cuh"
 #include "runtime/cuda/multi_tensor_table.cuh"
 #include "runtime/cuda/row_kernels.cuh"
 #include "runtime/cuda/stream.h"
@@ -33,6 +34,7 @@ struct NormSlot {
 __global__ void __launch_bounds__(kChunkThreads)
     chunk_squares_kernel(const NormSlot* tensors, const ChunkSlot* chunks, float* partials /* [chunks] */) {
   __shared__ float scratch[32];
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const ChunkSlot chunk = chunks[blockIdx.x];
   const NormSlot slot = tensors[chunk.tensor];
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
@@ -61,6 +63,7 @@ __global__ void __launch_bounds__(kChunkThreads)
 
 __global__ void __launch_bounds__(32 * kTensorsPerBlock)
     tensor_sums_kernel(const NormSlot* tensors, int64_t count, const float* partials, float* out /* [count] */) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   const int64_t tensor = static_cast<int64_t>(blockIdx.x) * kTensorsPerBlock + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (tensor >= count) return;  // whole warps leave together
@@ -82,6 +85,7 @@ struct ScaleSlot {
 __global__ void __launch_bounds__(kChunkThreads)
     scale_chunks_kernel(const ScaleSlot* tensors, const ChunkSlot* chunks, float factor,
                         const float* factor_on_device) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   if (factor_on_device != nullptr) {
     factor = *factor_on_device;
     if (factor == 1.0f) return;
@@ -108,6 +112,7 @@ __global__ void __launch_bounds__(kChunkThreads)
 
 // clip_to_norm's decision, on one thread: the squares added in order in f64, as the host did.
 __global__ void clip_factor_kernel(const float* squares, int64_t count, double max_norm, float* factor) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   double sum_of_squares = 0.0;
   for (int64_t i = 0; i < count; ++i) sum_of_squares += static_cast<double>(squares[i]);
   const double norm = sqrt(sum_of_squares);
@@ -147,14 +152,13 @@ void CudaBackend::squared_norms(absl::Span<const Tensor> tensors, const Tensor& 
   // An empty tensor has no chunks: its warp adds nothing and writes 0.
   Tensor partials = Tensor::empty({std::max<int64_t>(1, static_cast<int64_t>(chunks.size()))}, kFloat32, device);
   if (!chunks.empty()) {
-    cuda::chunk_squares_kernel<<<static_cast<unsigned int>(chunks.size()), cuda::kChunkThreads, 0, stream>>>(
-        table.slots, table.chunks, partials.data<float>());
+    cuda::launch_dependent(cuda::chunk_squares_kernel, static_cast<unsigned int>(chunks.size()), cuda::kChunkThreads,
+                           0, stream, table.slots, table.chunks, partials.data<float>());
     WEFT_CUDA_CHECK_LAUNCH();
   }
   const auto blocks = static_cast<unsigned int>((count + cuda::kTensorsPerBlock - 1) / cuda::kTensorsPerBlock);
-  cuda::tensor_sums_kernel<<<blocks, 32 * cuda::kTensorsPerBlock, 0, stream>>>(table.slots, count,
-                                                                               partials.data<float>(),
-                                                                               out.data<float>());
+  cuda::launch_dependent(cuda::tensor_sums_kernel, blocks, 32 * cuda::kTensorsPerBlock, 0, stream, table.slots, count,
+                         partials.data<float>(), out.data<float>());
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -187,9 +191,9 @@ void scale_tensors(CudaBackend& backend, absl::Span<const Tensor> tensors, doubl
   if (chunks.empty()) return;
   cuda::set_device(device.index);
   const cuda::DeviceTable<cuda::ScaleSlot> table = cuda::upload_table(slots, chunks, device);
-  cuda::scale_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), cuda::kChunkThreads, 0,
-                              cuda::current_stream(device.index)>>>(table.slots, table.chunks,
-                                                                    static_cast<float>(factor), factor_on_device);
+  cuda::launch_dependent(cuda::scale_chunks_kernel, static_cast<unsigned int>(chunks.size()), cuda::kChunkThreads, 0,
+                         cuda::current_stream(device.index), table.slots, table.chunks, static_cast<float>(factor),
+                         factor_on_device);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -206,8 +210,8 @@ void CudaBackend::clip_factor(const Tensor& squares, double max_norm, const Tens
              "clip_factor: factor must be one f32 element on ", squares.device().to_string(), "; got ",
              factor.describe());
   cuda::set_device(squares.device().index);
-  cuda::clip_factor_kernel<<<1, 1, 0, cuda::current_stream(squares.device().index)>>>(
-      squares.data<float>(), squares.size(0), max_norm, factor.data<float>());
+  cuda::launch_dependent(cuda::clip_factor_kernel, 1, 1, 0, cuda::current_stream(squares.device().index),
+                         squares.data<float>(), squares.size(0), max_norm, factor.data<float>());
   WEFT_CUDA_CHECK_LAUNCH();
 }
 

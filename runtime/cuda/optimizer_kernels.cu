@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/dependent_launch.cuh"
 #include "runtime/cuda/device_math.cuh"
 #include "runtime/cuda/multi_tensor_table.cuh"
 #include "runtime/cuda/stream.h"
@@ -207,6 +208,7 @@ __device__ __forceinline__ void adamw_vector(const TensorSlot& slot, int64_t i, 
 // that step was skipped and the scalars of count t - 1 apply (runtime/optimizer_update.h).
 __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, AdamWConstants constants,
                                     const float* guard, const float* gradient_scale, const float* previous_guard) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   if (!guard_allows(guard)) return;
   const float scale = gradient_scale != nullptr ? *gradient_scale : 1.0f;
   const ChunkSlot chunk = chunks[blockIdx.x];
@@ -250,6 +252,7 @@ struct SgdSlot {
 
 __global__ void sgd_chunks_kernel(const SgdSlot* tensors, const ChunkSlot* chunks, float momentum, bool nesterov,
                                   const float* guard) {
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
   if (!guard_allows(guard)) return;
   const ChunkSlot chunk = chunks[blockIdx.x];
   const SgdSlot slot = tensors[chunk.tensor];
@@ -351,11 +354,11 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
   if (chunks.empty()) return;
   const DeviceTable<TensorSlot> table = upload_table(tensors, chunks, device);
   set_device(device.index);
-  adamw_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, current_stream(device.index)>>>(
-      table.slots, table.chunks,
-      AdamWConstants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
-                     static_cast<float>(1.0 - beta2), static_cast<float>(eps)},
-      guard_data, scale_data, previous_guard_data);
+  launch_dependent(adamw_chunks_kernel, static_cast<unsigned int>(chunks.size()), kThreads, 0,
+                   current_stream(device.index), table.slots, table.chunks,
+                   AdamWConstants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
+                                  static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps)},
+                   guard_data, scale_data, previous_guard_data);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -396,8 +399,9 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
   if (chunks.empty()) return;
   const DeviceTable<SgdSlot> table = upload_table(tensors, chunks, device);
   set_device(device.index);
-  sgd_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, current_stream(device.index)>>>(
-      table.slots, table.chunks, static_cast<float>(momentum), nesterov, guard_data);
+  launch_dependent(sgd_chunks_kernel, static_cast<unsigned int>(chunks.size()), kThreads, 0,
+                   current_stream(device.index), table.slots, table.chunks, static_cast<float>(momentum), nesterov,
+                   guard_data);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
