@@ -896,7 +896,8 @@ bool try_hopper_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& p
 
 // A linear's dX product with its bias gradient on weft's own Hopper product (hopper_products.h)
 // where it is switched on and the operands are as try_hopper_gelu_backward's, with column_sums [K]
-// contiguous bf16. False where it does not take the product.
+// contiguous bf16 and K at most kHopperInputGradientMaxColumns. False where it does not take the
+// product.
 bool try_hopper_input_gradient(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out,
                                const Tensor& column_sums) {
 #if defined(WEFT_HAVE_SM90A)
@@ -906,6 +907,7 @@ bool try_hopper_input_gradient(const Tensor& a, const Tensor& bm, const Tensor& 
     return false;
   }
   const int64_t m = out.size(1), k = a.size(2);
+  if (k > kHopperInputGradientMaxColumns) return false;  // slower there than cuBLASLt's product and a pass
   if (column_sums.dtype() != kBFloat16 || column_sums.device() != out.device() || column_sums.numel() != k ||
       !column_sums.is_contiguous()) {
     return false;

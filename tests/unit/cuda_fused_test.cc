@@ -393,6 +393,36 @@ TEST(CudaFused, OwnHopperInputGradientMatchesCpu) {
 #endif
 }
 
+// A dY wider than kHopperInputGradientMaxColumns (where the own product measured slower) is left to
+// cuBLASLt's product and the column-sum pass even with input_gradient on, and is still right.
+TEST(CudaFused, OwnHopperInputGradientLeavesWideGradientsToCublasLt) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+#if !defined(WEFT_HAVE_SM90A)
+  GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
+#else
+  if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  const unsigned was = cuda::hopper_products();
+  cuda::set_hopper_products(cuda::kHopperInputGradient);
+  const int64_t rows = 256, wide = cuda::kHopperInputGradientMaxColumns + 8, out = 136;
+  uint64_t seed = 950;
+  for (const int64_t in : {cuda::kHopperInputGradientMaxColumns, wide}) {
+    SCOPED_TRACE(describe({rows, in, out}, kBFloat16));
+    const RoundedInput g = random_input({1, rows, in}, ++seed, kBFloat16);
+    const RoundedInput w = random_input({in, out}, ++seed, kBFloat16, 0.0, 1.0 / std::sqrt(static_cast<double>(in)));
+    const Tensor want = Tensor::empty({1, rows, out}), want_sums = Tensor::empty({in});
+    backend_for(Device::cpu()).matmul_and_column_sums(g.reference, w.reference.unsqueeze(0), Tensor(), want, want_sums);
+    const Tensor got = poisoned({1, rows, out}, kBFloat16), got_sums = poisoned({in}, kBFloat16);
+    const int64_t launches = cuda::hopper_gemm_launches();
+    backend_for(kGpu).matmul_and_column_sums(g.gpu, w.gpu.unsqueeze(0), Tensor(), got, got_sums);
+    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + (in == wide ? 0 : 1))
+        << "K = " << in << ": the own product runs up to K = " << cuda::kHopperInputGradientMaxColumns;
+    expect_close(got, want, tolerance_for(kBFloat16), "out");
+    expect_close(got_sums, want_sums, tolerance_for(kBFloat16), "column sums");
+  }
+  cuda::set_hopper_products(was);
+#endif
+}
+
 // SwiGLU's gate and up products with the activation (Backend::swiglu_products) on weft's own Hopper
 // kernel, against the CPU's, on kHopperCases read as x [rows, in] and both weights [out, in]; the
 // gate weight drawn wider so that gate values reach silu's curved part. out must also be the CUDA
@@ -460,6 +490,95 @@ TEST(CudaFused, OwnHopperSwigluBackwardMatchesCpu) {
     expect_close(got.select(0, 0), want.select(0, 0), tolerance_for(kBFloat16), what + " grad gate");
     expect_close(got.select(0, 1), want.select(0, 1), tolerance_for(kBFloat16), what + " grad up");
   });
+#endif
+}
+
+// Every own Hopper product gives the same bits on every run of the same inputs (hopper_products.h
+// promises it; a race between a tile's epilogue and the next tile's loads or stores would show as a
+// few elements that move from run to run). Products of 768 tiles of 128 rows, about six a CTA, so
+// that both consumer warpgroups take many turns; five runs each, into poisoned outputs, against the
+// first run's bits. Each run must have been on the own kernel.
+TEST(CudaFused, OwnHopperProductsGiveTheSameBitsEveryRun) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+#if !defined(WEFT_HAVE_SM90A)
+  GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
+#else
+  if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  constexpr int kRuns = 5;
+  const int64_t rows = 4096, in = 768, out = 3072;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(in));
+  uint64_t seed = 1200;
+  const RoundedInput x = random_input({1, rows, in}, ++seed, kBFloat16);      // also dY [rows, in]
+  const RoundedInput w = random_input({out, in}, ++seed, kBFloat16, 0.0, scale);  // [out, in]
+  const RoundedInput w2 = random_input({out, in}, ++seed, kBFloat16, 0.0, 3.0 * scale);
+  const RoundedInput down = random_input({in, out}, ++seed, kBFloat16, 0.0, scale);  // a dX product's W [in, out]
+  const RoundedInput bias = random_input({out}, ++seed, kBFloat16);
+  const RoundedInput pre = random_input({1, rows, out}, ++seed, kBFloat16, 0.0, 2.0);
+  const RoundedInput up = random_input({1, rows, out}, ++seed, kBFloat16);
+  Backend& gpu = backend_for(kGpu);
+  // Each product: which own product it is, and a run that returns its outputs.
+  struct Product {
+    const char* name;
+    unsigned product;
+    std::function<std::vector<Tensor>()> run;
+  };
+  const auto fresh = [&](const std::vector<int64_t>& shape) { return poisoned(shape, kBFloat16); };
+  const std::vector<Product> products = {
+      {"bias_gelu", cuda::kHopperBiasGelu,
+       [&] {
+         const Tensor y = fresh({1, rows, out}), p = fresh({1, rows, out});
+         gpu.matmul_bias_gelu(x.gpu, w.gpu.transpose(0, 1).unsqueeze(0), bias.gpu, y, p);
+         return std::vector<Tensor>{y, p};
+       }},
+      {"gelu_backward", cuda::kHopperGeluBackward,
+       [&] {
+         const Tensor y = fresh({1, rows, out});
+         gpu.matmul_gelu_backward(x.gpu, down.gpu.unsqueeze(0), pre.gpu, y);
+         return std::vector<Tensor>{y};
+       }},
+      {"input_gradient", cuda::kHopperInputGradient,
+       [&] {
+         const Tensor y = fresh({1, rows, out}), sums = fresh({in});
+         gpu.matmul_and_column_sums(x.gpu, down.gpu.unsqueeze(0), Tensor(), y, sums);
+         return std::vector<Tensor>{y, sums};
+       }},
+      {"input_gradient with gelu'", cuda::kHopperInputGradient,
+       [&] {
+         const Tensor y = fresh({1, rows, out}), sums = fresh({in});
+         gpu.matmul_and_column_sums(x.gpu, down.gpu.unsqueeze(0), pre.gpu, y, sums);
+         return std::vector<Tensor>{y, sums};
+       }},
+      {"swiglu", cuda::kHopperSwiglu,
+       [&] {
+         const Tensor x2 = x.gpu.squeeze(0);
+         const Tensor gate = fresh({rows, out}), up_out = fresh({rows, out}), y = fresh({rows, out});
+         gpu.swiglu_products(x2, w2.gpu, w.gpu, gate, up_out, y);
+         return std::vector<Tensor>{gate, up_out, y};
+       }},
+      {"swiglu_backward", cuda::kHopperSwigluBackward,
+       [&] {
+         const Tensor both = fresh({2, rows, out});
+         gpu.matmul_swiglu_backward(x.gpu, down.gpu.unsqueeze(0), pre.gpu.squeeze(0), up.gpu.squeeze(0),
+                                    both.select(0, 0), both.select(0, 1));
+         return std::vector<Tensor>{both};
+       }},
+  };
+  const unsigned was = cuda::hopper_products();
+  for (const Product& product : products) {
+    SCOPED_TRACE(product.name);
+    cuda::set_hopper_products(product.product);
+    const int64_t launches = cuda::hopper_gemm_launches();
+    const std::vector<Tensor> first = product.run();
+    for (int run = 1; run < kRuns; ++run) {
+      const std::vector<Tensor> again = product.run();
+      for (size_t i = 0; i < first.size(); ++i) {
+        EXPECT_TRUE(testing::bitwise_equal(again[i], first[i]))
+            << product.name << ", output " << i << ": run " << run << " wrote other bits than the first";
+      }
+    }
+    EXPECT_EQ(cuda::hopper_gemm_launches(), launches + kRuns) << product.name << " did not run on the own kernel";
+  }
+  cuda::set_hopper_products(was);
 #endif
 }
 
