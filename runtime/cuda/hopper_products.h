@@ -39,8 +39,9 @@
 // cuBLASLt's product and a pass; all the GELU products lost 0.5-0.8% there with it), and
 // cuBLASLt's product and weft's column-sum pass run instead.
 // The results are not cuBLASLt's bits: GELU's tanh is the hardware's approximation (2^-11 relative,
-// under bf16's rounding), and the sums run in another order. Each is deterministic: the same inputs
-// give the same bits on every run.
+// under bf16's rounding), and the sums run in another order. Each is meant to give the same bits on
+// every run of the same inputs (no atomics, sums in a fixed order); the GELU products' resume result
+// above puts that in doubt until CudaFused.OwnHopperProductsGiveTheSameBitsEveryRun has run on a GPU.
 //
 // The launchers are built for sm_90a only (runtime/cuda/sm90a/hopper_products.cu, an object library
 // of its own: a build for sm_90 compiles the kernels to nothing), and exist where WEFT_HAVE_SM90A is

@@ -494,10 +494,10 @@ TEST(CudaFused, OwnHopperSwigluBackwardMatchesCpu) {
 }
 
 // Every own Hopper product gives the same bits on every run of the same inputs (hopper_products.h
-// promises it; a race between a tile's epilogue and the next tile's loads or stores would show as a
-// few elements that move from run to run). Products of 768 tiles of 128 rows, about six a CTA, so
-// that both consumer warpgroups take many turns; five runs each, into poisoned outputs, against the
-// first run's bits. Each run must have been on the own kernel.
+// means them to; a race between a tile's epilogue and the next tile's loads or stores would show as
+// a few elements that move from run to run). Products of 512 to 768 tiles, four to six a CTA, so
+// that both consumer warpgroups take many turns; five runs each, into poisoned outputs at other
+// addresses, against the first run's bits. Each run must have been on the own kernel.
 TEST(CudaFused, OwnHopperProductsGiveTheSameBitsEveryRun) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
 #if !defined(WEFT_HAVE_SM90A)
