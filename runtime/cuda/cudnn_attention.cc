@@ -8,6 +8,7 @@
 //   backward: sum = sum_row(dO * O) * 1 (a workspace tensor); S = Q @ K^T * scale - stats, masked;
 //             E = exp(S); dV = E^T (io type) @ dO; dP = dO @ V^T; dS = (dP * 1 - sum) * E * scale;
 //             dK = dS^T (io type) @ Q; dQacc = dS @ K (f32, workspace); dQ = identity(dQacc)
+//             (deterministic: dQ = dS @ K, no accumulator tensor; see build_backward)
 //
 // K (and V in the backward) enter as K^T = [B, KV, D, T] views of the [B, KV, T, D] tensors, as the
 // backend's attention engines expect. Grouped-query attention (KV < H heads in k and v) is the
@@ -18,8 +19,10 @@
 // graph is built, and a failure there falls back to the flash kernels. Heuristics mode A (then the
 // fallback mode) give engine configs; the first one whose execution plan finalizes is kept, or,
 // with WEFT_ATTENTION_AUTOTUNE=1, the fastest of them on the first call of each shape (execute()).
+// With the deterministic selection (WEFT_ATTENTION_DETERMINISTIC=1) the backward graph leaves out
+// the dQ accumulator and configs whose engine carries the NONDETERMINISTIC note are skipped.
 // Everything is cached per device (one cuDNN handle each, used under a lock) and per (direction, B,
-// H, KV, T, D, dtype, strides).
+// H, KV, T, D, dtype, strides, deterministic).
 #include "runtime/cuda/cudnn_attention.h"
 
 #include <algorithm>
@@ -54,6 +57,13 @@ namespace weft::cuda {
 namespace {
 
 std::atomic<int> g_impl{-1};
+std::atomic<int> g_deterministic{-1};
+thread_local CudnnEngineChoice g_last_engine;
+
+bool deterministic_from_environment() {
+  const char* value = std::getenv("WEFT_ATTENTION_DETERMINISTIC");
+  return value != nullptr && *value != '\0' && std::string_view(value) != "0";
+}
 
 AttentionImpl impl_from_environment() {
   const char* value = std::getenv("WEFT_ATTENTION");
@@ -108,6 +118,23 @@ const char* attention_impl_name(AttentionImpl impl) {
   }
   return "auto";
 }
+
+bool attention_deterministic() {
+  int value = g_deterministic.load(std::memory_order_relaxed);
+  if (value < 0) {
+    static const bool from_environment = deterministic_from_environment();  // read once
+    int expected = -1;
+    g_deterministic.compare_exchange_strong(expected, from_environment ? 1 : 0);
+    value = g_deterministic.load(std::memory_order_relaxed);
+  }
+  return value == 1;
+}
+
+void set_attention_deterministic(bool deterministic) {
+  g_deterministic.store(deterministic ? 1 : 0, std::memory_order_relaxed);
+}
+
+CudnnEngineChoice cudnn_attention_last_engine() { return g_last_engine; }
 
 std::string cudnn_attention_last_error() {
   std::lock_guard<std::mutex> lock(g_error_mutex);
@@ -225,12 +252,14 @@ struct Plan {
     Desc* plan = nullptr;
     int64_t workspace_bytes = 0;
     int64_t engine = -1;
+    bool nondeterministic = false;  // the engine carries cuDNN's NONDETERMINISTIC numerical note
     std::string chosen;  // which heuristics config it is, "config 1 of 3, mode A"
   };
   std::vector<std::unique_ptr<Desc>> descriptors;
   Desc* plan = nullptr;  // the one that runs: candidates[0] until tuned
   int64_t workspace_bytes = 0;
   int64_t engine = -1;
+  bool nondeterministic = false;
   std::string chosen;
   // With WEFT_ATTENTION_AUTOTUNE: every config of the heuristics' list whose plan finalized, timed
   // at the first execution; otherwise the first only.
@@ -242,6 +271,7 @@ struct Plan {
     plan = candidate.plan;
     workspace_bytes = candidate.workspace_bytes;
     engine = candidate.engine;
+    nondeterministic = candidate.nondeterministic;
     chosen = candidate.chosen;
   }
 };
@@ -352,8 +382,9 @@ class GraphBuilder {
   }
 
   // Finalizes the operation graph, asks the heuristics for engine configs and keeps the first whose
-  // execution plan finalizes.
-  std::unique_ptr<Plan> finish(const char* what) {
+  // execution plan finalizes; with `deterministic`, the first of those without the NONDETERMINISTIC
+  // numerical note.
+  std::unique_ptr<Plan> finish(const char* what, bool deterministic) {
     auto result = std::make_unique<Plan>();
     Desc& graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, std::string(what) + " operation graph");
     graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle_)
@@ -389,6 +420,15 @@ class GraphBuilder {
         raw_configs.resize(static_cast<size_t>(std::min(returned, count)));
         tried += std::string(tried.empty() ? "" : "; ") + mode_name + ": " + std::to_string(raw_configs.size()) +
                  " engine configs";
+        if (deterministic) {
+          const size_t offered = raw_configs.size();
+          std::vector<cudnnBackendDescriptor_t> kept;
+          for (cudnnBackendDescriptor_t config : raw_configs) {
+            if (!engine_facts(config).nondeterministic) kept.push_back(config);
+          }
+          raw_configs = std::move(kept);
+          tried += " (" + std::to_string(offered - raw_configs.size()) + " left out as nondeterministic)";
+        }
       } catch (const CudnnFailure& failure) {
         tried += std::string(tried.empty() ? "" : "; ") + failure.message;
         continue;
@@ -405,7 +445,9 @@ class GraphBuilder {
           WEFT_CUDNN_TRY(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                                   CUDNN_TYPE_INT64, 1, &returned, &candidate.workspace_bytes),
                          plan->name());
-          candidate.engine = engine_index(raw_configs[i]);
+          const EngineFacts facts = engine_facts(raw_configs[i]);
+          candidate.engine = facts.index;
+          candidate.nondeterministic = facts.nondeterministic;
           candidate.chosen = "config " + std::to_string(i + 1) + " of " + std::to_string(raw_configs.size()) + ", " +
                              mode_name;
           candidate.plan = plan.get();
@@ -433,21 +475,37 @@ class GraphBuilder {
     return *descriptors_.back();
   }
 
-  // The engine's global index (diagnostics only; -1 when it cannot be read).
-  static int64_t engine_index(cudnnBackendDescriptor_t config) {
+  // What a config's engine says of itself: its global index (diagnostics; -1 when it cannot be
+  // read) and whether it carries the NONDETERMINISTIC numerical note (an engine whose notes cannot
+  // be read counts as nondeterministic: nothing vouches for it).
+  struct EngineFacts {
+    int64_t index = -1;
+    bool nondeterministic = true;
+  };
+  static EngineFacts engine_facts(cudnnBackendDescriptor_t config) {
+    EngineFacts facts;
     try {
       Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
       cudnnBackendDescriptor_t raw = engine.get();
-      int64_t returned = 0, index = -1;
+      int64_t returned = 0;
       if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &returned,
-                                   &raw) != CUDNN_STATUS_SUCCESS ||
-          cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &returned, &index) !=
-              CUDNN_STATUS_SUCCESS) {
-        return -1;
+                                   &raw) != CUDNN_STATUS_SUCCESS) {
+        return facts;
       }
-      return index;
+      if (cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &returned,
+                                   &facts.index) != CUDNN_STATUS_SUCCESS) {
+        facts.index = -1;
+      }
+      cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+      int64_t count = 0;
+      if (cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                   CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes) == CUDNN_STATUS_SUCCESS) {
+        count = std::min<int64_t>(count, CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
+        facts.nondeterministic = std::find(notes, notes + count, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) != notes + count;
+      }
+      return facts;
     } catch (const CudnnFailure&) {
-      return -1;
+      return facts;
     }
   }
 
@@ -472,7 +530,7 @@ Dims bhsd_strides(const Shape& x) { return {x.h * x.s * x.d, x.s * x.d, x.d, 1};
 // The [B, H, D, T] (transposed) view of a [B, H, T, D] tensor with these strides.
 Dims transposed(const Dims& strides) { return {strides[0], strides[1], strides[3], strides[2]}; }
 
-std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io) {
+std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io, bool deterministic) {
   GraphBuilder g(handle);
   const Dims bhsd = {x.b, x.h, x.s, x.d}, kv_bhsd = {x.b, x.kv, x.s, x.d}, kv_bhds = {x.b, x.kv, x.d, x.s};
   const Dims scores = {x.b, x.h, x.s, x.s}, score_strides = {x.h * x.s * x.s, x.s * x.s, x.s, 1};
@@ -507,10 +565,10 @@ std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape& x, cudnnD
   g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exps, sum, nullptr, probs, "softmax div");
 
   g.matmul(probs, v, o, "bmm2 P V");
-  return g.finish("sdpa forward");
+  return g.finish("sdpa forward", deterministic);
 }
 
-std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io) {
+std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnnDataType_t io, bool deterministic) {
   GraphBuilder g(handle);
   const Dims bhsd = {x.b, x.h, x.s, x.d}, kv_bhsd = {x.b, x.kv, x.s, x.d}, kv_bhds = {x.b, x.kv, x.d, x.s};
   const Dims scores = {x.b, x.h, x.s, x.s}, score_strides = {x.h * x.s * x.s, x.s * x.s, x.s, 1};
@@ -537,9 +595,8 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnn
   cudnnBackendDescriptor_t scale = g.scalar(kScale);
   cudnnBackendDescriptor_t mask_value = g.scalar(kMaskValue);
   cudnnBackendDescriptor_t one = g.scalar(kOne);
-  // Workspace tensors: the row sums of dO * O and the f32 dQ accumulator.
+  // Workspace tensors: the row sums of dO * O and, unless deterministic, the f32 dQ accumulator.
   cudnnBackendDescriptor_t softmax_sum = g.tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, rows, row_strides, false);
-  cudnnBackendDescriptor_t grad_q_accum = g.tensor(kGradQAccum, CUDNN_DATA_FLOAT, bhsd, bhsd_strides(x), false);
 
   // softmax_sum = rowsum(dO * O) * 1
   cudnnBackendDescriptor_t product = g.virtual_tensor(CUDNN_DATA_FLOAT, bhsd, bhsd_strides(x));
@@ -586,18 +643,28 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape& x, cudnn
   g.matmul(ds_t, q, grad_k_full, "matmul dS^T Q");
   sum_over_group(grad_k_full, grad_k, "reduce dK over the group");
 
-  // dQ = identity(dS @ K), accumulated in f32
+  // dQ = dS @ K. By default accumulated in an f32 workspace tensor: the engines add each kv
+  // block's share with atomics, in whatever order the blocks finish, so dQ's bits vary from run to
+  // run. Written straight into dQ (no accumulator tensor), the engines take the dP-workspace route,
+  // which sums the shares in a fixed order: what cudnn-frontend's deterministic sdpa_backward builds
+  // on Hopper.
   cudnnBackendDescriptor_t k = g.virtual_tensor(io, kv_bhsd, x.k);  // K itself: the view kt transposes
   g.reshape(kt, k, "reshape K");
-  g.matmul(ds, k, grad_q_accum, "matmul dS K");
-  g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, grad_q_accum, nullptr, nullptr, grad_q, "identity dQ");
-  return g.finish("sdpa backward");
+  if (deterministic) {
+    g.matmul(ds, k, grad_q, "matmul dS K");
+  } else {
+    cudnnBackendDescriptor_t grad_q_accum = g.tensor(kGradQAccum, CUDNN_DATA_FLOAT, bhsd, bhsd_strides(x), false);
+    g.matmul(ds, k, grad_q_accum, "matmul dS K");
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, grad_q_accum, nullptr, nullptr, grad_q, "identity dQ");
+  }
+  return g.finish("sdpa backward", deterministic);
 }
 
 // --- Per-device state -----------------------------------------------------------------------------
 
-// backward, B, H, KV, T, D, dtype, and the strides of the graph's tensors in role order (Shape)
-using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int, Dims>;
+// backward, B, H, KV, T, D, dtype, the strides of the graph's tensors in role order (Shape), and
+// whether only deterministic engines may run it
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int, Dims, bool>;
 
 struct DeviceState {
   std::mutex mutex;
@@ -660,7 +727,9 @@ Plan* get_plan(DeviceState& state, const PlanKey& key, const Shape& shape, cudnn
     const auto start = std::chrono::steady_clock::now();
     std::unique_ptr<Plan> plan;
     try {
-      plan = std::get<0>(key) ? build_backward(state.handle, shape, io) : build_forward(state.handle, shape, io);
+      const bool deterministic = std::get<8>(key);
+      plan = std::get<0>(key) ? build_backward(state.handle, shape, io, deterministic)
+                              : build_forward(state.handle, shape, io, deterministic);
     } catch (const CudnnFailure& failure) {
       plan = std::make_unique<Plan>();
       plan->failure = failure.message;
@@ -673,7 +742,7 @@ Plan* get_plan(DeviceState& state, const PlanKey& key, const Shape& shape, cudnn
                    static_cast<long long>(shape.h), static_cast<long long>(shape.kv), static_cast<long long>(shape.s),
                    static_cast<long long>(shape.d),
                    plan->failure.empty() ? ("engine " + std::to_string(plan->engine) + " (" + plan->chosen +
-                                            "), workspace " +
+                                            (plan->nondeterministic ? ", nondeterministic" : "") + "), workspace " +
                                             std::to_string(plan->workspace_bytes) + " bytes")
                                                .c_str()
                                          : plan->failure.c_str(),
@@ -782,6 +851,7 @@ bool execute(DeviceState& state, Plan& plan, const Device& device, std::vector<i
     note_fallback(failure.message);
     return false;
   }
+  g_last_engine = {plan.engine, plan.nondeterministic, plan.chosen};
   return true;
 }
 
@@ -791,8 +861,8 @@ cudnnDataType_t io_type(const Tensor& q) { return q.dtype() == kBFloat16 ? CUDNN
 // or null (the fallback noted) when cuDNN does not take `tensors` (in Shape's role order: q, k, v,
 // o, then for the backward grad_out, grad_q, grad_k, grad_v). On a plan, `state` is q's device
 // state and `lock` holds its mutex.
-Plan* plan_for(std::initializer_list<const Tensor*> tensors, const Tensor& q, bool backward, DeviceState*& state,
-               std::unique_lock<std::mutex>& lock) {
+Plan* plan_for(std::initializer_list<const Tensor*> tensors, const Tensor& q, bool backward, bool deterministic,
+               DeviceState*& state, std::unique_lock<std::mutex>& lock) {
   if (const std::string reason = unsupported_reason(tensors, q); !reason.empty()) {
     note_fallback(reason);
     return nullptr;
@@ -812,7 +882,7 @@ Plan* plan_for(std::initializer_list<const Tensor*> tensors, const Tensor& q, bo
   lock = std::unique_lock<std::mutex>(state->mutex);
   return get_plan(*state,
                   {backward, shape.b, shape.h, shape.kv, shape.s, shape.d, static_cast<int>(q.dtype()),
-                   std::move(all_strides)},
+                   std::move(all_strides), deterministic},
                   shape, io_type(q));
 }
 
@@ -822,7 +892,7 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& lse) {
   DeviceState* state = nullptr;
   std::unique_lock<std::mutex> lock;
-  Plan* plan = plan_for({&q, &k, &v, &out}, q, false, state, lock);
+  Plan* plan = plan_for({&q, &k, &v, &out}, q, false, attention_deterministic(), state, lock);
   if (plan == nullptr) return false;
   const Device device = q.device();
   float scale_value = static_cast<float>(scale);
@@ -837,7 +907,8 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& grad_k, const Tensor& grad_v) {
   DeviceState* state = nullptr;
   std::unique_lock<std::mutex> lock;
-  Plan* plan = plan_for({&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q, true, state, lock);
+  const bool deterministic = attention_deterministic();
+  Plan* plan = plan_for({&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q, true, deterministic, state, lock);
   if (plan == nullptr) return false;
   const Shape shape{q.size(0), q.size(1), k.size(1), q.size(2), q.size(3)};
   const Device device = q.device();
@@ -845,14 +916,19 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   float mask_value = std::numeric_limits<float>::lowest();
   float one = 1.0f;
   const int64_t rows = shape.b * shape.h * shape.s;
-  // Before cuDNN 9.6 the frontend zeroes the dQ accumulator itself; later the engine does.
+  // Before cuDNN 9.6 the frontend zeroes the dQ accumulator itself; later the engine does. The
+  // deterministic graph has no accumulator.
+  std::vector<std::pair<int64_t, int64_t>> workspace_tensors = {{kSoftmaxSum, rows * 4}};
   std::vector<int64_t> zeroed;
-  if (cudnnGetVersion() < 90600) zeroed.push_back(kGradQAccum);
+  if (!deterministic) {
+    workspace_tensors.push_back({kGradQAccum, rows * shape.d * 4});
+    if (cudnnGetVersion() < 90600) zeroed.push_back(kGradQAccum);
+  }
   return execute(*state, *plan, device,
                  {kQ, kK, kV, kO, kStats, kGradOut, kGradQ, kGradK, kGradV, kScale, kMaskValue, kOne},
                  {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), grad_out.raw_data(),
                   grad_q.raw_data(), grad_k.raw_data(), grad_v.raw_data(), &scale_value, &mask_value, &one},
-                 {{kSoftmaxSum, rows * 4}, {kGradQAccum, rows * shape.d * 4}}, zeroed, "sdpa backward");
+                 workspace_tensors, zeroed, "sdpa backward");
 }
 
 #endif  // WEFT_HAVE_CUDNN

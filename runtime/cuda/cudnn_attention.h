@@ -18,6 +18,7 @@
 // "unavailable" and the flash kernels run.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "runtime/tensor.h"
@@ -51,6 +52,27 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
                               const Tensor& grad_k, const Tensor& grad_v);
+
+// Deterministic selection. cuDNN's default backward adds each kv block's share of dQ to an f32
+// accumulator with atomics, in whatever order the blocks finish, so its bits vary from run to run
+// (CudnnAttention.DeterministicBackwardGivesTheSameBitsEveryRun measured 1 run in 4 differing at
+// GPT-2's shape on an H100), and so do a GPU training run's gradients. With this selection on, the
+// backward graph writes dQ without the accumulator, which makes the engines sum the shares in a
+// fixed order (cudnn-frontend's deterministic sdpa_backward on Hopper), and configs whose engine
+// carries cuDNN's NONDETERMINISTIC numerical note are skipped. WEFT_ATTENTION_DETERMINISTIC=1 turns
+// it on, read once at the first call, unless set_attention_deterministic overrode it; plans are kept
+// per setting. Where cuDNN cannot run a call this way it declines (the reason noted) and the flash
+// kernels run, whose backward also adds dQ with atomics.
+bool attention_deterministic();
+void set_attention_deterministic(bool deterministic);
+
+// What cuDNN said of the engine that ran this thread's most recent cuDNN attention call.
+struct CudnnEngineChoice {
+  int64_t engine = -1;             // cuDNN's global engine index (-1: unknown or no call yet)
+  bool nondeterministic = false;   // it carries the NONDETERMINISTIC numerical note
+  std::string chosen;              // which heuristics config, "config 1 of 3, mode A"
+};
+CudnnEngineChoice cudnn_attention_last_engine();
 
 // The reason of the most recent fallback ("" when none happened yet).
 std::string cudnn_attention_last_error();

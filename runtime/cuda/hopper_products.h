@@ -30,18 +30,19 @@
 // "all": every one; or a comma-separated list of the names bias_gelu, gelu_backward, input_gradient,
 // swiglu and swiglu_backward. Any other value is reported on stderr and runs none (cuBLASLt's
 // products, which lose nothing). Tests set them directly.
-// The default is the SwiGLU pair (Llama 1B +2.0-2.2%). The GELU products stay off although
-// bias_gelu with input_gradient measured 1.2-1.9% faster on GPT-2 124M and level at the 1.3B shape
-// (docs/performance.md, 2026-12-06, twentieth session): with any of them on, a GPT-2 run resumed
-// from its checkpoint on an H100 did not give the straight run's losses bit for bit, as it does
-// with them off, and why is not yet known. input_gradient declines a product whose dY is wider
-// than kHopperInputGradientMaxColumns (the 1.3B shape's fc dX, K = 8192, is 10% slower than
-// cuBLASLt's product and a pass; all the GELU products lost 0.5-0.8% there with it), and
-// cuBLASLt's product and weft's column-sum pass run instead.
+// The default is every product but gelu_backward: the SwiGLU pair (Llama 1B +2.0-2.2%), and
+// bias_gelu with input_gradient (GPT-2 124M +1.2-1.9%, the 1.3B shape +0.5%; docs/performance.md,
+// 2026-12-06, twentieth session). gelu_backward stays off: it lost 0.4% at the 1.3B shape and 4%
+// on GPT-2's shapes. input_gradient declines a product whose dY is wider than
+// kHopperInputGradientMaxColumns (the 1.3B shape's fc dX, K = 8192, is 10% slower than cuBLASLt's
+// product and a pass), and cuBLASLt's product and weft's column-sum pass run instead.
 // The results are not cuBLASLt's bits: GELU's tanh is the hardware's approximation (2^-11 relative,
-// under bf16's rounding), and the sums run in another order. Each is meant to give the same bits on
-// every run of the same inputs (no atomics, sums in a fixed order); the GELU products' resume result
-// above puts that in doubt until CudaFused.OwnHopperProductsGiveTheSameBitsEveryRun has run on a GPU.
+// under bf16's rounding), and the sums run in another order. Each gives the same bits on every run
+// of the same inputs (no atomics, sums in a fixed order): CudaFused.OwnHopperProductsGiveTheSameBitsEveryRun
+// checks it, and racecheck found no hazard in them (2026-12-06, twenty-first session). A GPT-2
+// run resumed from its checkpoint differs from the straight run with or without them, because
+// cuDNN's default attention backward sums dQ with atomics (WEFT_ATTENTION_DETERMINISTIC,
+// runtime/cuda/cudnn_attention.h).
 //
 // The launchers are built for sm_90a only (runtime/cuda/sm90a/hopper_products.cu, an object library
 // of its own: a build for sm_90 compiles the kernels to nothing), and exist where WEFT_HAVE_SM90A is
@@ -68,7 +69,8 @@ enum HopperProduct : unsigned {
 constexpr unsigned kAllHopperProducts =
     kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient | kHopperSwiglu | kHopperSwigluBackward;
 // What runs where WEFT_HOPPER_GEMM is unset.
-constexpr unsigned kDefaultHopperProducts = kHopperSwiglu | kHopperSwigluBackward;
+constexpr unsigned kDefaultHopperProducts =
+    kHopperBiasGelu | kHopperInputGradient | kHopperSwiglu | kHopperSwigluBackward;
 // The widest dY (the inner dimension K of dY · W) whose product input_gradient takes in training:
 // GPT-2's K = 3072 gains 11% over cuBLASLt's product and a pass, the 1.3B shape's K = 8192 loses 10%.
 constexpr int64_t kHopperInputGradientMaxColumns = 4096;
