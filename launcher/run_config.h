@@ -37,6 +37,9 @@ struct TrainConfig {
   // Steps issued before the oldest one's loss is read: 1, 2, or 0 for the run's choice (2 on GPUs,
   // 1 on the CPU and wherever 2 is refused: on_nan skip, pipelines). Strategy::issue_step says why.
   int64_t steps_in_flight = 0;
+  // The same bits on every repeat of a run on the same GPU, at some speed (runtime/determinism.h);
+  // CPU runs always repeat.
+  bool deterministic = false;
 };
 
 struct DataConfig {

@@ -40,6 +40,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend.h"
 #include "runtime/clock.h"
+#include "runtime/determinism.h"
 #include "runtime/error.h"
 #include "runtime/ops/loss.h"
 
@@ -159,6 +160,12 @@ Trainer::Trainer(RunConfig config, std::shared_ptr<const CostModel> cost_model)
     s.device = Device::cuda(gpu_of_this_rank(gpus));
   }
   s.compute_dtype = parse_dtype(config_.train.dtype);
+  // Before anything runs a kernel: the calibration's matmuls would otherwise be tuned by timing.
+  if (config_.train.deterministic) set_deterministic_kernels(true);
+  if (deterministic_kernels() && s.device.is_cuda()) {
+    s.choices.push_back(
+        "deterministic kernels (train.deterministic): cuDNN's deterministic attention backward, matmul autotuning off");
+  }
   const ModelConfig& model_config = config_.model;
   if (s.device.is_cpu()) {
     const std::string threads = share_cpu_cores_between_ranks();

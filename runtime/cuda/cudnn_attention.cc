@@ -19,7 +19,7 @@
 // graph is built, and a failure there falls back to the flash kernels. Heuristics mode A (then the
 // fallback mode) give engine configs; the first one whose execution plan finalizes is kept, or,
 // with WEFT_ATTENTION_AUTOTUNE=1, the fastest of them on the first call of each shape (execute()).
-// With the deterministic selection (WEFT_ATTENTION_DETERMINISTIC=1) the backward graph leaves out
+// With deterministic kernels (runtime/determinism.h) the backward graph leaves out
 // the dQ accumulator and configs whose engine carries the NONDETERMINISTIC note are skipped.
 // Everything is cached per device (one cuDNN handle each, used under a lock) and per (direction, B,
 // H, KV, T, D, dtype, strides, deterministic).
@@ -44,6 +44,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/stream.h"
+#include "runtime/determinism.h"
 #include "runtime/error.h"
 
 #ifdef WEFT_HAVE_CUDNN
@@ -57,13 +58,7 @@ namespace weft::cuda {
 namespace {
 
 std::atomic<int> g_impl{-1};
-std::atomic<int> g_deterministic{-1};
 thread_local CudnnEngineChoice g_last_engine;
-
-bool deterministic_from_environment() {
-  const char* value = std::getenv("WEFT_ATTENTION_DETERMINISTIC");
-  return value != nullptr && *value != '\0' && std::string_view(value) != "0";
-}
 
 AttentionImpl impl_from_environment() {
   const char* value = std::getenv("WEFT_ATTENTION");
@@ -117,21 +112,6 @@ const char* attention_impl_name(AttentionImpl impl) {
       break;
   }
   return "auto";
-}
-
-bool attention_deterministic() {
-  int value = g_deterministic.load(std::memory_order_relaxed);
-  if (value < 0) {
-    static const bool from_environment = deterministic_from_environment();  // read once
-    int expected = -1;
-    g_deterministic.compare_exchange_strong(expected, from_environment ? 1 : 0);
-    value = g_deterministic.load(std::memory_order_relaxed);
-  }
-  return value == 1;
-}
-
-void set_attention_deterministic(bool deterministic) {
-  g_deterministic.store(deterministic ? 1 : 0, std::memory_order_relaxed);
 }
 
 CudnnEngineChoice cudnn_attention_last_engine() { return g_last_engine; }
@@ -892,7 +872,7 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& lse) {
   DeviceState* state = nullptr;
   std::unique_lock<std::mutex> lock;
-  Plan* plan = plan_for({&q, &k, &v, &out}, q, false, attention_deterministic(), state, lock);
+  Plan* plan = plan_for({&q, &k, &v, &out}, q, false, deterministic_kernels(), state, lock);
   if (plan == nullptr) return false;
   const Device device = q.device();
   float scale_value = static_cast<float>(scale);
@@ -907,7 +887,7 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& grad_k, const Tensor& grad_v) {
   DeviceState* state = nullptr;
   std::unique_lock<std::mutex> lock;
-  const bool deterministic = attention_deterministic();
+  const bool deterministic = deterministic_kernels();
   Plan* plan = plan_for({&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, q, true, deterministic, state, lock);
   if (plan == nullptr) return false;
   const Shape shape{q.size(0), q.size(1), k.size(1), q.size(2), q.size(3)};

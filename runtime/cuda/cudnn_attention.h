@@ -53,18 +53,15 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& lse, const Tensor& grad_out, double scale, const Tensor& grad_q,
                               const Tensor& grad_k, const Tensor& grad_v);
 
-// Deterministic selection. cuDNN's default backward adds each kv block's share of dQ to an f32
-// accumulator with atomics, in whatever order the blocks finish, so its bits vary from run to run
-// (CudnnAttention.DeterministicBackwardGivesTheSameBitsEveryRun measured 1 run in 4 differing at
-// GPT-2's shape on an H100), and so do a GPU training run's gradients. With this selection on, the
-// backward graph writes dQ without the accumulator, which makes the engines sum the shares in a
-// fixed order (cudnn-frontend's deterministic sdpa_backward on Hopper), and configs whose engine
-// carries cuDNN's NONDETERMINISTIC numerical note are skipped. WEFT_ATTENTION_DETERMINISTIC=1 turns
-// it on, read once at the first call, unless set_attention_deterministic overrode it; plans are kept
-// per setting. Where cuDNN cannot run a call this way it declines (the reason noted) and the flash
-// kernels run, whose backward also adds dQ with atomics.
-bool attention_deterministic();
-void set_attention_deterministic(bool deterministic);
+// Deterministic kernels (runtime/determinism.h). cuDNN's default backward adds each kv block's
+// share of dQ to an f32 accumulator with atomics, in whatever order the blocks finish, so its bits
+// vary from run to run (1 run in 4, and 2 in 4, differed at GPT-2's shape on an H100 with cuDNN
+// 9.19: CudnnAttention.DeterministicBackwardGivesTheSameBitsEveryRun), and so do a GPU training
+// run's gradients. With deterministic_kernels() on, the backward graph writes dQ without the
+// accumulator, which makes the engines sum the shares in a fixed order (cudnn-frontend's
+// deterministic sdpa_backward on Hopper), and configs whose engine carries cuDNN's NONDETERMINISTIC
+// numerical note are skipped; plans are kept per setting. Where cuDNN cannot run a call this way it
+// declines (the reason noted) and the flash kernels run, whose backward also adds dQ with atomics.
 
 // What cuDNN said of the engine that ran this thread's most recent cuDNN attention call.
 struct CudnnEngineChoice {

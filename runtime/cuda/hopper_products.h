@@ -41,8 +41,8 @@
 // of the same inputs (no atomics, sums in a fixed order): CudaFused.OwnHopperProductsGiveTheSameBitsEveryRun
 // checks it, and racecheck found no hazard in them (2026-12-06, twenty-first session). A GPT-2
 // run resumed from its checkpoint differs from the straight run with or without them, because
-// cuDNN's default attention backward sums dQ with atomics (WEFT_ATTENTION_DETERMINISTIC,
-// runtime/cuda/cudnn_attention.h).
+// cuDNN's default attention backward sums dQ with atomics; with deterministic kernels
+// (runtime/determinism.h) two fresh runs and a resumed one give the same bits with them on.
 //
 // The launchers are built for sm_90a only (runtime/cuda/sm90a/hopper_products.cu, an object library
 // of its own: a build for sm_90 compiles the kernels to nothing), and exist where WEFT_HAVE_SM90A is

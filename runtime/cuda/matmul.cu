@@ -49,6 +49,7 @@
 #include "runtime/cuda/matmul.h"
 #include "runtime/cuda/matmul_tuning_cache.h"
 #include "runtime/cuda/stream.h"
+#include "runtime/determinism.h"
 
 namespace weft {
 namespace cuda {
@@ -283,7 +284,10 @@ std::atomic<int>& autotune_setting() {
   return setting;
 }
 
+// Deterministic kernels (runtime/determinism.h) keep the heuristic's first: a choice by timing can
+// differ between two runs, and with it the products' bits.
 bool autotune_enabled(cublasLtEpilogue_t epilogue) {
+  if (deterministic_kernels()) return false;
   const int setting = autotune_setting().load();
   return setting == 1 || (setting == 2 && epilogue != CUBLASLT_EPILOGUE_DEFAULT);
 }

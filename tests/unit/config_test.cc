@@ -109,13 +109,17 @@ TEST_F(ConfigTest, SetOverridesComeAfterTheFilesInOrder) {
   const std::string file = write("run.yaml", "train:\n  lr: 0.01\n  steps: 500\n");
   const RunConfig config = load_config(
       {file}, {"train.lr=0.5", "train.lr = 0.25", "data.val=", "model.options.rank=16",
-               "log.metrics_file=out/metrics.jsonl", "model.tie_embeddings=false", "train.steps=+20"});
+               "log.metrics_file=out/metrics.jsonl", "model.tie_embeddings=false", "train.steps=+20",
+               "train.deterministic=on"});
   EXPECT_EQ(config.train.lr, 0.25);
   EXPECT_EQ(config.train.steps, 20);
   EXPECT_EQ(config.data.val, "");
   EXPECT_EQ(config.model.options.at("rank"), "16");
   EXPECT_EQ(config.log.metrics_file, "out/metrics.jsonl");
   EXPECT_FALSE(config.model.tie_embeddings);
+  EXPECT_TRUE(config.train.deterministic);
+  expect_contains(error_message([] { load_config({}, {"train.deterministic=sometimes"}); }),
+                  {"train.deterministic: expected true or false, got 'sometimes'"});
 }
 
 TEST_F(ConfigTest, UnknownKeyNamesFileLineAndNearestKey) {

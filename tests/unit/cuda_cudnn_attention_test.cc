@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/determinism.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 #include "tests/support/cuda_expectations.h"
@@ -55,10 +56,10 @@ struct ImplGuard {
   ~ImplGuard() { cuda::set_attention_impl(saved); }
 };
 
-// Restores the deterministic selection a test changed.
+// Restores the deterministic-kernels setting a test changed.
 struct DeterministicGuard {
-  bool saved = cuda::attention_deterministic();
-  ~DeterministicGuard() { cuda::set_attention_deterministic(saved); }
+  bool saved = deterministic_kernels();
+  ~DeterministicGuard() { set_deterministic_kernels(saved); }
 };
 
 struct Case {
@@ -126,7 +127,7 @@ TEST(CudnnAttention, Bf16MatchesCpu) {
   DeterministicGuard guard;
   for (const bool deterministic : {false, true}) {
     SCOPED_TRACE(deterministic ? "deterministic selection" : "default selection");
-    cuda::set_attention_deterministic(deterministic);
+    set_deterministic_kernels(deterministic);
     uint64_t seed = 5000;
     for (const Case& c : {Case{2, 3, 77, 64}, Case{1, 2, 128, 128}, Case{2, 2, 200, 64}}) {
       check_against_cpu(c, kBFloat16, seed += 10);
@@ -229,7 +230,7 @@ TEST(CudnnAttention, StridedViewsMatchContiguousTensors) {
   }
 }
 
-// The deterministic selection (WEFT_ATTENTION_DETERMINISTIC): the engine that runs the backward
+// The deterministic selection (runtime/determinism.h): the engine that runs the backward
 // carries no NONDETERMINISTIC note, five runs on the same inputs give the first run's bits, and
 // they are the default selection's gradients up to rounding, at GPT-2's attention shape and a
 // grouped-query one. How many of the default selection's runs differed is printed beside: its dQ
@@ -260,7 +261,7 @@ TEST(CudnnAttention, DeterministicBackwardGivesTheSameBitsEveryRun) {
     ASSERT_TRUE(cuda::cudnn_attention_forward(q, k, v, scale, out, lse)) << cuda::cudnn_attention_last_error();
     std::vector<Tensor> default_gradients;
     for (const bool deterministic : {false, true}) {
-      cuda::set_attention_deterministic(deterministic);
+      set_deterministic_kernels(deterministic);
       std::vector<Tensor> first;
       int differed = 0;
       cuda::CudnnEngineChoice engine;
@@ -306,11 +307,6 @@ TEST(CudnnAttention, RefusesWhatItCannotRun) {
 
 TEST(AttentionSwitch, NamesAndOverride) {
   ImplGuard guard;
-  DeterministicGuard deterministic_guard;
-  cuda::set_attention_deterministic(true);
-  EXPECT_TRUE(cuda::attention_deterministic());
-  cuda::set_attention_deterministic(false);
-  EXPECT_FALSE(cuda::attention_deterministic());
   EXPECT_STREQ(cuda::attention_impl_name(cuda::AttentionImpl::kFlash), "flash");
   EXPECT_STREQ(cuda::attention_impl_name(cuda::AttentionImpl::kCudnn), "cudnn");
   EXPECT_STREQ(cuda::attention_impl_name(cuda::AttentionImpl::kAuto), "auto");
