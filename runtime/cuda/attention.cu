@@ -24,6 +24,7 @@
 #include "runtime/cuda/cudnn_attention.h"
 #include "runtime/cuda/flash_attention.cuh"
 #include "runtime/cuda/stream.h"
+#include "runtime/determinism.h"
 
 namespace weft {
 namespace {
@@ -218,12 +219,15 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
     for (const Tensor* tensor : {&qc, &kc, &vc, &oc, &goc, &gq.tensor(), &gk.tensor(), &gv.tensor()}) {
       WEFT_CHECK(aligned16(*tensor), "attention_backward: ", tensor->describe(), " must be 16-byte aligned on CUDA");
     }
-    Tensor dq_accum = Tensor::empty({shape.bh() * shape.seq * width}, kFloat32, where);
+    // Under deterministic kernels dQ is summed in a fixed order, at the cost of T / 64 copies of it.
+    const bool ordered = deterministic_kernels();
+    Tensor dq_accum =
+        Tensor::empty({flash::dq_scratch_elements(shape.bh(), seq, width, ordered)}, kFloat32, where);
     dispatch_flash(q.dtype(), width, [&]<class T, int D>() {
       flash::launch_backward<T, D>(ptr<T>(qc), ptr<T>(kc), ptr<T>(vc), ptr<T>(oc), ptr<T>(goc), ptr<float>(lse),
                                    mutable_ptr<float>(delta), mutable_ptr<float>(dq_accum), mutable_ptr<T>(gq.tensor()),
                                    mutable_ptr<T>(gk.tensor()), mutable_ptr<T>(gv.tensor()), shape.bh(),
-                                   shape.group(), seq, static_cast<float>(scale), stream, device);
+                                   shape.group(), seq, static_cast<float>(scale), ordered, stream, device);
     });
   }
   for (const KernelOutput* output : {&gq, &gk, &gv}) output->finish(*this);

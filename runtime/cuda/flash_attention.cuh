@@ -29,7 +29,10 @@
 //   dS^T = P^T (dP^T - delta) * scale; dV += P^T dO and dK += dS^T Q. dS^T goes through shared
 //   memory so that each warp then computes 16 query rows of dQ = dS K (in column chunks of 64, or
 //   32 when D is no multiple of 64), added with f32 atomics to an f32 scratch [BH, T, D]; a last
-//   kernel rounds it to the output dtype.
+//   kernel rounds it to the output dtype. The atomics add in whatever order the key blocks come,
+//   so dQ's last bits vary from run to run; under deterministic kernels (runtime/determinism.h)
+//   each key block stores its share into a slice of its own ([T / 64 key blocks][BH, T, D], f32:
+//   T / 64 copies of dQ's size), and the last kernel sums a row's slices 0..(its block) in order.
 //
 // Fragment conventions of mma.m16n8k16 (row.col), lane = threadIdx.x % 32, g = lane / 4,
 // c = lane % 4:  A (16x16): a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..);
@@ -364,6 +367,21 @@ __global__ void convert_from_f32_kernel(const float* __restrict__ source, T* __r
   }
 }
 
+// dq[i] = the sum of the key blocks' slices 0..(row's query block) of element i, in that order:
+// slice b holds key block b's share of dQ for the rows it reached (those at or after its diagonal),
+// and nothing for the rows before, which it never wrote. count = BH * T * D, one slice's elements.
+template <class T>
+__global__ void sum_dq_slices_kernel(const float* __restrict__ slices, T* __restrict__ out, int64_t count, int seq,
+                                     int head_dim) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const int row = static_cast<int>((i / head_dim) % seq);
+    float sum = 0.f;
+    for (int block = 0; block <= row / kBlock; ++block) sum += slices[block * count + i];
+    out[i] = from_float<T>(sum);
+  }
+}
+
 template <int D>
 constexpr int backward_stages() {
   return D <= 64 ? 2 : 1;  // D = 128 single-buffers Q / dO so that two blocks fit on an SM
@@ -394,7 +412,8 @@ __global__ void __launch_bounds__(kThreads)
     flash_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const T* __restrict__ grad_out, const float* __restrict__ lse,
                           const float* __restrict__ delta, float* __restrict__ dq_accum, T* __restrict__ dk,
-                          T* __restrict__ dv, int seq, int group, float scale, float scale_log2) {
+                          T* __restrict__ dv, int seq, int group, float scale, float scale_log2,
+                          int64_t dq_slice_elements) {
   static_assert(D % 32 == 0 && D <= kFlashMaxDim);
   constexpr int kStages = backward_stages<D>();
   constexpr int kDqChunk = D % 64 == 0 ? 64 : 32;  // dQ columns per pass of the dQ product
@@ -449,7 +468,8 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int step = 0; step < steps; ++step) {
     const int i = query_block_of(step);
-    float* dq_h = dq_accum + query_head_of(step) * seq * D;
+    // dq_slice_elements 0: the one scratch, added to with atomics; else this key block's slice.
+    float* dq_h = dq_accum + n_block * dq_slice_elements + query_head_of(step) * seq * D;
     const int stage = kStages == 2 ? step & 1 : 0;
     if constexpr (kStages == 2) {
       if (step + 1 < steps) load_step(step + 1, stage ^ 1);
@@ -541,7 +561,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // dS^T complete
 
-    // dQ[16 rows of this warp] += dS K, with dS read transposed from s_ds; f32 atomics.
+    // dQ[16 rows of this warp] += dS K, with dS read transposed from s_ds; f32 atomics, or stores
+    // into this key block's slice (each of its elements written by this thread alone).
     {
       uint32_t ds_a[4][4];
 #pragma unroll
@@ -570,6 +591,13 @@ __global__ void __launch_bounds__(kThreads)
           const int row = row0 + 8 * h;
           if (row < seq) {
             float* dq_row = dq_h + static_cast<int64_t>(row) * D + chunk * kDqChunk + 2 * (lane % 4);
+            if (dq_slice_elements != 0) {
+#pragma unroll
+              for (int nt = 0; nt < kDqChunk / 8; ++nt) {
+                *reinterpret_cast<float2*>(dq_row + nt * 8) = make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]);
+              }
+              continue;
+            }
 #pragma unroll
             for (int nt = 0; nt < kDqChunk / 8; ++nt) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -838,22 +866,36 @@ void launch_forward(const T* q, const T* k, const T* v, T* o, float* lse, int64_
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
-// delta and dq_accum are f32 scratch of bh * seq and bh * seq * D elements; dk, dv [bh / group, T, D].
+// The f32 scratch dq_accum of launch_backward, in elements: one [bh, T, D], or one per key block
+// when its dQ is summed in order.
+inline int64_t dq_scratch_elements(int64_t bh, int seq, int width, bool ordered) {
+  const int64_t one = bh * seq * width;
+  return ordered ? (seq + kBlock - 1) / kBlock * one : one;
+}
+
+// delta is f32 scratch of bh * seq elements and dq_accum of dq_scratch_elements(bh, seq, D, ordered);
+// dk, dv [bh / group, T, D]. ordered: dQ summed in a fixed order (the same bits every run).
 template <class T, int D>
 void launch_backward(const T* q, const T* k, const T* v, const T* o, const T* grad_out, const float* lse,
                      float* delta, float* dq_accum, T* dq, T* dk, T* dv, int64_t bh, int group, int seq, float scale,
-                     cudaStream_t stream, int device) {
+                     bool ordered, cudaStream_t stream, int device) {
   const int64_t rows = bh * seq;
   attention_delta_kernel<T><<<blocks_for(rows, 8), 256, 0, stream>>>(o, grad_out, delta, rows, D);
   WEFT_CUDA_CHECK_LAUNCH();
-  WEFT_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
+  // The slices need no zeroes: a row's sum reads only the slices of the key blocks that wrote it.
+  if (!ordered) WEFT_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
   constexpr int smem = backward_smem_bytes<D>();
   allow_dynamic_shared_memory<flash_backward_kernel<T, D>>(smem, device);
   const dim3 grid((seq + kBlock - 1) / kBlock, static_cast<unsigned int>(bh / group));
   flash_backward_kernel<T, D><<<grid, kThreads, smem, stream>>>(q, k, v, grad_out, lse, delta, dq_accum, dk, dv,
-                                                                seq, group, scale, scale * kLog2e);
+                                                                seq, group, scale, scale * kLog2e,
+                                                                ordered ? rows * D : 0);
   WEFT_CUDA_CHECK_LAUNCH();
-  convert_from_f32_kernel<T><<<blocks_for(rows * D, 256), 256, 0, stream>>>(dq_accum, dq, rows * D);
+  if (ordered) {
+    sum_dq_slices_kernel<T><<<blocks_for(rows * D, 256), 256, 0, stream>>>(dq_accum, dq, rows * D, seq, D);
+  } else {
+    convert_from_f32_kernel<T><<<blocks_for(rows * D, 256), 256, 0, stream>>>(dq_accum, dq, rows * D);
+  }
   WEFT_CUDA_CHECK_LAUNCH();
 }
 

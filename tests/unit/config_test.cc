@@ -77,7 +77,7 @@ TEST_F(ConfigTest, TableDeclaresEveryKeyOnceWithHelpAndAValidDefault) {
     RunConfig config;
     EXPECT_EQ(option.assign(config, option.format(RunConfig{})), "") << option.key;
   }
-  EXPECT_EQ(keys.size(), 76u);  // every field of RunConfig; update with run_config.h
+  EXPECT_EQ(keys.size(), 77u);  // every field of RunConfig; update with run_config.h
   EXPECT_EQ(find_config_option("train.lrr"), nullptr);
   EXPECT_EQ(find_config_option("train.lr")->type, OptionType::floating);
   EXPECT_EQ(find_config_option("model.options")->type, OptionType::string_map);

@@ -21,9 +21,11 @@
 
 #include <cstdio>
 
+#include "runtime/cuda/cudnn_attention.h"
 #include "runtime/cuda/matmul.h"
 #include "runtime/cuda/matmul_tuning_cache.h"
 #include "runtime/cuda/stream.h"
+#include "runtime/determinism.h"
 #endif
 
 namespace weft {
@@ -498,6 +500,74 @@ TEST(CudaAttention, F32MatchesCpu) {
   for (const AttentionCase& c : {AttentionCase{2, 3, 77, 64}, AttentionCase{1, 2, 128, 128},
                                  AttentionCase{2, 2, 200, 64}, AttentionCase{1, 2, 50, 40}, AttentionCase{1, 1, 33, 1}}) {
     check_attention(c, kFloat32, 1e-4, seed += 10);
+  }
+}
+
+// The flash kernels' bf16 backward under deterministic kernels (runtime/determinism.h): each key
+// block's share of dQ goes to a slice of its own and the slices are summed in order, so five runs
+// on the same inputs give the first run's bits; the gradients are the atomic path's up to rounding,
+// and the CPU's. At GPT-2's attention shape and a grouped-query one with a padded head dim (80 in
+// the 96-wide kernels, T not a multiple of the 64-row blocks).
+TEST(CudaAttention, FlashBackwardUnderDeterministicKernelsGivesTheSameBitsEveryRun) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  struct Restore {
+    cuda::AttentionImpl impl = cuda::attention_impl();
+    bool deterministic = deterministic_kernels();
+    ~Restore() {
+      cuda::set_attention_impl(impl);
+      set_deterministic_kernels(deterministic);
+    }
+  } restore;
+  cuda::set_attention_impl(cuda::AttentionImpl::kFlash);
+  constexpr int kRuns = 5;
+  struct GroupedCase {
+    int64_t batch, heads, kv_heads, seq, head_dim;
+    bool against_cpu;
+  };
+  Backend& cpu = backend_for(Device::cpu());
+  Backend& gpu = backend_for(kGpu);
+  uint64_t seed = 4000;
+  for (const GroupedCase& c : {GroupedCase{8, 12, 12, 1024, 64, false}, GroupedCase{2, 8, 2, 300, 80, true}}) {
+    SCOPED_TRACE("B " + std::to_string(c.batch) + " H " + std::to_string(c.heads) + " KV " +
+                 std::to_string(c.kv_heads) + " T " + std::to_string(c.seq) + " D " + std::to_string(c.head_dim));
+    const std::vector<int64_t> shape = {c.batch, c.heads, c.seq, c.head_dim};
+    const std::vector<int64_t> kv_shape = {c.batch, c.kv_heads, c.seq, c.head_dim};
+    const std::vector<int64_t> stat_shape = {c.batch, c.heads, c.seq};
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    const Tensor q = Tensor::normal(shape, seed += 10, 0, 0.0, 1.0, kBFloat16);         // [B, H, T, D]
+    const Tensor k = Tensor::normal(kv_shape, seed + 1, 0, 0.0, 1.0, kBFloat16);        // [B, KV, T, D]
+    const Tensor v = Tensor::normal(kv_shape, seed + 2, 0, 0.0, 1.0, kBFloat16);        // [B, KV, T, D]
+    const Tensor grad_out = Tensor::normal(shape, seed + 3, 0, 0.0, 1.0, kBFloat16);    // [B, H, T, D]
+    const Tensor q_gpu = q.to(kGpu), k_gpu = k.to(kGpu), v_gpu = v.to(kGpu), grad_out_gpu = grad_out.to(kGpu);
+    Tensor out = poisoned(shape, kBFloat16), lse = poisoned(stat_shape, kFloat32);
+    gpu.attention(q_gpu, k_gpu, v_gpu, scale, out, lse);
+    const auto backward = [&] {
+      std::vector<Tensor> gradients = {poisoned(shape, kBFloat16), poisoned(kv_shape, kBFloat16),
+                                       poisoned(kv_shape, kBFloat16)};  // dQ, dK, dV
+      gpu.attention_backward(q_gpu, k_gpu, v_gpu, out, lse, grad_out_gpu, scale, gradients[0], gradients[1],
+                             gradients[2]);
+      return gradients;
+    };
+    set_deterministic_kernels(false);
+    const std::vector<Tensor> atomic = backward();
+    set_deterministic_kernels(true);
+    const std::vector<Tensor> first = backward();
+    const char* names[] = {"grad_q", "grad_k", "grad_v"};
+    for (int run = 1; run < kRuns; ++run) {
+      const std::vector<Tensor> again = backward();
+      for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bitwise_equal(again[i], first[i])) << names[i] << ", run " << run;
+    }
+    for (size_t i = 0; i < first.size(); ++i) {
+      EXPECT_LE(relative_l2_error(first[i], atomic[i]), 1e-2) << names[i] << " against the atomic path";
+    }
+    if (!c.against_cpu) continue;
+    const Tensor out_cpu = out.to(Device::cpu()), lse_cpu = lse.to(Device::cpu());
+    std::vector<Tensor> expected = {Tensor::empty(shape, kBFloat16), Tensor::empty(kv_shape, kBFloat16),
+                                    Tensor::empty(kv_shape, kBFloat16)};
+    cpu.attention_backward(q, k, v, out_cpu, lse_cpu, grad_out, scale, expected[0], expected[1], expected[2]);
+    for (size_t i = 0; i < first.size(); ++i) {
+      EXPECT_LE(relative_l2_error(first[i], expected[i]), 2e-2) << names[i] << " against the CPU";
+    }
   }
 }
 
