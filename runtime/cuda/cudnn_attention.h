@@ -61,7 +61,7 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 // accumulator, which makes the engines sum the shares in a fixed order (cudnn-frontend's
 // deterministic sdpa_backward on Hopper), and configs whose engine carries cuDNN's NONDETERMINISTIC
 // numerical note are skipped; plans are kept per setting. Where cuDNN cannot run a call this way it
-// declines (the reason noted) and the flash kernels run, whose backward also adds dQ with atomics.
+// declines (the reason noted) and the flash kernels run, which then sum dQ in a fixed order too.
 
 // What cuDNN said of the engine that ran this thread's most recent cuDNN attention call.
 struct CudnnEngineChoice {
