@@ -367,7 +367,7 @@ std::vector<ConfigOption> build_options() {
   add(make_option("train.seed", &R::train, &TrainConfig::seed, "seed of the data order (model.seed draws the weights and the dropout masks)"));
   add(make_option("train.on_nan", &R::train, &TrainConfig::on_nan, "on a NaN or infinite loss: stop the run, or skip the step", one_of({"stop", "skip"})));
   add(make_option("train.steps_in_flight", &R::train, &TrainConfig::steps_in_flight, "steps issued before the oldest one's loss is read (its log line then comes after the next step was issued): 2 keeps a GPU busy across step boundaries; 0: 2 on GPUs and 1 on the CPU (1 with parallel.pp > 1, which needs each step's report before the next)", between(0, 2)));
-  add(make_option("train.deterministic", &R::train, &TrainConfig::deterministic, "the same bits on every repeat of a GPU run and of its resumes (CPU runs always repeat): cuDNN's deterministic attention backward and matmul autotuning off, about 2% slower on GPT-2 124M; WEFT_DETERMINISTIC=1 does the same"));
+  add(make_option("train.deterministic", &R::train, &TrainConfig::deterministic, "the same bits on every repeat of a GPU run and of its resumes (CPU runs always repeat): cuDNN's deterministic attention backward, dQ summed in a fixed order in the flash kernels, and matmul autotuning off, about 2% slower on GPT-2 124M; WEFT_DETERMINISTIC=1 does the same"));
   add(make_option("train.recompute", &R::train, &TrainConfig::recompute, "activation recomputation: none (keep every activation), selective (free the MLP's hidden activation and rotary's q and k, rebuilt in backward by elementwise passes), full (keep each transformer block's input only and rerun the block in backward)", one_of({"none", "selective", "full"})));
 
   // data

@@ -164,7 +164,8 @@ Trainer::Trainer(RunConfig config, std::shared_ptr<const CostModel> cost_model)
   if (config_.train.deterministic) set_deterministic_kernels(true);
   if (deterministic_kernels() && s.device.is_cuda()) {
     s.choices.push_back(
-        "deterministic kernels (train.deterministic): cuDNN's deterministic attention backward, matmul autotuning off");
+        "deterministic kernels (train.deterministic): cuDNN's deterministic attention backward, the flash kernels' "
+        "dQ summed in a fixed order, matmul autotuning off");
   }
   const ModelConfig& model_config = config_.model;
   if (s.device.is_cpu()) {

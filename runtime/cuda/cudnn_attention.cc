@@ -481,7 +481,8 @@ class GraphBuilder {
       if (cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                    CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes) == CUDNN_STATUS_SUCCESS) {
         count = std::min<int64_t>(count, CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
-        facts.nondeterministic = std::find(notes, notes + count, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) != notes + count;
+        facts.nondeterministic =
+            std::find(notes, notes + count, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) != notes + count;
       }
       return facts;
     } catch (const CudnnFailure&) {

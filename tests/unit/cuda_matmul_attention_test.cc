@@ -555,7 +555,9 @@ TEST(CudaAttention, FlashBackwardUnderDeterministicKernelsGivesTheSameBitsEveryR
     const char* names[] = {"grad_q", "grad_k", "grad_v"};
     for (int run = 1; run < kRuns; ++run) {
       const std::vector<Tensor> again = backward();
-      for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bitwise_equal(again[i], first[i])) << names[i] << ", run " << run;
+      for (size_t i = 0; i < first.size(); ++i) {
+        EXPECT_TRUE(bitwise_equal(again[i], first[i])) << names[i] << ", run " << run;
+      }
     }
     for (size_t i = 0; i < first.size(); ++i) {
       EXPECT_LE(relative_l2_error(first[i], atomic[i]), 1e-2) << names[i] << " against the atomic path";
