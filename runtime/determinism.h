@@ -9,7 +9,7 @@
 // per key block instead of atomics). What it does not cover: collectives, whose sums are NCCL's or
 // MPI's (fixed for a given topology and algorithm).
 //
-// Read from WEFT_DETERMINISTIC at the first call ("1": on; unset, "" or "0": off) unless
+// Read from WEFT_DETERMINISTIC at the first call (unset, "" or "0": off; anything else: on) unless
 // set_deterministic_kernels was called first; the launcher sets it from train.deterministic before
 // the model runs. Safe to read from any thread.
 #pragma once

@@ -55,8 +55,8 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 
 // Deterministic kernels (runtime/determinism.h). cuDNN's default backward adds each kv block's
 // share of dQ to an f32 accumulator with atomics, in whatever order the blocks finish, so its bits
-// vary from run to run (1 run in 4, and 2 in 4, differed at GPT-2's shape on an H100 with cuDNN
-// 9.19: CudnnAttention.DeterministicBackwardGivesTheSameBitsEveryRun), and so do a GPU training
+// vary from run to run (1 to 3 runs in 4 differed at GPT-2's shape on an H100 with cuDNN 9.19:
+// CudnnAttention.DeterministicBackwardGivesTheSameBitsEveryRun), and so do a GPU training
 // run's gradients. With deterministic_kernels() on, the backward graph writes dQ without the
 // accumulator, which makes the engines sum the shares in a fixed order (cudnn-frontend's
 // deterministic sdpa_backward on Hopper), and configs whose engine carries cuDNN's NONDETERMINISTIC
