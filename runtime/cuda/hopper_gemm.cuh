@@ -278,6 +278,20 @@ __device__ inline void warpgroup_sync(int group) {
   asm volatile("bar.sync %0, 128;" ::"r"(group + 1) : "memory");
 }
 
+// The byte offset of bf16 element (row, column) in a [rows, 64] box with the 128-byte swizzle, the
+// layout TMA moves and wgmma reads: row r's 16-byte chunk j sits at chunk j ^ (r % 8) of its 128
+// bytes, which also puts the 8 rows of a fragment-layout store on 32 different banks. column is
+// within the box (0 to 63); neither is negative.
+__device__ inline int swizzled_offset(int row, int column) {
+  return row * 128 + (((column / 8) ^ (row % 8)) * 16) + (column % 8) * 2;
+}
+// The same element's address in `box`, added term by term (as one int offset, the compiler folds
+// fewer of the terms into the stores' immediate offsets: a few more instructions an epilogue).
+template <typename Byte>
+__device__ inline Byte* swizzled(Byte* box, int row, int column) {
+  return box + row * 128 + (((column / 8) ^ (row % 8)) * 16) + (column % 8) * 2;
+}
+
 // wgmma's shared-memory operand: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
 __device__ inline uint64_t operand_descriptor(const void* tile) {
   uint64_t descriptor = (shared_address(tile) & 0x3FFFF) >> 4;
@@ -693,8 +707,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           float first = 0.f, second = 0.f;
 #pragma unroll 8
           for (int r = 0; r < 32; ++r) {
-            const int row = 32 * warp + r, chunk = lane / 4;
-            const __nv_bfloat162 pair = load_shared(a_tile + row * 128 + ((chunk ^ (row % 8)) * 16) + (lane % 4) * 4);
+            const __nv_bfloat162 pair = load_shared(swizzled(a_tile, 32 * warp + r, 2 * lane));
             first += __low2float(pair);
             second += __high2float(pair);
           }
@@ -718,8 +731,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
     // The epilogue: values into the staging boxes, then TMA stores them. Fragment layout of
     // m64nNk16's f32 accumulators: value 4c + r of a thread sits at row 16·warp + lane/4 + 8·(r/2)
-    // and column 8c + 2·(lane%4) + r%2 of the 64-row half. In a box, row r's 16-byte chunk j sits at
-    // chunk j ^ (r % 8), the 128-byte swizzle; that also keeps the 8 rows of a store on 32 banks.
+    // and column 8c + 2·(lane%4) + r%2 of the 64-row half; in a box it goes where swizzled says.
     auto stage_and_store = [&](const CUtensorMap* map, auto value_of) {
 #pragma unroll
       for (int round = 0; round < T::kBoxes / T::kStagingBoxes; ++round) {
@@ -733,10 +745,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         // the tile's), and the slot in the staging boxes.
         auto box_of = [&](int half, int c) { return half * (T::kBlockN / 64) + (8 * c + 2 * (lane % 4)) / 64; };
         auto slot_of = [&](int half, int c, int pair) {
-          const int column = 8 * c + 2 * (lane % 4), chunk = (column % 64) / 8;
-          const int row = 16 * warp + lane / 4 + 8 * pair;
-          return staging + (box_of(half, c) % T::kStagingBoxes) * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) +
-                 (column % 8) * 2;
+          const int column = 8 * c + 2 * (lane % 4), row = 16 * warp + lane / 4 + 8 * pair;
+          return swizzled(staging + (box_of(half, c) % T::kStagingBoxes) * 8192, row, column % 64);
         };
         // kGeluBackward reads each pre-activation from its slot: kBatch column groups' worth first, so
         // that the reads overlap instead of each store waiting for its own read.
@@ -821,7 +831,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         for (int half = 0; half < T::kHalves; ++half) {
 #pragma unroll
           for (int c = 0; c < kGroups; ++c) {
-            const int column = 8 * c + 2 * (lane % 4), chunk = (column % 64) / 8;
+            const int column = 8 * c + 2 * (lane % 4);
 #pragma unroll
             for (int pair = 0; pair < 2; ++pair) {
               const int row = 16 * warp + lane / 4 + 8 * pair;
@@ -829,8 +839,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                                                 accumulators[half][4 * c + 2 * pair + 1]);
               const __nv_bfloat162 up = __floats2bfloat162_rn(accumulators[half][4 * (c + kGroups) + 2 * pair],
                                                               accumulators[half][4 * (c + kGroups) + 2 * pair + 1]);
-              const int offset = kSwizzled ? row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2
-                                           : row * kBoxColumns * 2 + column * 2;
+              const int offset = kSwizzled ? swizzled_offset(row, column % 64) : row * kBoxColumns * 2 + column * 2;
 #pragma unroll
               for (int output = 0; output < 3; ++output) {
                 const int box = output * kOutputBoxes + half * kBoxesAcross + column / kBoxColumns;
@@ -909,10 +918,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             for (int c = first_group; c < first_group + 8; ++c) {
 #pragma unroll
               for (int pair = 0; pair < 2; ++pair) {
-                const int column = 8 * c + 2 * (lane % 4), chunk = (column % 64) / 8;
-                const int row = 16 * warp + lane / 4 + 8 * pair;
-                store_shared_bits(product_box + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2,
-                                  products[half][2 * c + pair]);
+                const int column = 8 * c + 2 * (lane % 4), row = 16 * warp + lane / 4 + 8 * pair;
+                store_shared_bits(swizzled(product_box, row, column % 64), products[half][2 * c + pair]);
               }
             }
           }
