@@ -58,7 +58,8 @@
 
 #include <cstdint>
 
-#include "runtime/cuda/silu.cuh"  // SwiGLU's epilogues: the SwiGLU passes' bits
+#include "runtime/cuda/dependent_launch.cuh"  // the launchers start it as a programmatic dependent
+#include "runtime/cuda/silu.cuh"              // SwiGLU's epilogues: the SwiGLU passes' bits
 
 namespace weft::cuda::hopper {
 
@@ -560,6 +561,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   } else {
     __syncthreads();
   }
+  // Launched as a programmatic dependent (the runtime's launchers), the CTA may be placed while the
+  // kernel before it finishes: everything above touches only shared memory, and every global access
+  // (loads, stores, the bias) comes after this. Launched the ordinary way, it returns at once.
+  wait_for_previous_kernels();
   // A consumer warp is done with a stage: every CTA of the cluster may load it again (lane r
   // tells the CTA of rank r).
   auto release = [&](int stage, int lane) {

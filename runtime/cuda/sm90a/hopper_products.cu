@@ -24,6 +24,7 @@
 #include <limits>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/dependent_launch.cuh"
 #include "runtime/cuda/hopper_gemm.cuh"
 #include "runtime/cuda/hopper_products.h"
 #include "runtime/cuda/row_kernels.cuh"
@@ -66,7 +67,8 @@ bool applies(int64_t m, int64_t n, int64_t k, std::initializer_list<const void*>
 // (null: not kept), read by kGeluBackward and (the gate) by kSwigluBackward. partials: a's column
 // sums in 32-row slices where kSumAColumns. second_out and second_pre: kSwigluBackward's grad_up
 // (written) and up (read), [m, n] each; null for the other epilogues. False where a map cannot be
-// made.
+// made. Launched as a programmatic dependent of the kernel before it (dependent_launch.cuh; the
+// kernel waits before its first global access), so that its launch overlaps that kernel's tail.
 template <typename T, hopper::Epilogue kEpilogue, hopper::BLayout kB, bool kSumAColumns = false>
 bool launch(const void* a, const void* b, const void* bias, void* out, const void* pre_gelu, int m, int n, int k,
             int group_rows, int device, cudaStream_t stream, float* partials = nullptr, void* second_out = nullptr,
@@ -92,11 +94,9 @@ bool launch(const void* a, const void* b, const void* bias, void* out, const voi
   }
   const int64_t tiles = ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{n} + T::kBlockN - 1) / T::kBlockN);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
-  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(
-      a_map, b_map, out_map, pre_map, b_map, second_out_map, second_pre_map, m, n, k,
-      static_cast<const __nv_bfloat16*>(bias),
-      kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows, partials);
-  WEFT_CUDA_CHECK(cudaGetLastError());
+  launch_dependent(kernel, grid, T::kThreads, T::kSharedBytes, stream, a_map, b_map, out_map, pre_map, b_map,
+                   second_out_map, second_pre_map, m, n, k, static_cast<const __nv_bfloat16*>(bias),
+                   kEpilogue == hopper::Epilogue::kBiasGelu && pre_gelu != nullptr, group_rows, partials);
   count_hopper_gemm_launch();
   return true;
 }
@@ -144,9 +144,9 @@ bool launch_swiglu(const void* x, const void* gate_weight, const void* up_weight
   const int64_t tiles =
       ((int64_t{m} + T::kBlockM - 1) / T::kBlockM) * ((int64_t{hidden} + kOutputColumns - 1) / kOutputColumns);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count(device)));
-  kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(x_map, gate_weight_map, out_map, gate_map, up_weight_map,
-                                                         up_map, up_map, m, hidden, k, nullptr, false, 8, nullptr);
-  WEFT_CUDA_CHECK(cudaGetLastError());
+  launch_dependent(kernel, grid, T::kThreads, T::kSharedBytes, stream, x_map, gate_weight_map, out_map, gate_map,
+                   up_weight_map, up_map, up_map, m, hidden, k, static_cast<const __nv_bfloat16*>(nullptr), false, 8,
+                   static_cast<float*>(nullptr));
   count_hopper_gemm_launch();
   return true;
 }
@@ -156,13 +156,17 @@ bool launch_swiglu(const void* x, const void* gate_weight, const void* up_weight
 // lane a column, so each warp reads 128 contiguous bytes of a slice), then the first warp adds the
 // warps' sums in order. A fixed order: the same bits on every run. (One thread a column over every
 // slice left GPT-2's [512, 3072] partials to 12 blocks; with it the fused sums cost as much as a
-// separate pass, docs/performance.md, 2026-12-05, sixteenth session.)
+// separate pass, docs/performance.md, 2026-12-05, sixteenth session. Eight columns a block, 96
+// blocks instead of 24 for GPT-2's 768 columns, measured slower: 5.6 against 4.7 µs a call under
+// Nsight Compute, docs/performance.md, 2026-12-06, twenty-second session.) Launched as a
+// programmatic dependent of the product that wrote the partials.
 constexpr int kSliceSumWarps = 16;
 __global__ void __launch_bounds__(32 * kSliceSumWarps) sum_slices_kernel(const float* __restrict__ partials,
                                                                          int slices, int k,
                                                                          __nv_bfloat16* __restrict__ sums) {
   __shared__ float warp_sums[kSliceSumWarps][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
+  wait_for_previous_kernels();
   float sum = 0.f;
   if (c < k) {
     for (int s = warp; s < slices; s += kSliceSumWarps) sum += partials[static_cast<int64_t>(s) * k + c];
@@ -206,9 +210,9 @@ bool hopper_input_gradient(const void* dy, const void* w, const void* pre_gelu, 
                                                                                    k, device, stream, partials);
   if (!launched) return false;
   const int columns = static_cast<int>(k);
-  sum_slices_kernel<<<(columns + 31) / 32, 32 * kSliceSumWarps, 0, stream>>>(
-      partials, static_cast<int>(hopper_column_sum_slices(m)), columns, static_cast<__nv_bfloat16*>(column_sums));
-  WEFT_CUDA_CHECK(cudaGetLastError());
+  launch_dependent(sum_slices_kernel, (columns + 31) / 32, 32 * kSliceSumWarps, 0, stream,
+                   partials, static_cast<int>(hopper_column_sum_slices(m)), columns,
+                   static_cast<__nv_bfloat16*>(column_sums));
   return true;
 }
 
