@@ -32,8 +32,8 @@
 // products, which lose nothing). Tests set them directly.
 // The default is every product but gelu_backward: the SwiGLU pair (Llama 1B +2.0-2.2%), and
 // bias_gelu with input_gradient (GPT-2 124M +1.2-2.0%, the 1.3B shape level; docs/performance.md,
-// 2026-12-06, twentieth and twenty-first sessions). gelu_backward stays off: it lost 0.4% at the 1.3B shape and 4%
-// on GPT-2's shapes. input_gradient declines a product whose dY is wider than
+// 2026-12-06, twentieth and twenty-first sessions). gelu_backward stays off: it lost 0.4% at the
+// 1.3B shape and 4% on GPT-2's shapes. input_gradient declines a product whose dY is wider than
 // kHopperInputGradientMaxColumns (the 1.3B shape's fc dX, K = 8192, is 10% slower than cuBLASLt's
 // product and a pass), and cuBLASLt's product and weft's column-sum pass run instead.
 // The results are not cuBLASLt's bits: GELU's tanh is the hardware's approximation (2^-11 relative,
