@@ -431,23 +431,30 @@ __device__ inline void wgmma_tile(float (&d)[kCount], uint64_t a, uint64_t b) {
   }
 }
 
-// GELU, the tanh form (as cuBLASLt's GELU epilogue and weft's UnaryOp::kGelu).
+// GELU, the tanh form (as cuBLASLt's GELU epilogue and weft's UnaryOp::kGelu): with u = c (x + a x³),
+// gelu(x) = ½ x (1 + tanh u). Written as u = x (c + c a x²) and h + h tanh u with h = ½ x: five
+// arithmetic instructions and the tanh, where the formula as written takes seven; the epilogue runs
+// it for every value of a tile within the other warpgroup's products.
 __device__ inline float gelu_tanh(float x) {
-  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  constexpr float c = 0.7978845608028654f, a = 0.044715f;
+  const float inner = x * fmaf(x * x, c * a, c);
   float tanh_inner;  // the hardware's approximation: 2^-11 relative, under bf16's 2^-8
   asm("tanh.approx.f32 %0, %1;" : "=f"(tanh_inner) : "f"(inner));
-  return 0.5f * x * (1.f + tanh_inner);
+  const float half_x = 0.5f * x;
+  return fmaf(half_x, tanh_inner, half_x);
 }
 
 // GELU's derivative, the tanh form, with the same tanh: with u = c (x + a x³) and t = tanh u,
-// gelu'(x) = ½ (1 + t) + ½ x (1 − t²) c (1 + 3 a x²).
+// gelu'(x) = ½ (1 + t) + ½ x (1 − t²) c (1 + 3 a x²), written (as gelu_tanh) with the constants
+// folded: ½ + ½ t, plus (1 − t²) times x (½ c + (3/2) c a x²).
 __device__ inline float gelu_tanh_derivative(float x) {
   constexpr float c = 0.7978845608028654f, a = 0.044715f;
   const float x_squared = x * x;
-  const float inner = c * x * (1.f + a * x_squared);
+  const float inner = x * fmaf(x_squared, c * a, c);
   float t;
   asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(inner));
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * a * x_squared);
+  const float slope = x * fmaf(x_squared, 1.5f * c * a, 0.5f * c);
+  return fmaf(slope, fmaf(-t, t, 1.f), fmaf(0.5f, t, 0.5f));
 }
 
 
@@ -673,6 +680,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     };
     if constexpr (kEpilogue == Epilogue::kGeluBackward || kSwigluBackward) {
       // The first round's boxes load under the products, once the last tile's stores have read them.
+      // (The later rounds' boxes fetched into L2 here as well, with TMA's prefetch, made the products
+      // slower: GPT-2's GELU backward 168 against 161 µs, Llama 1B's SwiGLU backward 703 against 597;
+      // docs/performance.md, 2026-12-06, twenty-fourth session.)
       if (leader) {
         tma_store_wait_read();
         load_pre_activation(0);
@@ -977,16 +987,38 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
     };
     if constexpr (kEpilogue == Epilogue::kBiasGelu) {
-      if (keep_pre_gelu) {
-        stage_and_store(&pre_gelu_map, [&](float first, float second, int column, __nv_bfloat162) {
-          biased(first, second, column, first, second);
-          return __floats2bfloat162_rn(first, second);
-        });
+      // The bias into the accumulators once (a pair of columns a column group, the same for both
+      // halves and both rows of a fragment), the pre-activation staged and stored, then GELU over
+      // the accumulators in place before the output's staging round: the arithmetic runs while TMA
+      // reads the pre-activation's boxes, which the output's round waits for (with every box of a
+      // warpgroup staged at once, the alternating 128-column tiling, that wait came first and the
+      // arithmetic after it).
+#pragma unroll
+      for (int c = 0; c < T::kBlockN / 8; ++c) {
+        const int column = n_start + 8 * c + 2 * (lane % 4);
+        if (column < n_size) {
+          const __nv_bfloat162 bias_pair = *reinterpret_cast<const __nv_bfloat162*>(bias + column);
+          const float low = __bfloat162float(bias_pair.x), high = __bfloat162float(bias_pair.y);
+#pragma unroll
+          for (int half = 0; half < T::kHalves; ++half) {
+            accumulators[half][4 * c] += low;
+            accumulators[half][4 * c + 1] += high;
+            accumulators[half][4 * c + 2] += low;
+            accumulators[half][4 * c + 3] += high;
+          }
+        }
       }
-      stage_and_store(&out_map, [&](float first, float second, int column, __nv_bfloat162) {
-        biased(first, second, column, first, second);
-        return __floats2bfloat162_rn(gelu_tanh(first), gelu_tanh(second));
-      });
+      const auto rounded = [](float first, float second, int, __nv_bfloat162) {
+        return __floats2bfloat162_rn(first, second);
+      };
+      if (keep_pre_gelu) stage_and_store(&pre_gelu_map, rounded);
+#pragma unroll
+      for (int half = 0; half < T::kHalves; ++half) {
+#pragma unroll
+        for (int i = 0; i < T::kAccumulators; ++i) accumulators[half][i] = gelu_tanh(accumulators[half][i]);
+        fence_registers(accumulators[half]);  // computed here, ahead of the round's wait
+      }
+      stage_and_store(&out_map, rounded);
     } else if constexpr (kSwiglu) {
       store_swiglu();
     } else if constexpr (kSwigluBackward) {

@@ -4,12 +4,14 @@
 // the down-projection's dX product. Compiled for sm_90a only (CMakeLists.txt: the weft_sm90a object
 // library), where wgmma and setmaxnreg exist.
 //
-// The tiling per shape, from docs/performance.md (2026-12-05, fifteenth session, measured for the
-// forward): N of 4096 or more (the 1.3B shape's 8192) takes the alternating 128 × 192 tiling in bands
-// of 16 rows of tiles, whose bias + GELU product ran 6-12% faster than cuBLASLt's there; narrower
-// products (GPT-2's 3072) take the alternating 128 × 128 tiling row by row, the one whose GELU
-// epilogue hides under the other warpgroup's products (5-10% faster than cuBLASLt's on GPT-2's
-// up-projection). The backward products (B read N-major) take the 192-column tiling in bands of 16
+// The tiling per shape: every product takes the alternating 128 × 192 tiling. The bias + GELU
+// forward runs it in bands of 16 rows of tiles where N is 4096 or more (the 1.3B shape's 8192: 6-12%
+// faster than cuBLASLt's there, docs/performance.md, 2026-12-05, fifteenth session) and row by row
+// on narrower products (GPT-2's 3072). Until the twenty-fourth session (2026-12-06) the narrower ones
+// took the alternating 128 × 128 tiling, then the only one whose GELU epilogue hid under the other
+// warpgroup's products; since the epilogue adds the bias once and computes GELU while TMA reads the
+// pre-activation's boxes, the 192-column tiling's GELU product is the faster on GPT-2's
+// up-projection too (docs/performance.md, twenty-fourth session). The backward products (B read N-major) take the 192-column tiling in bands of 16
 // at every width: on an H100 (docs/performance.md, 2026-12-05, sixteenth session) it was the
 // fastest own tiling for every dX shape measured (GPT-2's fc with the sums 144 against 157 µs for
 // the 128-column one, the 1.3B fc plain 442 against 475) and level on GPT-2's GELU backward (153
@@ -101,21 +103,16 @@ bool launch(const void* a, const void* b, const void* bias, void* out, const voi
   return true;
 }
 
-// The tiling for a product N wide (the file's comment says why). The backward products (B N-major)
-// take the 192-column tiling in bands at every width.
+// The tiling for a product N wide (the file's comment says why): the 192-column one, in bands of 16
+// for the backward products (B N-major) and forward products of N 4096 or more, row by row for
+// narrower forward products.
 template <hopper::Epilogue kEpilogue, hopper::BLayout kB, bool kSumAColumns = false>
 bool launch_for_width(const void* a, const void* b, const void* bias, void* out, const void* pre_gelu, int64_t m,
                       int64_t n, int64_t k, int device, cudaStream_t stream, float* partials = nullptr) {
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
-  if (kB == hopper::BLayout::kKByN || n >= 4096) {
-    return launch<hopper::AlternatingWide, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni, ki, 16,
-                                                                        device, stream, partials);
-  }
-  if constexpr (kB == hopper::BLayout::kNByK) {
-    return launch<hopper::AlternatingTiling, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni, ki, 1,
-                                                                          device, stream, partials);
-  }
-  return false;
+  const int group_rows = kB == hopper::BLayout::kKByN || n >= 4096 ? 16 : 1;
+  return launch<hopper::AlternatingWide, kEpilogue, kB, kSumAColumns>(a, b, bias, out, pre_gelu, mi, ni, ki, group_rows,
+                                                                      device, stream, partials);
 }
 
 // SwiGLU's products on the alternating 128 × 192 tiling: 96 columns of each output a tile, stored
