@@ -565,6 +565,7 @@ bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t
       WEFT_OWN_BACKWARD("a192b16 p", AlternatingWide, kNone, false, 16),
       WEFT_OWN_BACKWARD("a192b16 dg", AlternatingWide, kGeluBackward, false, 16),
       WEFT_OWN_BACKWARD("a192 dg+s", AlternatingWide, kGeluBackward, true, 16),
+      WEFT_OWN_BACKWARD("a192b1 dg+s", AlternatingWide, kGeluBackward, true, 1),
   };
   // The product with the sums in its slices but without the pass over them: what the sums cost the
   // product itself (its sums are not checked; its output is).
@@ -578,6 +579,7 @@ bool time_backward_shapes(cublasLtHandle_t handle, void* workspace, cudaStream_t
       WEFT_OWN_BACKWARD("alt b8 p+s", AlternatingTiling, kNone, true, 8),
       WEFT_OWN_BACKWARD("a192b16 p", AlternatingWide, kNone, false, 16),
       WEFT_OWN_BACKWARD("a192 p+s", AlternatingWide, kNone, true, 16),
+      WEFT_OWN_BACKWARD("a192b1 p+s", AlternatingWide, kNone, true, 1),
       slices_only,
   };
 #undef WEFT_OWN_BACKWARD
