@@ -20,9 +20,9 @@
 // GPT-2's up-projection (alternating 128 columns; since the twenty-fourth session, whose epilogue
 // computes GELU while TMA reads the pre-activation, 15% on alternating 192 columns) and 6-12% on
 // the 1.3B shape's (alternating 192 columns in bands of 16), the plain products level with
-// cuBLASLt's on GPT-2's shapes and behind at K = 8192. Under Nsight Compute the tensor pipe is busy 82-85% of the time in the 192-column tiling
-// on GPT-2's up-projection against 91% in cuBLASLt's kernel, with neither shared memory (60-65% of
-// its peak) nor L2 at their limits.
+// cuBLASLt's on GPT-2's shapes and behind at K = 8192. Under Nsight Compute the tensor pipe is busy
+// 82-85% of the time in the 192-column tiling on GPT-2's up-projection against 91% in cuBLASLt's
+// kernel, with neither shared memory (60-65% of its peak) nor L2 at their limits.
 //
 // Shapes (row-major, leading dimension = the row's length):
 //   a        [M, K] bf16, K contiguous (the activations, or dY in backward)

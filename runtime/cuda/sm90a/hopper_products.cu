@@ -12,11 +12,12 @@
 // warpgroup's products; since the epilogue adds the bias once and computes GELU while TMA reads the
 // pre-activation's boxes, the 192-column tiling's GELU product is the faster on GPT-2's
 // up-projection too (docs/performance.md, twenty-fourth session). The backward products (B read
-// N-major) take the 192-column tiling in bands of 16 at every width (row by row, GPT-2's dX products
-// took 1-2.5% less alone but its training step 0.2% more: twenty-fourth session): on an H100
-// (docs/performance.md, 2026-12-05, sixteenth session) it was the fastest own tiling for every dX shape measured (GPT-2's fc with the sums 144 against 157 µs for
-// the 128-column one, the 1.3B fc plain 442 against 475) and level on GPT-2's GELU backward (153
-// against 152). SwiGLU's two products take the 192-column tiling too (docs/performance.md,
+// N-major) take the 192-column tiling in bands of 16 at every width (row by row, GPT-2's dX
+// products took 1-2.5% less alone but its training step 0.2% more: twenty-fourth session): on an
+// H100 (docs/performance.md, 2026-12-05, sixteenth session) it was the fastest own tiling for every
+// dX shape measured (GPT-2's fc with the sums 144 against 157 µs for the 128-column one, the 1.3B
+// fc plain 442 against 475) and level on GPT-2's GELU backward (153 against 152). SwiGLU's two
+// products take the 192-column tiling too (docs/performance.md,
 // 2026-12-06, eighteenth session, on an H100 at Llama 1B's shapes): the forward in bands of 8 (1061
 // µs against 1292 for cuBLASLt's two products and the SwiGLU pass, 1230 for the 128-column tiling in
 // bands of 8), the backward in bands of 16 (674 against 873 for cuBLASLt's product and the pass;
