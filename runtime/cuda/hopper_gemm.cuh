@@ -682,8 +682,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (kEpilogue == Epilogue::kGeluBackward || kSwigluBackward) {
       // The first round's boxes load under the products, once the last tile's stores have read them.
       // (The later rounds' boxes fetched into L2 here as well, with TMA's prefetch, made the products
-      // slower: GPT-2's GELU backward 168 against 161 µs, Llama 1B's SwiGLU backward 703 against 597;
-      // docs/performance.md, 2026-12-06, twenty-fourth session.)
+      // slower: Llama 1B's SwiGLU backward 703 against 597 µs, and GPT-2's GELU backward, with the
+      // cheaper derivative in the same build, 168 against 161; docs/performance.md, 2026-12-06,
+      // twenty-fourth session.)
       if (leader) {
         tma_store_wait_read();
         load_pre_activation(0);
