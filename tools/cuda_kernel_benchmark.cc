@@ -10,13 +10,14 @@
 // projection's dX epilogue or as a pass after it).
 //
 // Shapes: [B*T, C] = [16*1024, 768] (GPT-2 124M at sequence 1024) and [8*1024, 2048] (a 1.3B model),
-// bf16; bias gradients (column sums over 16*1024 rows of 768 and 3072); cross-entropy on
-// [8*1024, 50304] bf16 logits; GPT-2's embedding backward; Llama 1B's rotary embedding (q heads of
-// [8, 2048, 4096] qkv) and SwiGLU ([8*2048, 5504]); AdamW over 48 bf16 [2048, 2048] parameters with
-// split masters (26 bytes a parameter). Each kernel is
-// called through the backend (runtime/backend.h) with its outputs allocated once, warmed up, then
-// timed with CUDA events over --iters back-to-back calls on the current stream; the time is the
-// mean per call.
+// bf16 (the norm backwards also as a training step runs them: with the residual stream's gradient
+// added to grad_x and the parameters' gradients accumulated); bias gradients (column sums over
+// 16*1024 rows of 768 and 3072); cross-entropy on [8*1024, 50304] bf16 logits; GPT-2's embedding
+// backward; Llama 1B's rotary embedding (q heads of [8, 2048, 4096] qkv) and SwiGLU ([8*2048,
+// 5504]); AdamW over 48 bf16 [2048, 2048] parameters with split masters (26 bytes a parameter).
+// Each kernel is called through the backend (runtime/backend.h) with its outputs allocated once,
+// warmed up, then timed with CUDA events over --iters back-to-back calls on the current stream; the
+// time is the mean per call.
 //
 // Method. A 4 ms blocking kernel (tools/stream_blocker.h) goes in front of the timed calls, so that
 // they are all queued before the first runs: a kernel shorter than its launch on the host is then
@@ -275,6 +276,16 @@ int main(int argc, char** argv) {
                         backend.layer_norm_backward(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias, {});
                       }),
                       3 * rows_by_columns * kElement + 2 * n * kStatistic + 3 * c * kElement});
+      // As a training step runs it: the residual stream's gradient added to grad_x, the parameters'
+      // gradients accumulated (one more read of an [n, c] tensor).
+      weft::NormBackwardExtras with_addend;
+      with_addend.grad_x_addend = Tensor::normal({n, c}, ++seed, 0, 0.0, 1.0, bf16, gpu);
+      with_addend.accumulate_parameter_gradients = true;
+      rows.push_back({"layer_norm backward + addend", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.layer_norm_backward(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias,
+                                                    with_addend);
+                      }),
+                      4 * rows_by_columns * kElement + 2 * n * kStatistic + 5 * c * kElement});
       rows.push_back({"rms_norm forward", shape, mean_ms(device, warmup, iters, [&] {
                         backend.rms_norm(x, weight, 1e-6, out, rstd);
                       }),
@@ -283,6 +294,10 @@ int main(int argc, char** argv) {
                         backend.rms_norm_backward(x, weight, rstd, grad_out, grad_x, grad_weight, {});
                       }),
                       3 * rows_by_columns * kElement + n * kStatistic + 2 * c * kElement});
+      rows.push_back({"rms_norm backward + addend", shape, mean_ms(device, warmup, iters, [&] {
+                        backend.rms_norm_backward(x, weight, rstd, grad_out, grad_x, grad_weight, with_addend);
+                      }),
+                      4 * rows_by_columns * kElement + n * kStatistic + 3 * c * kElement});
       rows.push_back({"softmax forward", shape, mean_ms(device, warmup, iters, [&] {
                         backend.softmax(x, out, false);
                       }),
@@ -436,10 +451,10 @@ int main(int argc, char** argv) {
                       26.0 * static_cast<double>(parameters)});
     }
 
-    std::printf("%-24s %-22s %10s %10s %9s\n", "op", "shape", "time (us)", "GB/s", "of copy");
+    std::printf("%-28s %-22s %10s %10s %9s\n", "op", "shape", "time (us)", "GB/s", "of copy");
     for (const Row& row : rows) {
       const double gigabytes_per_second = row.bytes / (row.ms * 1e-3) / 1e9;
-      std::printf("%-24s %-22s %10.1f %10.0f %8.0f%%\n", row.op.c_str(), row.shape.c_str(), row.ms * 1e3,
+      std::printf("%-28s %-22s %10.1f %10.0f %8.0f%%\n", row.op.c_str(), row.shape.c_str(), row.ms * 1e3,
                   gigabytes_per_second, 100.0 * gigabytes_per_second / ceiling);
     }
     std::printf("\ntarget (issue #3): memory-bound kernels >= 70%% of copy bandwidth\n\n");

@@ -21,10 +21,11 @@
 //   1. A persistent grid of one block per SM walks the rows, one row per group of threads (a warp
 //      for C <= 768 at bf16, 10 rows a block; else 64..512 threads reducing as in the forward, 512
 //      threads a block); row r goes to block r % blocks, so a last partial round is spread over all
-//      SMs. Each thread copies its own packs of x and grad_out for the next row into
-//      its own shared-memory slots with cp.async while it computes the current row (and loads the
-//      next row's mean and rstd), and reads back only what it copied itself (no barrier for the
-//      data); its weight packs stay in registers. Per row it reduces mean(g) and mean(g * xhat)
+//      SMs. Each thread copies its own packs of x, grad_out and the grad_x addend (if any) for the
+//      next rows (two ahead for warp rows, one for larger groups) into its own shared-memory slots
+//      with cp.async while it computes the current row (and loads those rows' mean and rstd), and
+//      reads back only what it copied itself (no barrier for the data); its weight packs stay in
+//      registers. Per row it reduces mean(g) and mean(g * xhat)
 //      (g = grad_out * weight), writes grad_x (from x and grad_out held in registers since the first
 //      pass, where they fit), and keeps running sums of grad_out * xhat and grad_out for its own
 //      columns in registers. At the end the block adds its groups' sums in a fixed order and writes
@@ -32,9 +33,11 @@
 //   2. A small kernel sums the partial rows per column in a fixed order and writes (=) grad_weight
 //      and grad_bias in the weight's dtype, or adds into them (NormBackwardExtras'
 //      accumulate_parameter_gradients: the parameters' .grad itself).
-// A grad_x addend (NormBackwardExtras: the residual stream's gradient) is read with the store of
-// grad_x and added in f32 before the rounding, so the residual add costs one read of the addend
-// instead of a separate pass that reads two tensors and writes one.
+// A grad_x addend (NormBackwardExtras: the residual stream's gradient) is added in f32 before the
+// rounding of grad_x, so the residual add costs one read of the addend instead of a separate pass
+// that reads two tensors and writes one. The pipelined kernel copies it with the row (read at the
+// store, each row's load waited out its latency: 48.8 against 41.3 us at [16384, 768] bf16 on an
+// H100); the others read it with the store.
 // Every kernel here is launched as a programmatic dependent (dependent_launch.cuh): its blocks are
 // placed while the kernel before it finishes (stage 2's while stage 1 finishes), and it waits for its
 // predecessor's results before touching global memory. At 15-30 us a call, the launch gap this hides
@@ -322,24 +325,30 @@ __device__ __forceinline__ void accumulate_pack(const Pack<T, kVec>& x, const Pa
   }
 }
 
+// One pack of grad_x plus the addend's pack `extra`, added in f32 before the rounding.
+template <class T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> gradient_pack_plus(const Pack<T, kVec>& x, const Pack<T, kVec>& gy,
+                                                            const float (&w)[kVec], const RowGradient& row,
+                                                            const Pack<T, kVec>& extra) {
+  Pack<T, kVec> result;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    result.set(j, fmaf(gy.get(j), w[j] * row.rstd, fmaf(x.get(j), row.x_scale, row.constant)) + extra.get(j));
+  }
+  return result;
+}
+
 // One pack of grad_x, plus the addend's pack at `addend` when it is not null (the row's addend
 // pointer is null or not for the whole grid, so the branch does not diverge).
 template <class T, int kVec>
 __device__ __forceinline__ Pack<T, kVec> gradient_pack(const Pack<T, kVec>& x, const Pack<T, kVec>& gy,
                                                        const float (&w)[kVec], const RowGradient& row,
                                                        const T* addend) {
+  if (addend != nullptr) return gradient_pack_plus(x, gy, w, row, load_pack<T, kVec>(addend));
   Pack<T, kVec> result;
-  if (addend != nullptr) {
-    const Pack<T, kVec> extra = load_pack<T, kVec>(addend);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      result.set(j, fmaf(gy.get(j), w[j] * row.rstd, fmaf(x.get(j), row.x_scale, row.constant)) + extra.get(j));
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      result.set(j, fmaf(gy.get(j), w[j] * row.rstd, fmaf(x.get(j), row.x_scale, row.constant)));
-    }
+  for (int j = 0; j < kVec; ++j) {
+    result.set(j, fmaf(gy.get(j), w[j] * row.rstd, fmaf(x.get(j), row.x_scale, row.constant)));
   }
   return result;
 }
@@ -393,7 +402,6 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
 }
 
-constexpr int kPipelineStages = 2;    // rows in shared memory per group: the current one and the next
 // Threads of a pipelined block (one block per SM: the launch bound asks for no more). Warp rows take
 // 10 warps: measured on the H200 at C = 768 bf16 with the row held between the passes, layer norm
 // backward ran at 67% / 68% / 67% / 66% / 64% of copy bandwidth with 8 / 10 / 12 / 14 / 16 warps
@@ -402,50 +410,62 @@ __host__ __device__ constexpr int pipeline_block_threads(int threads_per_row) {
   return threads_per_row == 32 ? 320 : 512;
 }
 
-// Shared memory of the pipelined kernel, in 16-byte units, per group and stage: x and grad_out
-// ([2][kPacks][threads_per_row] packs).
-__host__ __device__ constexpr int pipeline_stage_units(int packs_per_thread, int threads_per_row) {
-  return 2 * packs_per_thread * threads_per_row;
+// Rows in shared memory per group: the current one and the next (groups of 64..512 threads), or the
+// current one and the next two (warp rows, whose 10 rows a block otherwise had too few bytes in
+// flight to cover the memory's latency; docs/performance.md, 2026-12-06, twenty-fifth session).
+__host__ __device__ constexpr int pipeline_stages(int threads_per_row) { return threads_per_row == 32 ? 3 : 2; }
+
+// The tensors a row's stage holds: x and grad_out, and the grad_x addend when there is one (read
+// with the copies rather than at the store, where each row's load would wait out the latency).
+__host__ __device__ constexpr int pipeline_tensors(bool with_addend) { return with_addend ? 3 : 2; }
+
+// Shared memory of the pipelined kernel, in 16-byte units, per group and stage: x, grad_out and the
+// addend if any ([tensors][kPacks][threads_per_row] packs).
+__host__ __device__ constexpr int pipeline_stage_units(int packs_per_thread, int threads_per_row, bool with_addend) {
+  return pipeline_tensors(with_addend) * packs_per_thread * threads_per_row;
 }
 
 // Dynamic shared memory of the pipelined kernel: the ring during the row loop, then the groups'
 // column sums (`merged`) at the end.
-constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row, int columns) {
+constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row, bool with_addend, int columns) {
   const int groups = pipeline_block_threads(threads_per_row) / threads_per_row;
-  const size_t ring = sizeof(int4) * groups * kPipelineStages * pipeline_stage_units(packs_per_thread, threads_per_row);
+  const size_t ring = sizeof(int4) * groups * pipeline_stages(threads_per_row) *
+                      pipeline_stage_units(packs_per_thread, threads_per_row, with_addend);
   const size_t merged = sizeof(float) * groups * 2 * columns;
   return std::max(ring, merged);
 }
 
 // Stage 1 for rows that move in 16-byte packs (see the file comment). kPacks packs per thread,
-// groups of kThreadsPerRow threads. Dynamic shared memory: pipeline_shared_bytes.
+// groups of kThreadsPerRow threads; kAddend: grad_x_addend is not null and comes through the ring.
+// Dynamic shared memory: pipeline_shared_bytes.
 // Measured on the H200 (docs/performance.md): against the previous kernel (runtime group size, 4
 // blocks of 128 threads per SM, the barrier limit), the compile-time group size, one block per SM
 // and the cheaper bf16 widening cut the instructions per row by a quarter. The kernel issues on
 // about half the cycles and its shared-memory pipe is busy: the thread's weight packs stay in
 // registers for the whole grid (read from L1 or from a shared f32 copy per row, 54-61% of copy
 // bandwidth at C = 768; from registers, 63-64%).
-template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered>
+template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered, bool kAddend>
 __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
     norm_backward_pipelined_kernel(const T* __restrict__ x,          // [rows, columns]
                                    const T* __restrict__ weight,     // [columns]
                                    const float* __restrict__ mean,   // [rows] (layer norm only)
                                    const float* __restrict__ rstd,   // [rows]
                                    const T* __restrict__ grad_out,   // [rows, columns]
-                                   const T* __restrict__ grad_x_addend,  // [rows, columns] or null
+                                   const T* __restrict__ grad_x_addend,  // [rows, columns] (kAddend) or null
                                    T* __restrict__ grad_x,           // [rows, columns]
                                    float* __restrict__ partials,     // [gridDim.x, 2, columns]
                                    int64_t rows, int columns, bool with_bias) {
   static_assert(sizeof(Pack<T, kVec>) == 16, "the copy pipeline moves 16-byte packs");
   constexpr int kGroups = pipeline_block_threads(kThreadsPerRow) / kThreadsPerRow;
-  constexpr int kUnits = pipeline_stage_units(kPacks, kThreadsPerRow);
+  constexpr int kStages = pipeline_stages(kThreadsPerRow);
+  constexpr int kUnits = pipeline_stage_units(kPacks, kThreadsPerRow, kAddend);
   __shared__ float scratch[kGroupSumScratch<kThreadsPerRow, kGroups, 2>];
-  extern __shared__ int4 ring[];  // [kGroups][kPipelineStages][kUnits]
+  extern __shared__ int4 ring[];  // [kGroups][kStages][kUnits]
   const int group = static_cast<int>(threadIdx.x) / kThreadsPerRow;
   const int t = static_cast<int>(threadIdx.x) % kThreadsPerRow;
   const int packs = columns / kVec;
   const float inverse_columns = 1.0f / static_cast<float>(columns);
-  int4* group_ring = ring + group * kPipelineStages * kUnits;
+  int4* group_ring = ring + group * kStages * kUnits;
   // Whether x and grad_out stay in registers from the first pass to the second, or are read again
   // from shared memory after the reduction (the shared-memory pipe is the busy one). Holding them
   // costs 8 registers a pack; layer norm's 4-pack rows (512 threads, at most 128 registers, with
@@ -468,10 +488,16 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
   const int64_t step = static_cast<int64_t>(gridDim.x) * kGroups;
   // Copies this thread's part of `row` into `stage`; always commits a group (empty past the end),
   // so that wait_copies counts the same groups on every thread. The row's mean and rstd come with
-  // plain loads into registers, a row ahead (in shared memory they cost two copies and two reads
-  // per row on the busy shared-memory pipe).
-  float next_mean = 0.0f, next_rstd = 0.0f;
+  // plain loads into registers, as far ahead as the copies, and move down one place a row:
+  // ahead_*[0] is the next row's (in shared memory they cost two copies and two reads per row on
+  // the busy shared-memory pipe).
+  float ahead_mean[kStages - 1] = {}, ahead_rstd[kStages - 1] = {};
   auto prefetch = [&](int64_t row, int stage) {
+#pragma unroll
+    for (int i = 0; i + 1 < kStages - 1; ++i) {
+      ahead_mean[i] = ahead_mean[i + 1];
+      ahead_rstd[i] = ahead_rstd[i + 1];
+    }
     if (row < rows) {
       int4* slot = group_ring + stage * kUnits + t;
 #pragma unroll
@@ -480,10 +506,11 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
           const int64_t offset = row * columns + static_cast<int64_t>(k * kThreadsPerRow + t) * kVec;
           copy_async_16(slot + k * kThreadsPerRow, x + offset);
           copy_async_16(slot + (kPacks + k) * kThreadsPerRow, grad_out + offset);
+          if constexpr (kAddend) copy_async_16(slot + (2 * kPacks + k) * kThreadsPerRow, grad_x_addend + offset);
         }
       }
-      if (kCentered) next_mean = mean[row];
-      next_rstd = rstd[row];
+      if (kCentered) ahead_mean[kStages - 2] = mean[row];
+      ahead_rstd[kStages - 2] = rstd[row];
     }
     commit_copies();
   };
@@ -494,13 +521,15 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
     widen(weight_packs[k], w);
   };
   int parity = 0, stage = 0;
-  prefetch(first, 0);
+#pragma unroll
+  for (int s = 0; s + 1 < kStages; ++s) prefetch(first + s * step, s);
   for (int64_t row = first; row < rows; row += step) {
-    const float row_rstd = next_rstd;
-    const float shift = kCentered ? -next_mean * row_rstd : 0.0f;
-    // The slot refilled here was last read in the previous round, by this thread, before its stores.
-    prefetch(row + step, stage ^ 1);
-    wait_copies<1>();
+    const float row_rstd = ahead_rstd[0];
+    const float shift = kCentered ? -ahead_mean[0] * row_rstd : 0.0f;
+    // The slot refilled here (the one before this row's) was last read in the previous round, by
+    // this thread, before its stores.
+    prefetch(row + (kStages - 1) * step, stage == 0 ? kStages - 1 : stage - 1);
+    wait_copies<kStages - 1>();
     const int4* slot = group_ring + stage * kUnits + t;
     float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
     Pack<T, kVec> held_x[kHoldRow ? kPacks : 1], held_grad[kHoldRow ? kPacks : 1];
@@ -533,10 +562,17 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
           read(slot, k, xs, gys, w);
         }
         const int64_t offset = row * columns + static_cast<int64_t>(k * kThreadsPerRow + t) * kVec;
-        store_pack(grad_x + offset, gradient_pack(xs, gys, w, gradient, addend_at(grad_x_addend, offset)));
+        if constexpr (kAddend) {
+          const int4 bits = slot[(2 * kPacks + k) * kThreadsPerRow];
+          Pack<T, kVec> extra;
+          memcpy(&extra, &bits, 16);
+          store_pack(grad_x + offset, gradient_pack_plus(xs, gys, w, gradient, extra));
+        } else {
+          store_pack(grad_x + offset, gradient_pack(xs, gys, w, gradient, static_cast<const T*>(nullptr)));
+        }
       }
     }
-    stage ^= 1;
+    stage = stage + 1 == kStages ? 0 : stage + 1;
   }
   if constexpr (kThreadsPerRow > 32) {
     // Every group passes its named barrier as often as group 0, the one with the most rows (one
@@ -784,19 +820,27 @@ bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_d
   const int packs = columns / kVec;
   if (packs > kPipelinedMaxPacks) return false;
   auto launch = [&]<int kPacks, int kThreadsPerRow>() {
-    constexpr auto kernel = norm_backward_pipelined_kernel<T, kVec, kPacks, kThreadsPerRow, kCentered>;
     constexpr int kGroups = pipeline_block_threads(kThreadsPerRow) / kThreadsPerRow;
-    const size_t shared_bytes = pipeline_shared_bytes(kPacks, kThreadsPerRow, columns);
-    allow_dynamic_shared_memory<kernel>(shared_bytes, device);
     // A persistent grid of one block per SM (the launch bound and the shared memory allow no more),
     // so that there are few partial rows.
     blocks = static_cast<int>(std::min<int64_t>((rows + kGroups - 1) / kGroups, multiprocessor_count(device)));
     partials = Tensor::empty({blocks, 2, columns}, kFloat32, Device::cuda(device));
-    launch_dependent(kernel, blocks, pipeline_block_threads(kThreadsPerRow), shared_bytes, stream, in, w, mean_data,
-                     rstd_data, gy, addend, gx, partials.data<float>(), rows, columns, with_bias);
+    auto launch_with = [&]<bool kAddend>() {
+      constexpr auto kernel = norm_backward_pipelined_kernel<T, kVec, kPacks, kThreadsPerRow, kCentered, kAddend>;
+      const size_t shared_bytes = pipeline_shared_bytes(kPacks, kThreadsPerRow, kAddend, columns);
+      allow_dynamic_shared_memory<kernel>(shared_bytes, device);
+      launch_dependent(kernel, blocks, pipeline_block_threads(kThreadsPerRow), shared_bytes, stream, in, w, mean_data,
+                       rstd_data, gy, addend, gx, partials.data<float>(), rows, columns, with_bias);
+    };
+    if (addend != nullptr) {
+      launch_with.template operator()<true>();
+    } else {
+      launch_with.template operator()<false>();
+    }
   };
-  static_assert(pipeline_shared_bytes(4, 512, kPipelinedMaxPacks * 8) <= 227 * 1024,
-                "the longest pipelined row fits in an H100/H200 block's shared memory");
+  static_assert(pipeline_shared_bytes(4, 512, true, kPipelinedMaxPacks * 8) <= 227 * 1024 &&
+                    pipeline_shared_bytes(3, 32, true, kPipelinedWarpPacks * 8) <= 227 * 1024,
+                "the longest pipelined rows fit in an H100/H200 block's shared memory");
   if (packs <= 32) {
     launch.template operator()<1, 32>();
   } else if (packs <= 64) {
