@@ -10,10 +10,11 @@
 // its bias gradient where asked, and by default for Llama's SwiGLU products forward and backward;
 // cuBLASLt runs every other product. The backward (B N-major, kGeluBackward, kSumAColumns) was
 // written on 2026-12-05 without a GPU, then checked right on an H100 by the benchmark;
-// docs/performance.md (sixteenth session) has its first figures. SwiGLU's (kSwiglu, kSwigluBackward) were written on 2026-12-06
-// (seventeenth session), right on an H200 the first time, and slower than cuBLASLt's products
-// with weft's SwiGLU passes until the eighteenth session moved both to the 192-column tiling and
-// made their math cheaper (runtime/cuda/silu.cuh): then 18% (forward) and 23% (backward) faster.
+// docs/performance.md (sixteenth session) has its first figures. SwiGLU's (kSwiglu,
+// kSwigluBackward) were written on 2026-12-06 (seventeenth session), right on an H200 the first
+// time, and slower than cuBLASLt's products with weft's SwiGLU passes until the eighteenth session
+// moved both to the 192-column tiling and made their math cheaper (runtime/cuda/silu.cuh): then 18%
+// (forward) and 23% (backward) faster.
 // tools/cuda_hopper_gemm_benchmark checks every tiling against cuBLASLt and a reference and times
 // both; docs/performance.md (2026-12-05, fourteenth and fifteenth sessions) has where it stands and
 // why. In the same call as cuBLASLt: the bias + GELU product 5-10% faster than cuBLASLt's on
@@ -458,22 +459,21 @@ __device__ inline float gelu_tanh_derivative(float x) {
   return fmaf(slope, fmaf(-t, t, 1.f), fmaf(0.5f, t, 0.5f));
 }
 
-
 }  // namespace device
 #endif  // WEFT_HOPPER_GEMM_DEVICE
 
-// a [M, K] · b [N, K]ᵀ (kB kNByK) or a [M, K] · b [K, N] (kKByN) → out [M, N] with kEpilogue. Persistent: cluster c (of gridDim.x / kCluster;
-// a CTA alone when kCluster is 1) takes tile groups c, c + clusters, ... of the
-// [M / (128 · kCluster), N / kBlockN] tile groups, in the order origin_of (below) gives them, and
-// each CTA's producer runs ahead into the next tile while its consumers finish one. Launched with
-// clusters of kCluster CTAs along x when kCluster > 1. Maps (128-byte swizzle): a_map boxes
-// [128 rows, 64], b_map [kBSliceRows rows, 64] (kNByK) or [64 rows, 64] (kKByN), out_map and
-// pre_gelu_map [64 rows, 64]. keep_pre_gelu: whether pre_gelu_map's matrix is written (kBiasGelu);
-// kGeluBackward reads it (bias unused). kSumAColumns (alternating tilings only): A's column sums in
-// 32-row slices, a_column_partials [ceil(M / 32), K] f32, slice s column c = Σ a[32s .. 32s + 31, c]
-// (rows past M count as zeros), for a bias gradient that a second pass sums over the slices; its
-// rows and columns must be 8-byte aligned (K even). group_rows (at least 1): the
-// height of origin_of's bands. Both outputs go through the staging boxes: the pre-activation stored
+// a [M, K] · b [N, K]ᵀ (kB kNByK) or a [M, K] · b [K, N] (kKByN) → out [M, N] with kEpilogue.
+// Persistent: cluster c (of gridDim.x / kCluster; a CTA alone when kCluster is 1) takes tile groups
+// c, c + clusters, ... of the [M / (128 · kCluster), N / kBlockN] tile groups, in the order
+// origin_of (below) gives them, and each CTA's producer runs ahead into the next tile while its
+// consumers finish one. Launched with clusters of kCluster CTAs along x when kCluster > 1. Maps
+// (128-byte swizzle): a_map boxes [128 rows, 64], b_map [kBSliceRows rows, 64] (kNByK) or [64 rows,
+// 64] (kKByN), out_map and pre_gelu_map [64 rows, 64]. keep_pre_gelu: whether pre_gelu_map's
+// matrix is written (kBiasGelu); kGeluBackward reads it (bias unused). kSumAColumns (alternating
+// tilings only): A's column sums in 32-row slices, a_column_partials [ceil(M / 32), K] f32, slice s
+// column c = Σ a[32s .. 32s + 31, c] (rows past M count as zeros), for a bias gradient that a second
+// pass sums over the slices; its rows and columns must be 8-byte aligned (K even). group_rows (at
+// least 1): the height of origin_of's bands. Both outputs go through the staging boxes: the pre-activation stored
 // from registers in wgmma's fragment layout instead (8 rows of 16 bytes a warp's store) measured
 // 35-40% slower.
 // kSwiglu (kNByK, one CTA a cluster, kBlockN a multiple of 16): Llama's gate and up products of x
@@ -814,16 +814,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
     };
-    auto biased = [&](float first, float second, int column, float& first_out, float& second_out) {
-      first_out = first, second_out = second;
-      if constexpr (kEpilogue != Epilogue::kNone) {
-        if (column < n_size) {
-          const __nv_bfloat162 bias_pair = *reinterpret_cast<const __nv_bfloat162*>(bias + column);
-          first_out += __bfloat162float(bias_pair.x);
-          second_out += __bfloat162float(bias_pair.y);
-        }
-      }
-    };
     // SwiGLU's three outputs: this warpgroup's boxes of the gate product, then the up product's, then
     // silu(gate) · up's, staged kStagingBoxes at a time (each round waiting until TMA has read the
     // round before). Output column c of the tile (below kTileColumns) has its gate value in column
@@ -988,13 +978,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
     };
-    if constexpr (kEpilogue == Epilogue::kBiasGelu) {
-      // The bias into the accumulators once (a pair of columns a column group, the same for both
-      // halves and both rows of a fragment), the pre-activation staged and stored, then GELU over
-      // the accumulators in place before the output's staging round: the arithmetic runs while TMA
-      // reads the pre-activation's boxes, which the output's round waits for (with every box of a
-      // warpgroup staged at once, the alternating 128-column tiling, that wait came first and the
-      // arithmetic after it).
+    const auto rounded = [](float first, float second, int, __nv_bfloat162) {
+      return __floats2bfloat162_rn(first, second);
+    };
+    if constexpr (kEpilogue == Epilogue::kBias || kEpilogue == Epilogue::kBiasGelu) {
+      // The bias into the accumulators once: a pair of columns a column group, the same for both
+      // halves and both rows of a fragment.
 #pragma unroll
       for (int c = 0; c < T::kBlockN / 8; ++c) {
         const int column = n_start + 8 * c + 2 * (lane % 4);
@@ -1010,9 +999,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           }
         }
       }
-      const auto rounded = [](float first, float second, int, __nv_bfloat162) {
-        return __floats2bfloat162_rn(first, second);
-      };
+    }
+    if constexpr (kEpilogue == Epilogue::kBiasGelu) {
+      // The pre-activation staged and stored, then GELU over the accumulators in place before the
+      // output's staging round: the arithmetic runs while TMA reads the pre-activation's boxes,
+      // which the output's round waits for (with every box of a warpgroup staged at once, the
+      // alternating 128-column tiling, that wait came first and the arithmetic after it).
       if (keep_pre_gelu) stage_and_store(&pre_gelu_map, rounded);
 #pragma unroll
       for (int half = 0; half < T::kHalves; ++half) {
@@ -1032,10 +1024,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                      second * gelu_tanh_derivative(__high2float(pre)));
       });
     } else {
-      stage_and_store(&out_map, [&](float first, float second, int column, __nv_bfloat162) {
-        biased(first, second, column, first, second);
-        return __floats2bfloat162_rn(first, second);
-      });
+      stage_and_store(&out_map, rounded);  // kNone, or kBias with the bias added above
     }
   }
   if (leader) tma_store_wait_all();  // the staging boxes stay valid until every store has read them
