@@ -25,19 +25,19 @@
 //      next rows (two ahead for warp rows, one for larger groups) into its own shared-memory slots
 //      with cp.async while it computes the current row (and loads those rows' mean and rstd), and
 //      reads back only what it copied itself (no barrier for the data); its weight packs stay in
-//      registers. Per row it reduces mean(g) and mean(g * xhat)
-//      (g = grad_out * weight), writes grad_x (from x and grad_out held in registers since the first
-//      pass, where they fit), and keeps running sums of grad_out * xhat and grad_out for its own
-//      columns in registers. At the end the block adds its groups' sums in a fixed order and writes
-//      one partial row: partials [blocks, 2, C] f32 (scratch from the caching allocator).
+//      registers. Per row it reduces mean(g) and mean(g * xhat) (g = grad_out * weight), writes
+//      grad_x (from x and grad_out held in registers since the first pass, where they fit), and
+//      keeps running sums of grad_out * xhat and grad_out for its own columns in registers. At the
+//      end the block adds its groups' sums in a fixed order and writes one partial row: partials
+//      [blocks, 2, C] f32 (scratch from the caching allocator).
 //   2. A small kernel sums the partial rows per column in a fixed order and writes (=) grad_weight
 //      and grad_bias in the weight's dtype, or adds into them (NormBackwardExtras'
 //      accumulate_parameter_gradients: the parameters' .grad itself).
 // A grad_x addend (NormBackwardExtras: the residual stream's gradient) is added in f32 before the
 // rounding of grad_x, so the residual add costs one read of the addend instead of a separate pass
-// that reads two tensors and writes one. The pipelined kernel copies it with the row (read at the
-// store, each row's load waited out its latency: 48.8 against 41.3 us at [16384, 768] bf16 on an
-// H100); the others read it with the store.
+// that reads two tensors and writes one. The pipelined kernel copies it with the row; the others
+// read it with the store. (Read with the store, each row's load waited out its latency: 48.8
+// against 41.3 us at [16384, 768] bf16 on an H100.)
 // Every kernel here is launched as a programmatic dependent (dependent_launch.cuh): its blocks are
 // placed while the kernel before it finishes (stage 2's while stage 1 finishes), and it waits for its
 // predecessor's results before touching global memory. At 15-30 us a call, the launch gap this hides
