@@ -795,7 +795,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
               for (int pair = 0; pair < 2; ++pair) {
                 store_shared(slot_of(half, c, pair),
                              value_of(accumulators[half][4 * c + 2 * pair], accumulators[half][4 * c + 2 * pair + 1],
-                                      n_start + 8 * c + 2 * (lane % 4), inputs[b][pair]));
+                                      inputs[b][pair]));
               }
             }
           }
@@ -978,7 +978,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
     };
-    const auto rounded = [](float first, float second, int, __nv_bfloat162) {
+    const auto rounded = [](float first, float second, __nv_bfloat162) {
       return __floats2bfloat162_rn(first, second);
     };
     if constexpr (kEpilogue == Epilogue::kBias || kEpilogue == Epilogue::kBiasGelu) {
@@ -1019,7 +1019,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       store_swiglu_backward();
     } else if constexpr (kEpilogue == Epilogue::kGeluBackward) {
       // The pre-activations of the two values, read from the slot their result goes to.
-      stage_and_store(&out_map, [&](float first, float second, int, __nv_bfloat162 pre) {
+      stage_and_store(&out_map, [&](float first, float second, __nv_bfloat162 pre) {
         return __floats2bfloat162_rn(first * gelu_tanh_derivative(__low2float(pre)),
                                      second * gelu_tanh_derivative(__high2float(pre)));
       });
