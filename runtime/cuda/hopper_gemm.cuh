@@ -483,9 +483,9 @@ __device__ inline float gelu_tanh_derivative(float x) {
 // tilings only): A's column sums in 32-row slices, a_column_partials [ceil(M / 32), K] f32, slice s
 // column c = Σ a[32s .. 32s + 31, c] (rows past M count as zeros), for a bias gradient that a second
 // pass sums over the slices; its rows and columns must be 8-byte aligned (K even). group_rows (at
-// least 1): the height of origin_of's bands. Both outputs go through the staging boxes: the pre-activation stored
-// from registers in wgmma's fragment layout instead (8 rows of 16 bytes a warp's store) measured
-// 35-40% slower.
+// least 1): the height of origin_of's bands. Both outputs go through the staging boxes: the
+// pre-activation stored from registers in wgmma's fragment layout instead (8 rows of 16 bytes a
+// warp's store) measured 35-40% slower.
 // kSwiglu (kNByK, one CTA a cluster, kBlockN a multiple of 16): Llama's gate and up products of x
 // = a at once. n_size is the hidden width H of the three outputs [M, H]; a tile covers kBlockN / 2
 // of their columns, and its B slice is the gate weight's rows (b_map, [H, K], boxes [kBlockN / 2
