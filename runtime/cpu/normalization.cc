@@ -4,7 +4,8 @@
 //   layer norm: grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   RMS norm:   grad_x = rstd * (g - xhat * mean(g * xhat)),  xhat = x * rstd
 // grad_weight sums grad_out * xhat over rows; grad_bias sums grad_out. NormBackwardExtras (backend.h):
-// an addend joins grad_x before its rounding, and accumulated parameter gradients are added in double.
+// an addend joins grad_x before its rounding, accumulated parameter gradients are added in double, and
+// grad_x's column sums (a linear's bias gradient) are taken over its stored values after it is written.
 //
 // Threads (parallel_for.h): rows are split over the pool for the outputs and grad_x; grad_weight and
 // grad_bias, sums over rows, are a second pass split by columns, each column summed over the rows in
@@ -47,6 +48,22 @@ void column_sums(const T* x, const T* grad_out, const S* means, const S* rstds, 
         for (int64_t c = first; c < last; ++c) bias_sums[c] += static_cast<double>(load_element(grad_row[c]));
       }
     }
+  });
+}
+
+// out[c] = the sum over rows of values[r, c] as stored, rows in order, in double, rounded once
+// (NormBackwardExtras::grad_x_column_sums); nothing when out is undefined.
+template <class T>
+void sum_columns_into(const T* values, int64_t rows, int64_t columns, const Tensor& out) {
+  if (!out.defined()) return;
+  T* sums = out.data<T>();
+  cpu::parallel_for(columns, rows * 2, [&](int64_t first, int64_t last) {
+    std::vector<double> totals(static_cast<size_t>(last - first), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = values + r * columns;
+      for (int64_t c = first; c < last; ++c) totals[static_cast<size_t>(c - first)] += load_element(row[c]);
+    }
+    for (int64_t c = first; c < last; ++c) sums[c] = store_element<T>(totals[static_cast<size_t>(c - first)]);
   });
 }
 
@@ -124,6 +141,7 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
         }
       }
     });
+    sum_columns_into(gx, rows, columns, extras.grad_x_column_sums);
     store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
                              grad_weight.data<T>());
     if (grad_bias.defined()) {
@@ -189,6 +207,7 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
         }
       }
     });
+    sum_columns_into(gx, rows, columns, extras.grad_x_column_sums);
     store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
                              grad_weight.data<T>());
   });

@@ -4,6 +4,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/function.h"
 #include "runtime/backend.h"
+#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/error.h"
 #include "runtime/ops/op_checks.h"
 
@@ -20,7 +21,10 @@ Tensor as_rows(const Tensor& x) { return x.contiguous().view({-1, x.size(-1)}); 
 // - the parameters' .grad itself (AccumulateGrad::gradient_storage) when every parameter edge leads
 //   straight to a leaf that offers one, accumulated into by the kernel: no new [C] gradients and
 //   no adds. Those edges then return undefined gradients (gradient_added_in_place). Where both
-//   count as zero (the gradient buffer's lazy zeroing), the kernel writes them instead of adding.
+//   count as zero (the gradient buffer's lazy zeroing), the kernel writes them instead of adding;
+// - the bias gradient of the linear that produced x (bias_gradient_handoff.h), the column sums of
+//   grad_x, where grad_x is all that the linear's output receives and the backend sums them in the
+//   pass that writes grad_x.
 struct NormGradientTargets {
   NormBackwardExtras extras;
   bool in_place = false;  // grad_weight and grad_bias are the parameters' .grad storage
@@ -33,6 +37,12 @@ struct NormGradientTargets {
                       const autograd::Edge& weight_edge, const autograd::Edge* bias_edge) {
     extras.grad_x_addend = autograd::take_pending_gradient(x_edge, x.dtype(), x.numel(), x.device());
     if (extras.grad_x_addend.defined()) extras.grad_x_addend = extras.grad_x_addend.view(x.shape());
+    // After the take: receives_only_this_gradient needs the slot empty.
+    if (auto* taker = dynamic_cast<BiasGradientTaker*>(x_edge.node.get());
+        taker != nullptr && backend_for(x.device()).norm_backward_sums_columns_in_pass(x) &&
+        autograd::receives_only_this_gradient(x_edge)) {
+      extras.grad_x_column_sums = taker->take_bias_gradient_from_output_gradient(x.dtype(), x.size(1));
+    }
     const auto storage = [&](const autograd::Edge& edge, std::shared_ptr<autograd::AccumulateGrad>& accumulator) {
       accumulator = autograd::leaf_accumulator(edge);
       return accumulator != nullptr ? accumulator->gradient_storage(weight.dtype()) : Tensor();

@@ -5,13 +5,16 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "layers/layer_norm.h"
 #include "layers/rms_norm.h"
 #include "layers/registry.h"
 #include "layers/transformer_block.h"
+#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
 #include "tests/support/small_model_config.h"
@@ -153,6 +156,104 @@ TEST(FusedOps, NormParameterGradientsAccumulateIntoAnExistingGrad) {
     EXPECT_LE(max_abs_difference(w.grad(), scale(once_w, 2.0)), 1e-12);
     EXPECT_LE(max_abs_difference(x.grad(), scale(once_x, 2.0)), 1e-12);
     if (!rms) EXPECT_GT(max_abs_difference(b.grad(), Tensor::zeros({6}, kFloat64)), 0.0);
+  }
+}
+
+// y = x + bias ([..., C] + [C]) whose backward takes its bias gradient from the op that wrote its
+// output's gradient where that op offers it (BiasGradientTaker, as a linear does), counting the
+// hand-offs.
+class RecordingBiasAdd final : public autograd::Function, public BiasGradientTaker {
+ public:
+  explicit RecordingBiasAdd(int* handoffs) : handoffs_(handoffs) {}
+  std::string name() const override { return "RecordingBiasAddBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    columns_ = inputs[1].size(0);
+    return {add(inputs[0], inputs[1])};
+  }
+  Tensor take_bias_gradient_from_output_gradient(DType dtype, int64_t columns) override {
+    ++*handoffs_;
+    EXPECT_EQ(columns, columns_);
+    handed_ = Tensor::empty({columns}, dtype);
+    return handed_;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor bias_gradient = handed_.defined() ? std::exchange(handed_, Tensor()) : sum_to_shape(grads[0], {columns_});
+    return {grads[0], bias_gradient};
+  }
+
+ private:
+  int* handoffs_;
+  int64_t columns_ = 0;
+  Tensor handed_;
+};
+
+// A norm's backward sums the columns of the grad_x it writes for the op that produced x, where grad_x
+// is all that op receives: x's one use, or x a residual stream whose later use's gradient the norm
+// takes (autograd::take_pending_gradient); not where a use's backward runs after the norm's. The
+// gradients are those of the plain add either way.
+TEST(FusedOps, NormsHandTheirInputsProducerItsBiasGradient) {
+  struct Case {
+    const char* name;
+    int second_use;  // 0 none, +1 created after the norm (a residual stream), -1 created before it
+    int handoffs;
+  };
+  for (const bool rms : {false, true}) {
+    for (const Case& c : {Case{"one use", 0, 1}, Case{"a residual stream", 1, 1}, Case{"a use after the norm's", -1, 0}}) {
+      SCOPED_TRACE(std::string(rms ? "rms_norm, " : "layer_norm, ") + c.name);
+      const Tensor x = random_leaf({2, 3, 5}, 60), b = random_leaf({5}, 61), w = random_leaf({5}, 62),
+                   nb = random_leaf({5}, 63);
+      const Tensor out_weights = random_leaf({2, 3, 5}, 64, false);
+      auto loss_of = [&](const Tensor& stream) {
+        Tensor loss = c.second_use < 0 ? sum(mul(stream, stream)) : Tensor();
+        const Tensor normalized = rms ? rms_norm(stream, w) : layer_norm(stream, w, nb);
+        const Tensor term = sum(mul(normalized, out_weights));
+        loss = loss.defined() ? add(loss, term) : term;
+        return c.second_use > 0 ? add(loss, sum(mul(stream, stream))) : loss;
+      };
+      int handoffs = 0;
+      loss_of(autograd::apply<RecordingBiasAdd>({x, b}, &handoffs)[0]).backward();
+      EXPECT_EQ(handoffs, c.handoffs);
+      const Tensor x_ref = x.detach().set_requires_grad(true), b_ref = b.detach().set_requires_grad(true);
+      const Tensor w_grad = w.grad().clone();
+      loss_of(add(x_ref, b_ref)).backward();
+      EXPECT_LE(max_abs_difference(x.grad(), x_ref.grad()), 1e-12);
+      EXPECT_LE(max_abs_difference(b.grad(), b_ref.grad()), 1e-12);
+      EXPECT_LE(max_abs_difference(scale(w_grad, 2.0), w.grad()), 1e-12) << "the norm's own gradients unchanged";
+    }
+  }
+}
+
+// The linear's side: GPT's output projection (linear_add) before a norm takes its bias gradient from
+// the norm's backward, with the gradients the finite differences give; under a deferral of the
+// weight gradients (DeferWeightGradients) it declines, and every gradient is bitwise the same.
+TEST(FusedOps, LinearTakesItsBiasGradientFromTheNormAfterIt) {
+  auto block = [](const std::vector<Tensor>& in) {
+    // in: x, w, b, residual, norm weight, norm bias
+    const Tensor stream = linear_add(in[0], in[1], in[2], in[3]);
+    return add(mul(layer_norm(stream, in[4], in[5]), tanh(stream)), mul(stream, stream));
+  };
+  const std::vector<Tensor> inputs = {random_leaf({2, 3, 4}, 65), random_leaf({5, 4}, 66), random_leaf({5}, 67),
+                                      random_leaf({2, 3, 5}, 68), random_leaf({5}, 69), random_leaf({5}, 70)};
+  expect_gradients_match(block, inputs);
+  auto gradients = [&](bool deferred) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& input : inputs) leaves.push_back(input.detach().set_requires_grad(true));
+    const Tensor loss = sum(block(leaves));
+    autograd::DeferredWeightGradients weight_work;
+    {
+      std::optional<autograd::DeferWeightGradients> defer;
+      if (deferred) defer.emplace(weight_work);
+      loss.backward();
+    }
+    if (deferred) weight_work.run();
+    std::vector<Tensor> result;
+    for (const Tensor& leaf : leaves) result.push_back(leaf.grad());
+    return result;
+  };
+  const std::vector<Tensor> now = gradients(false), later = gradients(true);
+  for (size_t i = 0; i < now.size(); ++i) {
+    ASSERT_TRUE(later[i].defined()) << i;
+    EXPECT_EQ(later[i].to_vector(), now[i].to_vector()) << "gradient " << i;
   }
 }
 
