@@ -217,7 +217,8 @@ class Backend {
   }
   // Whether layer_norm_backward and rms_norm_backward of x [N, C] (contiguous) would write
   // NormBackwardExtras::grad_x_column_sums in the pass that writes grad_x, rather than with a pass of
-  // their own after it. True by default: the CPU's loops sum the rows they write.
+  // their own after it. True by default: on the CPU the sums are a pass over the rows wherever they
+  // are taken, in the norm's backward as in the linear's.
   virtual bool norm_backward_sums_columns_in_pass(const Tensor& x) const { return true; }
   // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd [N].
   virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,

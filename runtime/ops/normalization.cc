@@ -4,8 +4,8 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/function.h"
 #include "runtime/backend.h"
-#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/error.h"
+#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/ops/op_checks.h"
 
 namespace weft {
