@@ -51,20 +51,14 @@ void column_sums(const T* x, const T* grad_out, const S* means, const S* rstds, 
   });
 }
 
-// out[c] = the sum over rows of values[r, c] as stored, rows in order, in double, rounded once
-// (NormBackwardExtras::grad_x_column_sums); nothing when out is undefined.
-template <class T>
-void sum_columns_into(const T* values, int64_t rows, int64_t columns, const Tensor& out) {
-  if (!out.defined()) return;
-  T* sums = out.data<T>();
-  cpu::parallel_for(columns, rows * 2, [&](int64_t first, int64_t last) {
-    std::vector<double> totals(static_cast<size_t>(last - first), 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = values + r * columns;
-      for (int64_t c = first; c < last; ++c) totals[static_cast<size_t>(c - first)] += load_element(row[c]);
-    }
-    for (int64_t c = first; c < last; ++c) sums[c] = store_element<T>(totals[static_cast<size_t>(c - first)]);
-  });
+// NormBackwardExtras::grad_x_column_sums, where asked: grad_x's stored values summed over the rows
+// by reduce (in double, rows in order, rounded once), exactly the linear's own column sums.
+void sum_grad_x_columns(Backend& backend, const Tensor& grad_x, const NormBackwardExtras& extras) {
+  if (!extras.grad_x_column_sums.defined()) return;
+  const int64_t columns = grad_x.size(-1);
+  const int64_t dims[] = {0};
+  backend.reduce(ReduceOp::kSum, grad_x.view({-1, columns}), dims, extras.grad_x_column_sums.view({1, columns}),
+                 Tensor());
 }
 
 }  // namespace
@@ -141,7 +135,7 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
         }
       }
     });
-    sum_columns_into(gx, rows, columns, extras.grad_x_column_sums);
+    sum_grad_x_columns(*this, grad_x, extras);
     store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
                              grad_weight.data<T>());
     if (grad_bias.defined()) {
@@ -207,7 +201,7 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
         }
       }
     });
-    sum_columns_into(gx, rows, columns, extras.grad_x_column_sums);
+    sum_grad_x_columns(*this, grad_x, extras);
     store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
                              grad_weight.data<T>());
   });
