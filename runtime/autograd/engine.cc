@@ -225,10 +225,12 @@ bool receives_only_this_gradient(const Edge& edge) {
   }
   const auto waiting = current_walk->dependencies.find(edge.node.get());
   if (waiting == current_walk->dependencies.end()) return false;
+  // Exactly one edge, the running node's: a node that the running node reaches by two edges (an
+  // add of a tensor to itself) receives two gradients, whose sum no single one describes.
   const int from_running = static_cast<int>(
       std::count_if(current_walk->running->next_edges.begin(), current_walk->running->next_edges.end(),
                     [&](const Edge& next) { return next.node == edge.node; }));
-  return from_running > 0 && waiting->second == from_running;
+  return from_running == 1 && waiting->second == 1;
 }
 
 }  // namespace weft::autograd

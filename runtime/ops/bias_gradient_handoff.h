@@ -1,10 +1,12 @@
 // The hand-off of a linear's bias gradient to the op whose backward writes the linear's output
 // gradient. A linear's bias gradient is the column sums of its output gradient dY [R, N]. Where a
-// norm's backward writes dY (GPT's attention and MLP output projections add into the residual
-// stream, and the next norm's backward writes the stream's gradient with the residual's folded in),
-// the norm's kernel sums grad_x's columns as it writes them (NormBackwardExtras::
-// grad_x_column_sums), and the linear's dX product then runs without the sums, which on CUDA cost
-// it more than they cost the norm (docs/performance.md, 2026-12-07).
+// norm's backward writes dY, the norm's kernel sums grad_x's columns as it writes them
+// (NormBackwardExtras::grad_x_column_sums), and the linear's dX product then runs without the sums,
+// which on CUDA cost it more than they cost the norm (docs/performance.md, 2026-12-07). In GPT's
+// blocks: the attention output projection's output is add_layer_norm's residual, whose gradient is
+// the sum's that the fused norm writes; the MLP output projection (linear_add) hands off to the
+// next block's first norm only where both are in one backward walk (not across the step graph's
+// segments, whose inputs are detached leaves: parallel/step/step_builder.h).
 //
 // Invariants: the writer asks only when the gradient it returns is all that the linear's output
 // receives (autograd::receives_only_this_gradient) and only where its backend sums the columns in
@@ -15,6 +17,7 @@
 // where the work runs, not what is computed.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "runtime/tensor.h"
@@ -31,5 +34,9 @@ class BiasGradientTaker {
   // gradient.
   virtual Tensor take_bias_gradient_from_output_gradient(DType dtype, int64_t columns) = 0;
 };
+
+// How many bias gradients linears have taken this way since the process started: for tests and
+// diagnostics (that a model's step hands them off where it should). Takers add one per hand-off.
+inline std::atomic<int64_t> bias_gradient_handoff_count{0};
 
 }  // namespace weft

@@ -160,6 +160,7 @@ class LinearFunction final : public autograd::Function, public BiasGradientTaker
       return Tensor();
     }
     handed_bias_gradient_ = Tensor::empty({columns}, dtype, saved()[1].device());
+    bias_gradient_handoff_count.fetch_add(1, std::memory_order_relaxed);
     return handed_bias_gradient_;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {

@@ -569,6 +569,38 @@ TEST(AutogradFunction, ReceivesOnlyThisGradientWhenNoOtherGradientIsOnItsWay) {
   EXPECT_FALSE(autograd::receives_only_this_gradient(autograd::gradient_edge(tanh(random_leaf({2}, 63)))));
 }
 
+// a + b whose backward records, per input, whether its gradient is all that input's producer
+// receives.
+class AskingAddFunction : public autograd::Function {
+ public:
+  explicit AskingAddFunction(std::vector<bool>* answers) : answers_(answers) {}
+  std::string name() const override { return "AskingAddBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override { return {add(inputs[0], inputs[1])}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    for (const autograd::Edge& edge : next_edges) answers_->push_back(autograd::receives_only_this_gradient(edge));
+    return {grads[0], grads[0]};
+  }
+
+ private:
+  std::vector<bool>* answers_;
+};
+
+TEST(AutogradFunction, ReceivesOnlyThisGradientNotWhenTheRunningNodeHasTwoEdgesIntoTheProducer) {
+  // tanh(x) + tanh(x) of one tanh: the tanh receives two gradients (both from the add), so neither
+  // describes all it receives; of two tanhs, each receives one.
+  for (const bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "one producer for both inputs" : "a producer each");
+    const Tensor x = random_leaf({2, 3}, 64);
+    const Tensor a = tanh(x);
+    const Tensor b = shared ? a : tanh(x);
+    std::vector<bool> answers;
+    sum(autograd::apply<AskingAddFunction>({a, b}, &answers)[0]).backward();
+    EXPECT_EQ(answers, std::vector<bool>(2, !shared));
+    EXPECT_LE(max_abs_difference(x.grad(), scale(sub(Tensor::ones({2, 3}, kFloat64), square(tanh(x.detach()))), 2.0)),
+              1e-12);
+  }
+}
+
 TEST(AutogradFunction, TwoOutputsWithOnlyOneUsed) {
   std::vector<bool> arrived;
   Tensor x = random_leaf({2, 3}, 40), y = random_leaf({2, 3}, 41);

@@ -257,6 +257,45 @@ TEST(FusedOps, LinearTakesItsBiasGradientFromTheNormAfterIt) {
   }
 }
 
+// The fused residual add and norm: its sum's gradient is all that the residual's producer receives
+// (GPT's attention output projection), so the linear that made the residual takes its bias gradient
+// from the norm's backward; not where the residual has a later use, nor when x and residual are one
+// tensor. Gradients by finite differences either way.
+TEST(FusedOps, AddNormHandsTheResidualsProducerItsBiasGradient) {
+  struct Case {
+    const char* name;
+    bool later_use;     // the linear's output is also used after the norm
+    bool same_tensor;   // x and residual are both the linear's output
+    int64_t handoffs;
+  };
+  for (const bool rms : {false, true}) {
+    for (const Case& c : {Case{"one use", false, false, 1}, Case{"a later use", true, false, 0},
+                          Case{"x and residual one tensor", false, true, 0}}) {
+      SCOPED_TRACE(std::string(rms ? "add_rms_norm, " : "add_layer_norm, ") + c.name);
+      auto block = [&](const std::vector<Tensor>& in) {
+        // in: x, residual stream, w, b, norm weight, norm bias
+        const Tensor projected = linear(in[0], in[2], in[3]);
+        const Tensor& stream = c.same_tensor ? projected : in[1];
+        auto [summed, normalized] = rms ? add_rms_norm(stream, projected, in[4])
+                                        : add_layer_norm(stream, projected, in[4], in[5]);
+        Tensor out = add(mul(normalized, tanh(summed)), mul(summed, summed));
+        if (rms) out = add(out, mul(normalized, in[5]));  // every input takes part
+        if (c.same_tensor) out = add(out, in[1]);
+        return c.later_use ? add(out, mul(projected, projected)) : out;
+      };
+      const std::vector<Tensor> inputs = {random_leaf({2, 3, 4}, 71), random_leaf({2, 3, 5}, 72),
+                                          random_leaf({5, 4}, 73),    random_leaf({5}, 74),
+                                          random_leaf({5}, 75),       random_leaf({5}, 76)};
+      const int64_t before = bias_gradient_handoff_count.load();
+      std::vector<Tensor> leaves;
+      for (const Tensor& input : inputs) leaves.push_back(input.detach().set_requires_grad(true));
+      sum(block(leaves)).backward();
+      EXPECT_EQ(bias_gradient_handoff_count.load() - before, c.handoffs);
+      expect_gradients_match(block, inputs);
+    }
+  }
+}
+
 TEST(FusedOps, AddLayerNormRejectsMismatchedResidual) {
   Tensor x = random_leaf({2, 7}, 12), w = random_leaf({7}, 13);
   EXPECT_THROW(add_layer_norm(x, random_leaf({1, 7}, 14), w, Tensor()), Error);
@@ -393,8 +432,13 @@ TEST(FusedOps, TransformerBlockMatchesTheUnfusedBlock) {
     const Tensor y_unfused = unfused.forward(x_unfused);
     EXPECT_LE(max_abs_difference(y, y_unfused), 1e-12);
     const Tensor weights = random_leaf({2, 5, 8}, 79, false);
+    // With biases, the attention output projection takes its bias gradient from add_layer_norm's
+    // backward (bias_gradient_handoff.h); the unfused block's add in between keeps it from that.
+    const int64_t before = bias_gradient_handoff_count.load();
     sum(mul(y, weights)).backward();
+    EXPECT_EQ(bias_gradient_handoff_count.load() - before, bias ? 1 : 0);
     sum(mul(y_unfused, weights)).backward();
+    EXPECT_EQ(bias_gradient_handoff_count.load() - before, bias ? 1 : 0);
     EXPECT_LE(max_abs_difference(x.grad(), x_unfused.grad()), 1e-12);
     const auto fused_parameters = fused.named_parameters();
     const auto unfused_parameters = unfused.named_parameters();
