@@ -41,6 +41,11 @@ struct NormBackwardExtras {
   // value) instead of being written: the op hands the parameters' .grad itself
   // (AccumulateGrad::gradient_storage) and skips the add of a separate gradient.
   bool accumulate_parameter_gradients = false;
+  // [C], x's dtype, or undefined: written (=) with the column sums of grad_x as stored (its rounded
+  // values, summed in f32, f64 for f64, and rounded once), the bias gradient of the linear that
+  // produced x (runtime/ops/bias_gradient_handoff.h). Ask only where norm_backward_sums_columns_in_pass
+  // says the backend does it in the same pass; elsewhere it costs a pass of its own.
+  Tensor grad_x_column_sums;
 };
 
 // Device memory as a backend's allocator sees it (all zero for the CPU, whose memory is the process's).
@@ -210,6 +215,11 @@ class Backend {
     binary(BinaryOp::kAdd, x, residual, sum_out);
     layer_norm(sum_out, weight, bias, eps, out, mean, rstd);
   }
+  // Whether layer_norm_backward and rms_norm_backward of x [N, C] (contiguous) would write
+  // NormBackwardExtras::grad_x_column_sums in the pass that writes grad_x, rather than with a pass of
+  // their own after it. True by default: on the CPU the sums are a pass over the rows wherever they
+  // are taken, in the norm's backward as in the linear's.
+  virtual bool norm_backward_sums_columns_in_pass(const Tensor& x) const { return true; }
   // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd [N].
   virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
                         const Tensor& rstd) = 0;

@@ -21,22 +21,28 @@ Tensor add_gradients(const Tensor& a, const Tensor& b) {
 
 thread_local bool frees_saved_tensors = false;
 
-// The gradient buffers of the walk running on this thread (take_pending_gradient), per node one
-// slot per forward output; null outside a walk.
+// The walk running on this thread, as take_pending_gradient and receives_only_this_gradient see
+// it: per node one gradient slot per forward output, how many edges from nodes yet to run lead into
+// each node (the running node's included until it has run), and the running node.
 using GradientBuffers = std::unordered_map<Node*, std::vector<Tensor>>;
-thread_local GradientBuffers* current_buffers = nullptr;
+struct Walk {
+  GradientBuffers buffers;
+  std::unordered_map<Node*, int> dependencies;
+  const Node* running = nullptr;
+};
+thread_local Walk* current_walk = nullptr;  // null outside a walk
 
-// Points current_buffers at one walk's buffers and restores the outer walk's after (recomputation
-// runs a backward inside a node's backward).
-class CurrentBuffersScope {
+// Points current_walk at one walk and restores the outer walk after (recomputation runs a backward
+// inside a node's backward).
+class CurrentWalkScope {
  public:
-  explicit CurrentBuffersScope(GradientBuffers* buffers) : before_(current_buffers) { current_buffers = buffers; }
-  ~CurrentBuffersScope() { current_buffers = before_; }
-  CurrentBuffersScope(const CurrentBuffersScope&) = delete;
-  CurrentBuffersScope& operator=(const CurrentBuffersScope&) = delete;
+  explicit CurrentWalkScope(Walk* walk) : before_(current_walk) { current_walk = walk; }
+  ~CurrentWalkScope() { current_walk = before_; }
+  CurrentWalkScope(const CurrentWalkScope&) = delete;
+  CurrentWalkScope& operator=(const CurrentWalkScope&) = delete;
 
  private:
-  GradientBuffers* before_;
+  Walk* before_;
 };
 
 // Sets frees_saved_tensors for one walk and restores it after (a backward may run inside another
@@ -70,8 +76,9 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   const FreesSavedTensorsScope frees_scope(!retain_graph);
 
   // Gradient buffers per node (one slot per forward output), and the roots' contributions.
-  GradientBuffers buffers;
-  const CurrentBuffersScope buffers_scope(&buffers);
+  Walk walk;
+  const CurrentWalkScope walk_scope(&walk);
+  GradientBuffers& buffers = walk.buffers;
   std::unordered_map<Node*, std::shared_ptr<Node>> owners;
   auto deposit = [&](const Edge& edge, const Tensor& gradient) {
     std::vector<Tensor>& slots = buffers[edge.node.get()];
@@ -103,7 +110,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   }
 
   // Count, for each reachable node, how many edges lead into it.
-  std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<Node*, int>& dependencies = walk.dependencies;
   std::vector<Node*> stack;
   std::unordered_map<Node*, bool> seen;
   for (const Edge& edge : root_edges) {
@@ -148,8 +155,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     // on: built-in backwards expect at least one gradient, and zeros would only cost time.
     // (An AccumulateGrad whose gradient an op added in place runs all the same, to fire its hooks.)
     const bool any_gradient = std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined(); });
+    walk.running = node;
     std::vector<Tensor> outputs = any_gradient || node->has_pending_gradient() ? node->run_backward(std::move(inputs))
                                                                                : std::vector<Tensor>();
+    walk.running = nullptr;
     if (!retain_graph) node->release_saved();
     WEFT_CHECK(outputs.size() == node->next_edges.size() || outputs.empty(), node->name(), " returned ",
                outputs.size(), " gradients for ", node->next_edges.size(), " inputs");
@@ -192,9 +201,11 @@ std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const s
 bool backward_frees_saved_tensors() { return frees_saved_tensors; }
 
 Tensor take_pending_gradient(const Edge& edge, DType dtype, int64_t numel, const Device& device) {
-  if (current_buffers == nullptr || !edge.valid()) return Tensor();
-  auto found = current_buffers->find(edge.node.get());
-  if (found == current_buffers->end() || edge.input_index >= static_cast<int>(found->second.size())) return Tensor();
+  if (current_walk == nullptr || !edge.valid()) return Tensor();
+  auto found = current_walk->buffers.find(edge.node.get());
+  if (found == current_walk->buffers.end() || edge.input_index >= static_cast<int>(found->second.size())) {
+    return Tensor();
+  }
   Tensor& slot = found->second[static_cast<size_t>(edge.input_index)];
   if (!slot.defined() || slot.dtype() != dtype || slot.numel() != numel || slot.device() != device ||
       !slot.is_contiguous()) {
@@ -203,6 +214,23 @@ Tensor take_pending_gradient(const Edge& edge, DType dtype, int64_t numel, const
   Tensor taken = slot;
   slot = Tensor();  // the caller's gradient, which includes this one, takes its place
   return taken;
+}
+
+bool receives_only_this_gradient(const Edge& edge) {
+  if (current_walk == nullptr || current_walk->running == nullptr || !edge.valid()) return false;
+  const auto found = current_walk->buffers.find(edge.node.get());
+  if (found != current_walk->buffers.end() && edge.input_index < static_cast<int>(found->second.size()) &&
+      found->second[static_cast<size_t>(edge.input_index)].defined()) {
+    return false;
+  }
+  const auto waiting = current_walk->dependencies.find(edge.node.get());
+  if (waiting == current_walk->dependencies.end()) return false;
+  // Exactly one edge, the running node's: a node that the running node reaches by two edges (an
+  // add of a tensor to itself) receives two gradients, whose sum no single one describes.
+  const int from_running = static_cast<int>(
+      std::count_if(current_walk->running->next_edges.begin(), current_walk->running->next_edges.end(),
+                    [&](const Edge& next) { return next.node == edge.node; }));
+  return from_running == 1 && waiting->second == 1;
 }
 
 }  // namespace weft::autograd

@@ -4,7 +4,8 @@
 //   layer norm: grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   RMS norm:   grad_x = rstd * (g - xhat * mean(g * xhat)),  xhat = x * rstd
 // grad_weight sums grad_out * xhat over rows; grad_bias sums grad_out. NormBackwardExtras (backend.h):
-// an addend joins grad_x before its rounding, and accumulated parameter gradients are added in double.
+// an addend joins grad_x before its rounding, accumulated parameter gradients are added in double, and
+// grad_x's column sums (a linear's bias gradient) are taken over its stored values after it is written.
 //
 // Threads (parallel_for.h): rows are split over the pool for the outputs and grad_x; grad_weight and
 // grad_bias, sums over rows, are a second pass split by columns, each column summed over the rows in
@@ -48,6 +49,16 @@ void column_sums(const T* x, const T* grad_out, const S* means, const S* rstds, 
       }
     }
   });
+}
+
+// NormBackwardExtras::grad_x_column_sums, where asked: grad_x's stored values summed over the rows
+// by reduce (in double, rows in order, rounded once), exactly the linear's own column sums.
+void sum_grad_x_columns(Backend& backend, const Tensor& grad_x, const NormBackwardExtras& extras) {
+  if (!extras.grad_x_column_sums.defined()) return;
+  const int64_t columns = grad_x.size(-1);
+  const int64_t dims[] = {0};
+  backend.reduce(ReduceOp::kSum, grad_x.view({-1, columns}), dims, extras.grad_x_column_sums.view({1, columns}),
+                 Tensor());
 }
 
 }  // namespace
@@ -124,6 +135,7 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
         }
       }
     });
+    sum_grad_x_columns(*this, grad_x, extras);
     store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
                              grad_weight.data<T>());
     if (grad_bias.defined()) {
@@ -189,6 +201,7 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
         }
       }
     });
+    sum_grad_x_columns(*this, grad_x, extras);
     store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
                              grad_weight.data<T>());
   });

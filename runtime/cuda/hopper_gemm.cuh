@@ -47,11 +47,14 @@
 // - B N-major (BLayout::kKByN): a stage's B slice is kBlockN / 64 TMA boxes of [64 k, 64 columns],
 //   read by wgmma's transposed-B form (n_major_descriptor).
 // - GELU's backward: at a tile's start, once its last stores have read the staging boxes, a
-//   warpgroup's leader has TMA load the tile's pre-activation into them (counted on pre_loaded), so
-//   the load runs under the products; the epilogue reads each value from the place its result goes.
-// - SwiGLU's backward the same way, with two inputs (gate and up) and two outputs (their gradients)
-//   for each output box: half as many output boxes a staging round, each gradient written over the
-//   input box it was read from.
+//   warpgroup's leader has TMA load the first boxes of the tile's pre-activation into them (each
+//   counted on its slot_loaded barrier), so the loads run under the products; the epilogue reads
+//   each value from the place its result goes, and stores box by box, each staging box loaded again
+//   with a later box's pre-activation as soon as its store has read it.
+// - SwiGLU's backward in rounds, with two inputs (gate and up) and two outputs (their gradients)
+//   for each output box: the first round loaded at the tile's start (counted on pre_loaded), half
+//   as many output boxes a staging round, each gradient written over the input box it was read
+//   from.
 #pragma once
 
 #include <cuda.h>
@@ -105,8 +108,10 @@ struct Tiling {
   static_assert(kBoxes % kStagingBoxes == 0 || (kStagingBoxes % 3 == 0 && kBoxes % kSwigluBackwardRoundBoxes == 0),
                 "Tiling: the staging rounds divide the boxes");
   static constexpr int kStagingBytes = kStagingBoxes * 8192;
-  static constexpr int kSharedBytes =
-      kStages * kStageBytes + kConsumers * kStagingBytes + 1024 + (2 * kStages + 4) * 8;  // + alignment + barriers
+  // + alignment + barriers: full and empty a stage, turn and pre_loaded a warpgroup, slot_loaded a
+  // staging box of each warpgroup.
+  static constexpr int kSharedBytes = kStages * kStageBytes + kConsumers * kStagingBytes + 1024 +
+                                      (2 * kStages + 2 * kConsumers + kConsumers * kStagingBoxes) * 8;
   static_assert(kSharedBytes <= 227 * 1024, "Tiling: more shared memory than a Hopper CTA may have");
 };
 // The tilings docs/performance.md compares (2026-12-05, fourteenth and fifteenth sessions).
@@ -238,6 +243,11 @@ __device__ inline void tma_store(const CUtensorMap* map, const void* source, int
 __device__ inline void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Until every committed store has read its shared memory (it may still be writing to global).
 __device__ inline void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// Until every committed store but the kPending last has read its shared memory.
+template <int kPending>
+__device__ inline void tma_store_wait_read_all_but() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
 __device__ inline void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // A store to shared memory that the compiler may move global loads across (a plain store through a
 // generic pointer could alias the bias, and every bias load would wait for the stores before it).
@@ -529,8 +539,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(staging_all + T::kConsumers * T::kStagingBytes);  // [kStages]
   uint64_t* empty = full + T::kStages;                                                          // [kStages]
   uint64_t* turn = empty + T::kStages;  // [2]: alternating warpgroup g may start its products on turn[g]
-  // [kConsumers]: kGeluBackward's pre-activation boxes (kSwigluBackward's gate and up boxes) are in staging
+  // [kConsumers]: kSwigluBackward's gate and up boxes of a round are in staging
   uint64_t* pre_loaded = turn + 2;
+  // [kConsumers][kStagingBoxes]: kGeluBackward's pre-activation box is in this staging box
+  uint64_t* slot_loaded = pre_loaded + T::kConsumers;
   // A cluster's tile group: kCluster vertically adjacent tiles, rank r of the cluster taking the
   // r-th (past the last row, its loads are TMA's zeros and its stores are skipped). Without
   // clusters a group is a tile and a CTA its own cluster.
@@ -562,6 +574,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     barrier_init(&turn[1], 4);
     barrier_init(&pre_loaded[0], 1);  // the warpgroup leader's expect_tx; the bytes complete it
     barrier_init(&pre_loaded[1], 1);
+    for (int slot = 0; slot < T::kConsumers * T::kStagingBoxes; ++slot) barrier_init(&slot_loaded[slot], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (T::kCluster > 1) {
@@ -645,7 +658,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int tile_step = T::kPingPong ? T::kConsumers : 1;
   int use = T::kPingPong ? group * k_blocks : 0;
   int turns_waited = 0;
-  int pre_loads = 0;  // kGeluBackward, kSwigluBackward: this warpgroup's loads into staging waited for
+  int pre_loads = 0;  // kSwigluBackward: this warpgroup's rounds of loads into staging waited for
+  int epilogues_done = 0;  // kGeluBackward: this warpgroup's tiles finished (the slots' phases follow)
   for (int tile = cluster + (T::kPingPong ? group * clusters : 0); tile < tiles;
        tile += tile_step * clusters, use += (tile_step - 1) * k_blocks) {
     if constexpr (T::kPingPong) {
@@ -656,38 +670,44 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // Where box b of this warpgroup's part of the tile lies in the output (and the pre-activation).
     auto box_row = [&](int box) { return m_start + 64 * (first_half + box / (T::kBlockN / 64)); };
     auto box_column = [&](int box) { return n_start + 64 * (box % (T::kBlockN / 64)); };
-    // kGeluBackward: the leader loads a staging round's pre-activation boxes into the staging boxes,
-    // where the epilogue reads each value from the place its result goes (TMA fills zeros past the
-    // matrix's edges; those boxes are not stored). kSwigluBackward: a round's kSwigluPositions output
-    // boxes, each one's gate box into staging box p and its up box into staging box
-    // kSwigluPositions + p (p its place in the round), where its two gradients go.
+    // kSwigluBackward: the leader loads a round's kSwigluPositions output boxes, each one's gate box
+    // into staging box p and its up box into staging box kSwigluPositions + p (p its place in the
+    // round), where its two gradients go (TMA fills zeros past the matrix's edges; those boxes are
+    // not stored).
     auto load_pre_activation = [&](int round) {
-      barrier_expect_bytes(&pre_loaded[group], (kSwigluBackward ? 2 * kSwigluPositions : T::kStagingBoxes) * 8192);
       if constexpr (kSwigluBackward) {
         constexpr int kPositions = kSwigluPositions;
+        barrier_expect_bytes(&pre_loaded[group], 2 * kPositions * 8192);
 #pragma unroll
         for (int box = round * kPositions; box < (round + 1) * kPositions; ++box) {
           uint8_t* const gate_box = staging + (box % kPositions) * 8192;
           tma_load(gate_box, &pre_gelu_map, &pre_loaded[group], box_column(box), box_row(box));
           tma_load(gate_box + kPositions * 8192, &second_pre_map, &pre_loaded[group], box_column(box), box_row(box));
         }
-      } else {
-#pragma unroll
-        for (int box = round * T::kStagingBoxes; box < (round + 1) * T::kStagingBoxes; ++box) {
-          tma_load(staging + (box % T::kStagingBoxes) * 8192, &pre_gelu_map, &pre_loaded[group], box_column(box),
-                   box_row(box));
-        }
       }
     };
+    // kGeluBackward: the leader loads output box `box`'s pre-activation into staging box
+    // box % kStagingBoxes, where the epilogue reads each value from the place its result goes.
+    auto load_pre_activation_box = [&](int box) {
+      const int slot = box % T::kStagingBoxes;
+      uint64_t* const loaded = &slot_loaded[group * T::kStagingBoxes + slot];
+      barrier_expect_bytes(loaded, 8192);
+      tma_load(staging + slot * 8192, &pre_gelu_map, loaded, box_column(box), box_row(box));
+    };
     if constexpr (kEpilogue == Epilogue::kGeluBackward || kSwigluBackward) {
-      // The first round's boxes load under the products, once the last tile's stores have read them.
-      // (The later rounds' boxes fetched into L2 here as well, with TMA's prefetch, made the products
-      // slower: Llama 1B's SwiGLU backward 703 against 597 µs, and GPT-2's GELU backward, with the
-      // cheaper derivative in the same build, 168 against 161; docs/performance.md, 2026-12-06,
+      // The first boxes load under the products, once the last tile's stores have read them. (The
+      // later boxes fetched into L2 here as well, with TMA's prefetch, made the products slower:
+      // Llama 1B's SwiGLU backward 703 against 597 µs, and GPT-2's GELU backward, with the cheaper
+      // derivative in the same build, 168 against 161; docs/performance.md, 2026-12-06,
       // twenty-fourth session.)
       if (leader) {
         tma_store_wait_read();
-        load_pre_activation(0);
+        if constexpr (kSwigluBackward) {
+          load_pre_activation(0);
+        } else {
+#pragma unroll
+          for (int box = 0; box < T::kStagingBoxes && box < T::kBoxes; ++box) load_pre_activation_box(box);
+        }
       }
     }
 #pragma unroll
@@ -753,10 +773,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
       for (int round = 0; round < T::kBoxes / T::kStagingBoxes; ++round) {
         if (leader) tma_store_wait_read();  // the staging boxes' previous stores have read them
-        if constexpr (kEpilogue == Epilogue::kGeluBackward) {
-          if (leader && round > 0) load_pre_activation(round);
-          barrier_wait(&pre_loaded[group], pre_loads++ & 1);
-        }
         warpgroup_sync(group);
         // Where value pair `pair` of column group c (8 columns) of a half goes: its staging box (of
         // the tile's), and the slot in the staging boxes.
@@ -765,38 +781,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           const int column = 8 * c + 2 * (lane % 4), row = 16 * warp + lane / 4 + 8 * pair;
           return swizzled(staging + (box_of(half, c) % T::kStagingBoxes) * 8192, row, column % 64);
         };
-        // kGeluBackward reads each pre-activation from its slot: kBatch column groups' worth first, so
-        // that the reads overlap instead of each store waiting for its own read.
-        constexpr int kBatch = 4;
-        static_assert(T::kBlockN / 8 % kBatch == 0, "stage_and_store: whole batches of column groups");
 #pragma unroll
         for (int half = 0; half < T::kHalves; ++half) {
 #pragma unroll
-          for (int first_c = 0; first_c < T::kBlockN / 8; first_c += kBatch) {
-            __nv_bfloat162 inputs[kBatch][2];
+          for (int c = 0; c < T::kBlockN / 8; ++c) {
+            if (box_of(half, c) / T::kStagingBoxes != round) continue;  // known at compile time once unrolled
 #pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-#pragma unroll
-              for (int pair = 0; pair < 2; ++pair) {
-                inputs[b][pair] = __floats2bfloat162_rn(0.f, 0.f);
-                if constexpr (kEpilogue == Epilogue::kGeluBackward) {
-                  // known at compile time once unrolled
-                  if (box_of(half, first_c + b) / T::kStagingBoxes == round) {
-                    inputs[b][pair] = load_shared(slot_of(half, first_c + b, pair));
-                  }
-                }
-              }
-            }
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-              const int c = first_c + b;
-              if (box_of(half, c) / T::kStagingBoxes != round) continue;  // known at compile time once unrolled
-#pragma unroll
-              for (int pair = 0; pair < 2; ++pair) {
-                store_shared(slot_of(half, c, pair),
-                             value_of(accumulators[half][4 * c + 2 * pair], accumulators[half][4 * c + 2 * pair + 1],
-                                      inputs[b][pair]));
-              }
+            for (int pair = 0; pair < 2; ++pair) {
+              store_shared(slot_of(half, c, pair),
+                           value_of(accumulators[half][4 * c + 2 * pair], accumulators[half][4 * c + 2 * pair + 1]));
             }
           }
         }
@@ -978,8 +971,65 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
     };
-    const auto rounded = [](float first, float second, __nv_bfloat162) {
-      return __floats2bfloat162_rn(first, second);
+    const auto rounded = [](float first, float second) { return __floats2bfloat162_rn(first, second); };
+    // GELU's backward, box by box through a ring of the staging boxes: output box b's pre-activation
+    // is loaded into staging box b % kStagingBoxes (the first kStagingBoxes at the tile's start,
+    // under the products; each later one as soon as the store of the box before it in that staging
+    // box has read it), each result is written over the value it came from, and each box is stored
+    // at once. A box's load then flies while the boxes before it are computed, where a round of
+    // boxes used to wait for the round before's stores to be read and then for its own loads.
+    auto store_gelu_backward = [&] {
+      constexpr int kSlots = T::kStagingBoxes;
+      static_assert(kSlots >= 2, "gemm_kernel: GELU's backward reloads a staging box while the next one is stored");
+      constexpr int kBoxesAcross = T::kBlockN / 64;  // 64-column boxes in a half
+#pragma unroll
+      for (int box = 0; box < T::kBoxes; ++box) {
+        const int slot = box % kSlots;
+        const int slot_uses = (T::kBoxes - slot + kSlots - 1) / kSlots;  // a tile's loads into this slot
+        barrier_wait(&slot_loaded[group * kSlots + slot], (epilogues_done * slot_uses + box / kSlots) & 1);
+        uint8_t* const slot_box = staging + slot * 8192;
+        const int half = box / kBoxesAcross, first_c = 8 * (box % kBoxesAcross);  // column groups of 8
+        // Four column groups' pre-activations at a time, read before any is used, so that the reads
+        // overlap (all eight at once spilled in the product without A's column sums).
+#pragma unroll
+        for (int batch = 0; batch < 8; batch += 4) {
+          __nv_bfloat162 pre[4][2];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+#pragma unroll
+            for (int pair = 0; pair < 2; ++pair) {
+              pre[c][pair] =
+                  load_shared(swizzled(slot_box, 16 * warp + lane / 4 + 8 * pair, 8 * (batch + c) + 2 * (lane % 4)));
+            }
+          }
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+#pragma unroll
+            for (int pair = 0; pair < 2; ++pair) {
+              const float first = accumulators[half][4 * (first_c + batch + c) + 2 * pair];
+              const float second = accumulators[half][4 * (first_c + batch + c) + 2 * pair + 1];
+              store_shared(swizzled(slot_box, 16 * warp + lane / 4 + 8 * pair, 8 * (batch + c) + 2 * (lane % 4)),
+                           __floats2bfloat162_rn(first * gelu_tanh_derivative(__low2float(pre[c][pair])),
+                                                 second * gelu_tanh_derivative(__high2float(pre[c][pair]))));
+            }
+          }
+        }
+        fence_for_tma();
+        warpgroup_sync(group);
+        if (leader) {
+          const int row_start = box_row(box), column_start = box_column(box);
+          if (column_start < n_size && row_start < m_size) tma_store(&out_map, slot_box, column_start, row_start);
+          tma_store_commit();
+          // Box - 1's staging box is free once its store has read it (this box's may still be
+          // reading); the box kSlots after it loads there.
+          const int next = box - 1 + kSlots;
+          if (box >= 1 && next < T::kBoxes) {
+            tma_store_wait_read_all_but<1>();
+            load_pre_activation_box(next);
+          }
+        }
+      }
+      ++epilogues_done;
     };
     if constexpr (kEpilogue == Epilogue::kBias || kEpilogue == Epilogue::kBiasGelu) {
       // The bias into the accumulators once: a pair of columns a column group, the same for both
@@ -1018,11 +1068,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     } else if constexpr (kSwigluBackward) {
       store_swiglu_backward();
     } else if constexpr (kEpilogue == Epilogue::kGeluBackward) {
-      // The pre-activations of the two values, read from the slot their result goes to.
-      stage_and_store(&out_map, [&](float first, float second, __nv_bfloat162 pre) {
-        return __floats2bfloat162_rn(first * gelu_tanh_derivative(__low2float(pre)),
-                                     second * gelu_tanh_derivative(__high2float(pre)));
-      });
+      store_gelu_backward();
     } else {
       stage_and_store(&out_map, rounded);  // kNone, or kBias with the bias added above
     }

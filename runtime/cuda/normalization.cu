@@ -29,10 +29,13 @@
 //      grad_x (from x and grad_out held in registers since the first pass, where they fit), and
 //      keeps running sums of grad_out * xhat and grad_out for its own columns in registers. At the
 //      end the block adds its groups' sums in a fixed order and writes one partial row: partials
-//      [blocks, 2, C] f32 (scratch from the caching allocator).
+//      [blocks, 2, C] f32 (scratch from the caching allocator). Where grad_x's column sums are
+//      asked (NormBackwardExtras::grad_x_column_sums: the bias gradient of the linear before the
+//      norm) and the rows are warp rows, the threads also sum the grad_x values they store, and the
+//      partials have a third row; other rows leave those sums to a column-sum pass after stage 2.
 //   2. A small kernel sums the partial rows per column in a fixed order and writes (=) grad_weight
 //      and grad_bias in the weight's dtype, or adds into them (NormBackwardExtras'
-//      accumulate_parameter_gradients: the parameters' .grad itself).
+//      accumulate_parameter_gradients: the parameters' .grad itself), and writes grad_x's sums.
 // A grad_x addend (NormBackwardExtras: the residual stream's gradient) is added in f32 before the
 // rounding of grad_x, so the residual add costs one read of the addend instead of a separate pass
 // that reads two tensors and writes one. The pipelined kernel copies it with the row; the others
@@ -363,12 +366,15 @@ __device__ __forceinline__ const T* addend_at(const T* addend, int64_t offset) {
 // ([groups][sums][columns] floats of shared memory, free for this use), then every thread adds the
 // groups' values of its columns in group order. Every thread of the block must call. `trigger`:
 // let the dependent launch (stage 2) start its blocks once every block of this grid has come here.
-template <int kVec, int kPacks, int kThreadsPerRow>
+// The sums: grad_weight's, then grad_bias's where needed; with kGradXSums, grad_x's third (after a
+// row of zeros where grad_bias's are not needed), so that they stay at row 2 of the partial rows.
+template <int kVec, int kPacks, int kThreadsPerRow, bool kGradXSums = false>
 __device__ __forceinline__ void write_block_partials(const float (&weight_sums)[kPacks][kVec],
-                                                     const float (&bias_sums)[kPacks][kVec], float* merged,
+                                                     const float (&bias_sums)[kPacks][kVec],
+                                                     const float (&grad_x_sums)[kPacks][kVec], float* merged,
                                                      float* block_partials, int group, int groups, int t,
                                                      int columns, bool bias_sums_needed, bool trigger) {
-  const int sums = bias_sums_needed ? 2 : 1;
+  const int sums = kGradXSums ? 3 : bias_sums_needed ? 2 : 1;
   float* mine = merged + static_cast<int64_t>(group) * sums * columns;
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
@@ -377,7 +383,8 @@ __device__ __forceinline__ void write_block_partials(const float (&weight_sums)[
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         mine[column + j] = weight_sums[k][j];
-        if (bias_sums_needed) mine[columns + column + j] = bias_sums[k][j];
+        if (bias_sums_needed || kGradXSums) mine[columns + column + j] = bias_sums_needed ? bias_sums[k][j] : 0.0f;
+        if constexpr (kGradXSums) mine[2 * columns + column + j] = grad_x_sums[k][j];
       }
     }
   }
@@ -426,17 +433,20 @@ __host__ __device__ constexpr int pipeline_stage_units(int packs_per_thread, int
 }
 
 // Dynamic shared memory of the pipelined kernel: the ring during the row loop, then the groups'
-// column sums (`merged`) at the end.
-constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row, bool with_addend, int columns) {
+// column sums (`merged`, `partial_sums` rows of them) at the end.
+constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row, bool with_addend, int columns,
+                                       int partial_sums) {
   const int groups = pipeline_block_threads(threads_per_row) / threads_per_row;
   const size_t ring = sizeof(int4) * groups * pipeline_stages(threads_per_row) *
                       pipeline_stage_units(packs_per_thread, threads_per_row, with_addend);
-  const size_t merged = sizeof(float) * groups * 2 * columns;
+  const size_t merged = sizeof(float) * groups * partial_sums * columns;
   return std::max(ring, merged);
 }
 
 // Stage 1 for rows that move in 16-byte packs (see the file comment). kPacks packs per thread,
-// groups of kThreadsPerRow threads; kAddend: grad_x_addend is not null and comes through the ring.
+// groups of kThreadsPerRow threads; kAddend: grad_x_addend is not null and comes through the ring;
+// kGradXSums: the thread also sums the grad_x it stores, per column (NormBackwardExtras::
+// grad_x_column_sums), into partial row 2 (three rows a block, else two).
 // Dynamic shared memory: pipeline_shared_bytes.
 // Measured on the H200 (docs/performance.md): against the previous kernel (runtime group size, 4
 // blocks of 128 threads per SM, the barrier limit), the compile-time group size, one block per SM
@@ -444,7 +454,7 @@ constexpr size_t pipeline_shared_bytes(int packs_per_thread, int threads_per_row
 // about half the cycles and its shared-memory pipe is busy: the thread's weight packs stay in
 // registers for the whole grid (read from L1 or from a shared f32 copy per row, 54-61% of copy
 // bandwidth at C = 768; from registers, 63-64%).
-template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered, bool kAddend>
+template <class T, int kVec, int kPacks, int kThreadsPerRow, bool kCentered, bool kAddend, bool kGradXSums>
 __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
     norm_backward_pipelined_kernel(const T* __restrict__ x,          // [rows, columns]
                                    const T* __restrict__ weight,     // [columns]
@@ -453,9 +463,10 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
                                    const T* __restrict__ grad_out,   // [rows, columns]
                                    const T* __restrict__ grad_x_addend,  // [rows, columns] (kAddend) or null
                                    T* __restrict__ grad_x,           // [rows, columns]
-                                   float* __restrict__ partials,     // [gridDim.x, 2, columns]
+                                   float* __restrict__ partials,     // [gridDim.x, 2 or 3, columns]
                                    int64_t rows, int columns, bool with_bias) {
   static_assert(sizeof(Pack<T, kVec>) == 16, "the copy pipeline moves 16-byte packs");
+  constexpr int kPartialSums = kGradXSums ? 3 : 2;
   constexpr int kGroups = pipeline_block_threads(kThreadsPerRow) / kThreadsPerRow;
   constexpr int kStages = pipeline_stages(kThreadsPerRow);
   constexpr int kUnits = pipeline_stage_units(kPacks, kThreadsPerRow, kAddend);
@@ -475,12 +486,16 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
   bool has_pack[kPacks];
   Pack<T, kVec> weight_packs[kPacks];
   float weight_sums[kPacks][kVec], bias_sums[kPacks][kVec];
+  float grad_x_sums[kGradXSums ? kPacks : 1][kVec];
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
     has_pack[k] = k * kThreadsPerRow + t < packs;
     if (has_pack[k]) weight_packs[k] = load_pack<T, kVec>(weight + (k * kThreadsPerRow + t) * kVec);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) weight_sums[k][j] = bias_sums[k][j] = 0.0f;
+    for (int j = 0; j < kVec; ++j) {
+      weight_sums[k][j] = bias_sums[k][j] = 0.0f;
+      if constexpr (kGradXSums) grad_x_sums[k][j] = 0.0f;
+    }
   }
   // Rows go round the blocks first (row r to block r % blocks), so that when the rows do not divide
   // evenly, the last round's rows are spread over all SMs instead of filling the first ones.
@@ -562,13 +577,20 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
           read(slot, k, xs, gys, w);
         }
         const int64_t offset = row * columns + static_cast<int64_t>(k * kThreadsPerRow + t) * kVec;
+        Pack<T, kVec> stored;
         if constexpr (kAddend) {
           const int4 bits = slot[(2 * kPacks + k) * kThreadsPerRow];
           Pack<T, kVec> extra;
           memcpy(&extra, &bits, 16);
-          store_pack(grad_x + offset, gradient_pack_plus(xs, gys, w, gradient, extra));
+          stored = gradient_pack_plus(xs, gys, w, gradient, extra);
         } else {
-          store_pack(grad_x + offset, gradient_pack(xs, gys, w, gradient, static_cast<const T*>(nullptr)));
+          stored = gradient_pack(xs, gys, w, gradient, static_cast<const T*>(nullptr));
+        }
+        store_pack(grad_x + offset, stored);
+        if constexpr (kGradXSums) {
+          // The rounded values, as the linear's own sums of its stored dY would add them.
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) grad_x_sums[k][j] += stored.get(j);
         }
       }
     }
@@ -586,9 +608,17 @@ __global__ void __launch_bounds__(pipeline_block_threads(kThreadsPerRow), 1)
   }
   wait_copies<0>();
   __syncthreads();  // the ring is reused as `merged` below
-  write_block_partials<kVec, kPacks, kThreadsPerRow>(
-      weight_sums, bias_sums, reinterpret_cast<float*>(ring), partials + static_cast<int64_t>(blockIdx.x) * 2 * columns,
-      group, kGroups, t, columns, kCentered && with_bias, true);
+  if constexpr (kGradXSums) {
+    write_block_partials<kVec, kPacks, kThreadsPerRow, true>(
+        weight_sums, bias_sums, grad_x_sums, reinterpret_cast<float*>(ring),
+        partials + static_cast<int64_t>(blockIdx.x) * kPartialSums * columns, group, kGroups, t, columns,
+        kCentered && with_bias, true);
+  } else {
+    write_block_partials<kVec, kPacks, kThreadsPerRow>(
+        weight_sums, bias_sums, bias_sums, reinterpret_cast<float*>(ring),
+        partials + static_cast<int64_t>(blockIdx.x) * kPartialSums * columns, group, kGroups, t, columns,
+        kCentered && with_bias, true);
+  }
 }
 
 // Stage 1 for rows that do not move in packs (kVec 1: odd C, misaligned views): the same sums, with
@@ -655,7 +685,7 @@ __global__ void __launch_bounds__(register_backward_block_threads(kThreadsPerRow
       }
     }
   }
-  write_block_partials<1, kPacks, kThreadsPerRow>(weight_sums, bias_sums, merged,
+  write_block_partials<1, kPacks, kThreadsPerRow>(weight_sums, bias_sums, bias_sums, merged,
                                                   partials + static_cast<int64_t>(blockIdx.x) * 2 * columns, group,
                                                   kGroups, t, columns, kCentered && with_bias, false);
 }
@@ -718,7 +748,8 @@ __global__ void __launch_bounds__(kStreamingThreads)
   }
 }
 
-// Stage 2: grad_weight[c] = sum over blocks of partials[b][0][c] (and grad_bias from [b][1][c]).
+// Stage 2: grad_weight[c] = sum over blocks of partials[b][0][c] (grad_bias from [b][1][c], and
+// grad_x's column sums from [b][2][c] with three partial rows a block; each where not null).
 // A block covers 32 columns with 32 lanes of block indices each; the 32 slices are added in order.
 // Launched as a programmatic dependent of stage 1 (launch_dependent), so it waits for stage 1's
 // results first; it lets the next kernel start placing its blocks at once (it is short).
@@ -726,31 +757,36 @@ constexpr int kSumColumns = 32, kSumSlices = 32;
 
 template <class T>
 __global__ void __launch_bounds__(kSumColumns * kSumSlices)
-    sum_partials_kernel(const float* __restrict__ partials,  // [blocks, 2, columns]
-                        int blocks, int columns,
+    sum_partials_kernel(const float* __restrict__ partials,  // [blocks, partial_sums, columns]
+                        int blocks, int partial_sums, int columns,
                         T* __restrict__ grad_weight,  // [columns]
                         T* __restrict__ grad_bias,    // [columns] or null
+                        T* __restrict__ grad_x_sums,  // [columns] or null (partial_sums 3)
                         bool accumulate) {            // += into grad_weight and grad_bias
 
   allow_next_kernel_to_start();
   wait_for_previous_kernels();
   __shared__ float slices[kSumSlices][kSumColumns + 1];
-  const int sums = grad_bias != nullptr ? 2 : 1;
   const int lane = static_cast<int>(threadIdx.x) % kSumColumns, slice = static_cast<int>(threadIdx.x) / kSumColumns;
-  // Flat index over [sums, columns]: which sum, then the column.
+  // Flat index over [partial_sums, columns]: which sum, then the column.
   const int index = static_cast<int>(blockIdx.x) * kSumColumns + lane;
-  const bool valid = index < sums * columns;
+  const int sum_index = index / columns, column = index % columns;
+  T* const targets[3] = {grad_weight, grad_bias, grad_x_sums};
+  const bool valid = index < partial_sums * columns && targets[sum_index] != nullptr;
   float total = 0.0f;
   if (valid) {
-    for (int b = slice; b < blocks; b += kSumSlices) total += partials[static_cast<int64_t>(b) * 2 * columns + index];
+    for (int b = slice; b < blocks; b += kSumSlices) {
+      total += partials[static_cast<int64_t>(b) * partial_sums * columns + index];
+    }
   }
   slices[slice][lane] = total;
   __syncthreads();
   if (slice == 0 && valid) {
     float sum = 0.0f;
     for (int s = 0; s < kSumSlices; ++s) sum += slices[s][lane];
-    T* target = index < columns ? grad_weight + index : grad_bias + (index - columns);
-    *target = from_float<T>(accumulate ? to_float(*target) + sum : sum);
+    T* target = targets[sum_index] + column;
+    // grad_x's sums are written; the parameters' gradients accumulate where asked.
+    *target = from_float<T>(accumulate && sum_index < 2 ? to_float(*target) + sum : sum);
   }
 }
 
@@ -809,14 +845,20 @@ void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& 
 // 96 packs (C = 768 at bf16) take a warp per row holding up to 3 packs per lane, 10 rows per block;
 // longer rows take groups of 64..512 threads holding 2 packs each, and rows of up to 2048 packs
 // (C = 16384 at bf16) 512 threads holding 4. Past that, false (the streaming fallback).
+// grad_x's column sums are taken in the pass by the warp rows only (the GPT-2 width: the residual
+// stream's gradient there is the output projections' dY); wider rows would give up registers the
+// kernel holds rows in.
 constexpr int kPipelinedWarpPacks = 96;
 constexpr int kPipelinedMaxPacks = 2048;
 
+// Launches stage 1 when the rows fit the pipelined kernel (else false): blocks and partials (its
+// partial rows) set for stage 2, partial_sums 3 where it also summed grad_x's columns (grad_x_sums
+// asked and warp rows), else 2.
 template <class T, int kVec, bool kCentered>
 bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_data, const float* rstd_data,
-                                    const T* gy, const T* addend, T* gx, int64_t rows, int columns, bool with_bias,
-                                    int device,
-                                    cudaStream_t stream, Tensor& partials, int& blocks) {
+                                    const T* gy, const T* addend, T* gx, bool grad_x_sums, int64_t rows, int columns,
+                                    bool with_bias, int device, cudaStream_t stream, Tensor& partials, int& blocks,
+                                    int& partial_sums) {
   const int packs = columns / kVec;
   if (packs > kPipelinedMaxPacks) return false;
   auto launch = [&]<int kPacks, int kThreadsPerRow>() {
@@ -824,22 +866,33 @@ bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_d
     // A persistent grid of one block per SM (the launch bound and the shared memory allow no more),
     // so that there are few partial rows.
     blocks = static_cast<int>(std::min<int64_t>((rows + kGroups - 1) / kGroups, multiprocessor_count(device)));
-    partials = Tensor::empty({blocks, 2, columns}, kFloat32, Device::cuda(device));
-    auto launch_with = [&]<bool kAddend>() {
-      constexpr auto kernel = norm_backward_pipelined_kernel<T, kVec, kPacks, kThreadsPerRow, kCentered, kAddend>;
-      const size_t shared_bytes = pipeline_shared_bytes(kPacks, kThreadsPerRow, kAddend, columns);
+    auto launch_with = [&]<bool kAddend, bool kGradXSums>() {
+      constexpr auto kernel =
+          norm_backward_pipelined_kernel<T, kVec, kPacks, kThreadsPerRow, kCentered, kAddend, kGradXSums>;
+      partial_sums = kGradXSums ? 3 : 2;
+      partials = Tensor::empty({blocks, partial_sums, columns}, kFloat32, Device::cuda(device));
+      const size_t shared_bytes = pipeline_shared_bytes(kPacks, kThreadsPerRow, kAddend, columns, partial_sums);
       allow_dynamic_shared_memory<kernel>(shared_bytes, device);
       launch_dependent(kernel, blocks, pipeline_block_threads(kThreadsPerRow), shared_bytes, stream, in, w, mean_data,
                        rstd_data, gy, addend, gx, partials.data<float>(), rows, columns, with_bias);
     };
+    auto launch_summing = [&]<bool kAddend>() {
+      if constexpr (kThreadsPerRow == 32) {
+        if (grad_x_sums) {
+          launch_with.template operator()<kAddend, true>();
+          return;
+        }
+      }
+      launch_with.template operator()<kAddend, false>();
+    };
     if (addend != nullptr) {
-      launch_with.template operator()<true>();
+      launch_summing.template operator()<true>();
     } else {
-      launch_with.template operator()<false>();
+      launch_summing.template operator()<false>();
     }
   };
-  static_assert(pipeline_shared_bytes(4, 512, true, kPipelinedMaxPacks * 8) <= 227 * 1024 &&
-                    pipeline_shared_bytes(3, 32, true, kPipelinedWarpPacks * 8) <= 227 * 1024,
+  static_assert(pipeline_shared_bytes(4, 512, true, kPipelinedMaxPacks * 8, 2) <= 227 * 1024 &&
+                    pipeline_shared_bytes(3, 32, true, kPipelinedWarpPacks * 8, 3) <= 227 * 1024,
                 "the longest pipelined rows fit in an H100/H200 block's shared memory");
   if (packs <= 32) {
     launch.template operator()<1, 32>();
@@ -853,18 +906,21 @@ bool launch_norm_backward_pipelined(const T* in, const T* w, const float* mean_d
   return true;
 }
 
-// Stage 2, launched as a programmatic dependent of stage 1 (see sum_partials_kernel).
+// Stage 2, launched as a programmatic dependent of stage 1 (see sum_partials_kernel). Rows of sums
+// that are not asked for (grad_bias null, or two partial rows) take blocks that return at once.
 template <class T>
-void launch_sum_partials(const Tensor& partials, int blocks, int columns, T* grad_weight, T* grad_bias,
-                         bool accumulate, cudaStream_t stream) {
-  const int sums = grad_bias != nullptr ? 2 : 1;
-  launch_dependent(sum_partials_kernel<T>, dim3((sums * columns + kSumColumns - 1) / kSumColumns),
-                   dim3(kSumColumns * kSumSlices), 0, stream, partials.data<float>(), blocks, columns, grad_weight,
-                   grad_bias, accumulate);
+void launch_sum_partials(const Tensor& partials, int blocks, int partial_sums, int columns, T* grad_weight,
+                         T* grad_bias, T* grad_x_sums, bool accumulate, cudaStream_t stream) {
+  const int used = grad_x_sums != nullptr ? 3 : grad_bias != nullptr ? 2 : 1;
+  launch_dependent(sum_partials_kernel<T>, dim3((used * columns + kSumColumns - 1) / kSumColumns),
+                   dim3(kSumColumns * kSumSlices), 0, stream, partials.data<float>(), blocks, partial_sums, columns,
+                   grad_weight, grad_bias, grad_x_sums, accumulate);
 }
 
+// Stage 1 and stage 2. True when grad_x's column sums (extras.grad_x_column_sums) were written in
+// them; false where the rows took a kernel that does not sum them, or none were asked.
 template <class T, bool kCentered>
-void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+bool launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                           const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
                           const Tensor& grad_bias, const NormBackwardExtras& extras, cudaStream_t stream) {
   const int columns = static_cast<int>(x.size(-1));
@@ -873,13 +929,14 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
   const bool with_bias = kCentered && grad_bias.defined();
   T* gw = grad_weight.data<T>();
   T* gb = with_bias ? grad_bias.data<T>() : nullptr;
-  if (columns == 0) return;
+  if (columns == 0) return false;
   if (rows == 0) {
-    // Sums over no rows: grad_weight and grad_bias are zero (and accumulated, unchanged).
-    if (extras.accumulate_parameter_gradients) return;
+    // Sums over no rows: grad_weight and grad_bias are zero (and accumulated, unchanged); grad_x's
+    // column sums are left to the caller.
+    if (extras.accumulate_parameter_gradients) return false;
     WEFT_CUDA_CHECK(cudaMemsetAsync(gw, 0, sizeof(T) * columns, stream));
     if (gb != nullptr) WEFT_CUDA_CHECK(cudaMemsetAsync(gb, 0, sizeof(T) * columns, stream));
-    return;
+    return false;
   }
   const T* in = x.data<T>();
   const T* w = weight.data<T>();
@@ -890,12 +947,14 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
   const float* rstd_data = rstd.data<float>();
   // cp.async copies the rows 16 bytes at a time.
   const bool packed = can_use_packs<T>(columns, in, w, gy, gx) && (addend == nullptr || is_aligned_16(addend));
-  int blocks = 0;
+  int blocks = 0, partial_sums = 2;
   Tensor partials;
   dispatch_pack<T>(packed, [&]<int kVec>() {
     if constexpr (kVec > 1) {
-      if (launch_norm_backward_pipelined<T, kVec, kCentered>(in, w, mean_data, rstd_data, gy, addend, gx, rows, columns,
-                                                             with_bias, device, stream, partials, blocks)) {
+      if (launch_norm_backward_pipelined<T, kVec, kCentered>(in, w, mean_data, rstd_data, gy, addend, gx,
+                                                             extras.grad_x_column_sums.defined(), rows, columns,
+                                                             with_bias, device, stream, partials, blocks,
+                                                             partial_sums)) {
         return;
       }
     } else {
@@ -930,7 +989,19 @@ void launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
     launch_dependent(norm_backward_streaming_kernel<T, kVec, kCentered>, blocks, kStreamingThreads, 0, stream, in, w,
                      mean_data, rstd_data, gy, addend, gx, partials.data<float>(), rows, columns, with_bias);
   });
-  launch_sum_partials<T>(partials, blocks, columns, gw, gb, extras.accumulate_parameter_gradients, stream);
+  T* grad_x_sums = partial_sums == 3 ? extras.grad_x_column_sums.data<T>() : nullptr;
+  launch_sum_partials<T>(partials, blocks, partial_sums, columns, gw, gb, grad_x_sums,
+                         extras.accumulate_parameter_gradients, stream);
+  return grad_x_sums != nullptr;
+}
+
+// NormBackwardExtras::grad_x_column_sums where the norm's kernels did not write them: a column-sum
+// pass over grad_x [N, C] (what the linear's backward would have run).
+void sum_grad_x_columns(Backend& backend, const Tensor& grad_x, const NormBackwardExtras& extras) {
+  const int64_t columns = grad_x.size(-1);
+  const int64_t dims[] = {0};
+  backend.reduce(ReduceOp::kSum, grad_x.view({-1, columns}), dims, extras.grad_x_column_sums.view({1, columns}),
+                 Tensor());
 }
 
 }  // namespace
@@ -963,10 +1034,20 @@ void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, con
   const int device = x.device().index;
   cuda::set_device(device);
   const cudaStream_t stream = cuda::current_stream(device);
+  bool summed = false;
   cuda::dispatch_cuda_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
-    cuda::launch_norm_backward<T, true>(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias, extras,
-                                        stream);
+    summed = cuda::launch_norm_backward<T, true>(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias,
+                                                 extras, stream);
   });
+  if (extras.grad_x_column_sums.defined() && !summed) cuda::sum_grad_x_columns(*this, grad_x, extras);
+}
+
+// Where the pipelined kernel's warp rows take x's rows (see kPipelinedWarpPacks).
+bool CudaBackend::norm_backward_sums_columns_in_pass(const Tensor& x) const {
+  const int64_t columns = x.size(-1);
+  const int64_t pack = 16 / static_cast<int64_t>(dtype_size(x.dtype()));
+  return x.device().is_cuda() && x.is_contiguous() && columns > 0 && columns % pack == 0 &&
+         columns / pack <= cuda::kPipelinedWarpPacks && cuda::is_aligned_16(x.raw_data());
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) {
@@ -996,10 +1077,12 @@ void CudaBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const
   const int device = x.device().index;
   cuda::set_device(device);
   const cudaStream_t stream = cuda::current_stream(device);
+  bool summed = false;
   cuda::dispatch_cuda_floating(x.dtype(), "rms_norm_backward", [&]<class T>() {
-    cuda::launch_norm_backward<T, false>(x, weight, Tensor(), rstd, grad_out, grad_x, grad_weight, Tensor(), extras,
-                                         stream);
+    summed = cuda::launch_norm_backward<T, false>(x, weight, Tensor(), rstd, grad_out, grad_x, grad_weight, Tensor(),
+                                                  extras, stream);
   });
+  if (extras.grad_x_column_sums.defined() && !summed) cuda::sum_grad_x_columns(*this, grad_x, extras);
 }
 
 }  // namespace weft

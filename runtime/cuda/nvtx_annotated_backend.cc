@@ -162,6 +162,10 @@ void NvtxAnnotatedBackend::add_layer_norm(const Tensor& x, const Tensor& residua
   inner_.add_layer_norm(x, residual, weight, bias, eps, sum_out, out, mean, rstd);
 }
 
+bool NvtxAnnotatedBackend::norm_backward_sums_columns_in_pass(const Tensor& x) const {
+  return inner_.norm_backward_sums_columns_in_pass(x);
+}
+
 void NvtxAnnotatedBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
                                     const Tensor& rstd) {
   NvtxRange range("rms_norm");

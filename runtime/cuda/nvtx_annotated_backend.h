@@ -55,6 +55,7 @@ class NvtxAnnotatedBackend final : public Backend {
                            const Tensor& grad_bias, const NormBackwardExtras& extras) override;
   void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
                       const Tensor& sum_out, const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
+  bool norm_backward_sums_columns_in_pass(const Tensor& x) const override;
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& out, const Tensor& rstd) override;
   void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps, const Tensor& sum_out,
                     const Tensor& out, const Tensor& rstd) override;

@@ -6,6 +6,7 @@
 #include "runtime/autograd/function.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/linear_parameter_gradients.h"
 #include "runtime/ops/op_checks.h"
@@ -97,8 +98,10 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
 // a gradient), later: the work goes to the deferral target and dW, db are returned undefined, so the
 // engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run(). Without a
 // deferral, db comes with dX's product (Backend::matmul_and_column_sums: the same sums, which a
-// backend may take from the product's own read of dY), unless dX folds in a pending gradient.
-class LinearFunction final : public autograd::Function {
+// backend may take from the product's own read of dY), unless dX folds in a pending gradient, or
+// unless the op that wrote dY summed its columns already (bias_gradient_handoff.h: a norm's
+// backward writing the residual stream's gradient).
+class LinearFunction final : public autograd::Function, public BiasGradientTaker {
  public:
   explicit LinearFunction(bool gelu, bool residual = false) : gelu_(gelu), residual_(residual) {}
   std::string name() const override {
@@ -150,11 +153,24 @@ class LinearFunction final : public autograd::Function {
     backend_for(out.device()).unary(UnaryOp::kGelu, pre_activation, out);
     return out.view(output_shapes[0]);
   }
+  // Agrees where backward would take the bias gradient with dX (see bias_with_input_gradient there).
+  Tensor take_bias_gradient_from_output_gradient(DType dtype, int64_t columns) override {
+    if (gelu_ || !with_bias_ || !next_edges[2].valid() || saved().empty() || saved()[1].size(0) != columns ||
+        autograd::current_weight_gradient_deferral() != nullptr) {
+      return Tensor();
+    }
+    handed_bias_gradient_ = Tensor::empty({columns}, dtype, saved()[1].device());
+    bias_gradient_handoff_count.fetch_add(1, std::memory_order_relaxed);
+    return handed_bias_gradient_;
+  }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& rows = saved()[0];    // [R, K]
     const Tensor& weight = saved()[1];  // [N, K]
     const int64_t n = weight.size(0);
     Tensor g = grad_or_zeros(grads, 0).reshape({-1, n});  // [R, N]
+    // The bias gradient summed by the op that wrote g (take_bias_gradient_from_output_gradient).
+    Tensor bias_gradient = std::move(handed_bias_gradient_);  // [N], or taken with dX below
+    handed_bias_gradient_ = Tensor();
     if (gelu_ && !handed_pre_activation_gradient_) {
       const Tensor& pre_activation = saved()[2];  // [R, N]
       Tensor grad_pre = Tensor::empty(pre_activation.shape(), pre_activation.dtype(), pre_activation.device());
@@ -165,8 +181,8 @@ class LinearFunction final : public autograd::Function {
     // The bias gradient (the column sums of g) with dX's product where nothing defers it: the
     // backend may take it from the product's own read of g (Backend::matmul_and_column_sums).
     const bool bias_with_input_gradient = with_bias_ && next_edges[2].valid() && g.is_contiguous() &&
-                                          autograd::current_weight_gradient_deferral() == nullptr;
-    Tensor bias_gradient;  // [N], when taken with dX
+                                          autograd::current_weight_gradient_deferral() == nullptr &&
+                                          !bias_gradient.defined();
     Tensor grad_x;
     if (const std::shared_ptr<LinearFunction> producer = gelu_producer()) {
       // dX here is the GELU linear's dY; it gets its dPre = gelu'(pre) * (dY W) from one GEMM instead.
@@ -192,7 +208,8 @@ class LinearFunction final : public autograd::Function {
     } else {
       grad_x = input_gradient(g, weight, rows.size(1), bias_with_input_gradient ? &bias_gradient : nullptr);
     }
-    if (autograd::DeferredWeightGradients* deferred = autograd::current_weight_gradient_deferral()) {
+    autograd::DeferredWeightGradients* deferred = autograd::current_weight_gradient_deferral();
+    if (deferred != nullptr && !bias_gradient.defined()) {
       std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = autograd::leaf_accumulator(next_edges[1]);
       std::shared_ptr<autograd::AccumulateGrad> bias_accumulator = autograd::leaf_accumulator(next_edges[2]);
       // A weight that is not a leaf (a converted or gathered copy) must pass its gradient on through
@@ -282,6 +299,9 @@ class LinearFunction final : public autograd::Function {
   Shape x_shape_;
   // Set by the linear after this one (gelu_producer): the gradient arriving is already dPre.
   bool handed_pre_activation_gradient_ = false;
+  // [N]: the bias gradient, written by the op that wrote the gradient arriving (the norm after this
+  // linear: take_bias_gradient_from_output_gradient); undefined otherwise.
+  Tensor handed_bias_gradient_;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "runtime/autograd/function.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/ops/op_checks.h"
 
 namespace weft {
@@ -20,7 +21,10 @@ Tensor as_rows(const Tensor& x) { return x.contiguous().view({-1, x.size(-1)}); 
 // - the parameters' .grad itself (AccumulateGrad::gradient_storage) when every parameter edge leads
 //   straight to a leaf that offers one, accumulated into by the kernel: no new [C] gradients and
 //   no adds. Those edges then return undefined gradients (gradient_added_in_place). Where both
-//   count as zero (the gradient buffer's lazy zeroing), the kernel writes them instead of adding.
+//   count as zero (the gradient buffer's lazy zeroing), the kernel writes them instead of adding;
+// - the bias gradient of the linear that produced x (bias_gradient_handoff.h), the column sums of
+//   grad_x, where grad_x is all that the linear's output receives and the backend sums them in the
+//   pass that writes grad_x.
 struct NormGradientTargets {
   NormBackwardExtras extras;
   bool in_place = false;  // grad_weight and grad_bias are the parameters' .grad storage
@@ -33,6 +37,8 @@ struct NormGradientTargets {
                       const autograd::Edge& weight_edge, const autograd::Edge* bias_edge) {
     extras.grad_x_addend = autograd::take_pending_gradient(x_edge, x.dtype(), x.numel(), x.device());
     if (extras.grad_x_addend.defined()) extras.grad_x_addend = extras.grad_x_addend.view(x.shape());
+    // After the take: receives_only_this_gradient needs the slot empty.
+    offer_grad_x_column_sums(x, x_edge);
     const auto storage = [&](const autograd::Edge& edge, std::shared_ptr<autograd::AccumulateGrad>& accumulator) {
       accumulator = autograd::leaf_accumulator(edge);
       return accumulator != nullptr ? accumulator->gradient_storage(weight.dtype()) : Tensor();
@@ -58,6 +64,19 @@ struct NormGradientTargets {
     } else {
       grad_weight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
       if (bias_edge != nullptr) grad_bias = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+    }
+  }
+
+  // Asks the node at `producer_edge` (that produced x, or a tensor whose gradient is grad_x) whether
+  // it takes grad_x's column sums as its bias gradient (bias_gradient_handoff.h); where it does,
+  // extras.grad_x_column_sums is the tensor to write them into. Only one producer is asked per
+  // backward: the first that agrees.
+  void offer_grad_x_column_sums(const Tensor& x, const autograd::Edge& producer_edge) {
+    if (extras.grad_x_column_sums.defined()) return;
+    if (auto* taker = dynamic_cast<BiasGradientTaker*>(producer_edge.node.get());
+        taker != nullptr && backend_for(x.device()).norm_backward_sums_columns_in_pass(x) &&
+        autograd::receives_only_this_gradient(producer_edge)) {
+      extras.grad_x_column_sums = taker->take_bias_gradient_from_output_gradient(x.dtype(), x.size(1));
     }
   }
 
@@ -146,6 +165,10 @@ std::vector<Tensor> add_norm_backward(const autograd::Function& function, const 
   if (grads[1].defined()) {
     grad_sum = Tensor::empty(sum.shape(), sum.dtype(), sum.device());
     NormGradientTargets targets(sum, weight, autograd::Edge(), edges[2], bias_edge);
+    // d sum is all that x and residual receive from here: the producer of either (GPT's attention
+    // output projection is the residual's) may take its column sums as its bias gradient.
+    targets.offer_grad_x_column_sums(sum, edges[1]);
+    targets.offer_grad_x_column_sums(sum, edges[0]);
     // The kernels read the addend in the sum's dtype (to() is the tensor itself when it already is).
     if (grads[0].defined()) targets.extras.grad_x_addend = as_rows(grads[0]).to(sum.dtype());
     run_norm_backward(as_rows(grads[1]), grad_sum, targets);

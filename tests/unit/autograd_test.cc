@@ -518,6 +518,89 @@ TEST(AutogradFunction, TakePendingGradientHandsOverWhatArrivedEarlierOnce) {
   EXPECT_FALSE(autograd::take_pending_gradient(autograd::gradient_edge(x), kFloat64, 6, Device::cpu()).defined());
 }
 
+// y = 2x whose backward records whether its gradient for x is all that x's producer receives
+// (autograd::receives_only_this_gradient), asked after taking the pending gradient when `take`.
+class AskingDoubleFunction : public autograd::Function {
+ public:
+  AskingDoubleFunction(bool take, bool* answer) : take_(take), answer_(answer) {}
+  std::string name() const override { return "AskingDoubleBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override { return {scale(inputs[0], 2.0)}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor own = scale(grads[0], 2.0);
+    const Tensor taken =
+        take_ ? autograd::take_pending_gradient(next_edges[0], own.dtype(), own.numel(), own.device()) : Tensor();
+    *answer_ = autograd::receives_only_this_gradient(next_edges[0]);
+    return {taken.defined() ? add(own, taken) : own};
+  }
+
+ private:
+  bool take_;
+  bool* answer_;
+};
+
+TEST(AutogradFunction, ReceivesOnlyThisGradientWhenNoOtherGradientIsOnItsWay) {
+  // x's producer is tanh; a second use of its output, when there is one, is created before or after
+  // the asking op: before, its backward runs later (another gradient still to come); after, it has
+  // deposited its gradient already, which counts only once taken.
+  struct Case {
+    const char* name;
+    int second_use;  // 0 none, -1 created before the asking op, +1 created after it
+    bool take;
+    bool expected;
+  };
+  for (const Case& c : {Case{"one use", 0, false, true}, Case{"a use whose backward runs later", -1, true, false},
+                        Case{"an earlier gradient left in the slot", 1, false, false},
+                        Case{"an earlier gradient taken", 1, true, true}}) {
+    SCOPED_TRACE(c.name);
+    const Tensor x = random_leaf({2, 3}, 62);
+    const Tensor stream = tanh(x);
+    Tensor loss;
+    if (c.second_use < 0) loss = sum(scale(stream, 3.0));
+    bool answer = !c.expected;
+    const Tensor doubled = autograd::apply<AskingDoubleFunction>({stream}, c.take, &answer)[0];
+    loss = loss.defined() ? add(loss, sum(doubled)) : sum(doubled);
+    if (c.second_use > 0) loss = add(loss, sum(scale(stream, 3.0)));
+    loss.backward();
+    EXPECT_EQ(answer, c.expected);
+    const double factor = c.second_use != 0 ? 5.0 : 2.0;
+    EXPECT_LE(max_abs_difference(x.grad(), scale(sub(Tensor::ones({2, 3}, kFloat64), square(tanh(x.detach()))), factor)),
+              1e-12);
+  }
+  EXPECT_FALSE(autograd::receives_only_this_gradient(autograd::gradient_edge(tanh(random_leaf({2}, 63)))));
+}
+
+// a + b whose backward records, per input, whether its gradient is all that input's producer
+// receives.
+class AskingAddFunction : public autograd::Function {
+ public:
+  explicit AskingAddFunction(std::vector<bool>* answers) : answers_(answers) {}
+  std::string name() const override { return "AskingAddBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override { return {add(inputs[0], inputs[1])}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    for (const autograd::Edge& edge : next_edges) answers_->push_back(autograd::receives_only_this_gradient(edge));
+    return {grads[0], grads[0]};
+  }
+
+ private:
+  std::vector<bool>* answers_;
+};
+
+TEST(AutogradFunction, ReceivesOnlyThisGradientNotWhenTheRunningNodeHasTwoEdgesIntoTheProducer) {
+  // tanh(x) + tanh(x) of one tanh: the tanh receives two gradients (both from the add), so neither
+  // describes all it receives; of two tanhs, each receives one.
+  for (const bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "one producer for both inputs" : "a producer each");
+    const Tensor x = random_leaf({2, 3}, 64);
+    const Tensor a = tanh(x);
+    const Tensor b = shared ? a : tanh(x);
+    std::vector<bool> answers;
+    sum(autograd::apply<AskingAddFunction>({a, b}, &answers)[0]).backward();
+    EXPECT_EQ(answers, std::vector<bool>(2, !shared));
+    EXPECT_LE(max_abs_difference(x.grad(), scale(sub(Tensor::ones({2, 3}, kFloat64), square(tanh(x.detach()))), 2.0)),
+              1e-12);
+  }
+}
+
 TEST(AutogradFunction, TwoOutputsWithOnlyOneUsed) {
   std::vector<bool> arrived;
   Tensor x = random_leaf({2, 3}, 40), y = random_leaf({2, 3}, 41);

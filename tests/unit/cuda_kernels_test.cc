@@ -134,8 +134,9 @@ const std::vector<std::vector<int64_t>> kNormShapes = {{64, 768}, {4096, 768},  
 // left to right, which over 20000-40000 columns is itself off by about 1e-5, the f32 tolerance.
 Tensor in_f64(const Tensor& tensor) { return tensor.defined() ? tensor.to(kFloat64) : Tensor(); }
 
-// One norm backward case, plain or folded: with NormBackwardExtras, an addend for grad_x and the
-// parameter gradients added into earlier values (drawn here), on the CPU reference (f64) and the GPU.
+// One norm backward case, plain or folded: with NormBackwardExtras, an addend for grad_x, the
+// parameter gradients added into earlier values (drawn here), and on the GPU grad_x's column sums,
+// on the CPU reference (f64) and the GPU.
 struct NormBackwardCase {
   NormBackwardCase(bool folded, const std::vector<int64_t>& shape, uint64_t& seed, DType dtype)
       : folded(folded), dtype(dtype) {
@@ -144,8 +145,19 @@ struct NormBackwardCase {
     earlier_bias = random_input({shape[1]}, ++seed, dtype);
     if (folded) {
       cpu_extras = {in_f64(addend.reference), true};
-      gpu_extras = {addend.gpu, true};
+      gpu_extras = {addend.gpu, true, poisoned({shape[1]}, dtype)};
     }
+  }
+  // Folded: the GPU's column sums of grad_x against the f64 sums of the grad_x it wrote (the linear's
+  // bias gradient, runtime/ops/bias_gradient_handoff.h: the sums of grad_x as stored). The warp rows
+  // take them in the pass, other rows in a pass after it.
+  void expect_grad_x_column_sums(const Tensor& gx, const std::string& what) const {
+    if (!folded) return;
+    const int64_t dims[] = {0};
+    const Tensor expected = Tensor::empty({1, gx.size(1)}, kFloat64);
+    cpu_backend().reduce(ReduceOp::kSum, gx.to(Device::cpu()).to(kFloat64), dims, expected, Tensor());
+    expect_close(gpu_extras.grad_x_column_sums, expected.view({gx.size(1)}), tolerance_for(dtype),
+                 what + " grad_x column sums");
   }
   // The CPU's and the GPU's grad_weight (or grad_bias, from `earlier`): the earlier values when
   // folded, else fresh (the GPU's poisoned).
@@ -209,6 +221,7 @@ TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
           expect_close(gx, expected_gx, tolerance_for(dtype), backward + " grad_x");
           expect_close(gw, expected_gw, tolerance_for(dtype), backward + " grad_weight");
           if (with_bias) expect_close(gb, expected_gb, tolerance_for(dtype), backward + " grad_bias");
+          c.expect_grad_x_column_sums(gx, backward);
         }
       }
     }
@@ -247,9 +260,26 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchCpu) {
                                         c.gpu_extras);
         expect_close(gx, expected_gx, tolerance_for(dtype), backward + " grad_x");
         expect_close(gw, expected_gw, tolerance_for(dtype), backward + " grad_weight");
+        c.expect_grad_x_column_sums(gx, backward);
       }
     }
   }
+}
+
+// Where the norm backward's kernel takes grad_x's column sums in its own pass (its warp rows: up to
+// 96 packs of 16 bytes, C = 768 at bf16, 384 at f32), so that a norm offers the linear before it its
+// bias gradient (runtime/ops/bias_gradient_handoff.h); elsewhere they would cost a pass.
+TEST(CudaKernels, NormBackwardSumsGradXColumnsInItsPassForWarpRowsOnly) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  const auto in_pass = [](std::vector<int64_t> shape, DType dtype) {
+    return gpu_backend().norm_backward_sums_columns_in_pass(Tensor::empty(shape, dtype, kGpu));
+  };
+  EXPECT_TRUE(in_pass({4, 768}, kBFloat16));
+  EXPECT_TRUE(in_pass({4, 200}, kBFloat16));
+  EXPECT_TRUE(in_pass({4, 384}, kFloat32));
+  EXPECT_FALSE(in_pass({4, 2048}, kBFloat16));
+  EXPECT_FALSE(in_pass({4, 768}, kFloat32));
+  EXPECT_FALSE(in_pass({4, 37}, kBFloat16));
 }
 
 TEST(CudaKernels, NormBackwardGivesTheSameBitsEveryRun) {

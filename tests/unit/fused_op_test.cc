@@ -5,13 +5,16 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "layers/layer_norm.h"
 #include "layers/rms_norm.h"
 #include "layers/registry.h"
 #include "layers/transformer_block.h"
+#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/weft.h"
 #include "tests/support/gradient_check.h"
 #include "tests/support/small_model_config.h"
@@ -156,6 +159,143 @@ TEST(FusedOps, NormParameterGradientsAccumulateIntoAnExistingGrad) {
   }
 }
 
+// y = x + bias ([..., C] + [C]) whose backward takes its bias gradient from the op that wrote its
+// output's gradient where that op offers it (BiasGradientTaker, as a linear does), counting the
+// hand-offs.
+class RecordingBiasAdd final : public autograd::Function, public BiasGradientTaker {
+ public:
+  explicit RecordingBiasAdd(int* handoffs) : handoffs_(handoffs) {}
+  std::string name() const override { return "RecordingBiasAddBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    columns_ = inputs[1].size(0);
+    return {add(inputs[0], inputs[1])};
+  }
+  Tensor take_bias_gradient_from_output_gradient(DType dtype, int64_t columns) override {
+    ++*handoffs_;
+    EXPECT_EQ(columns, columns_);
+    handed_ = Tensor::empty({columns}, dtype);
+    return handed_;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor bias_gradient = handed_.defined() ? std::exchange(handed_, Tensor()) : sum_to_shape(grads[0], {columns_});
+    return {grads[0], bias_gradient};
+  }
+
+ private:
+  int* handoffs_;
+  int64_t columns_ = 0;
+  Tensor handed_;
+};
+
+// A norm's backward sums the columns of the grad_x it writes for the op that produced x, where grad_x
+// is all that op receives: x's one use, or x a residual stream whose later use's gradient the norm
+// takes (autograd::take_pending_gradient); not where a use's backward runs after the norm's. The
+// gradients are those of the plain add either way.
+TEST(FusedOps, NormsHandTheirInputsProducerItsBiasGradient) {
+  struct Case {
+    const char* name;
+    int second_use;  // 0 none, +1 created after the norm (a residual stream), -1 created before it
+    int handoffs;
+  };
+  for (const bool rms : {false, true}) {
+    for (const Case& c : {Case{"one use", 0, 1}, Case{"a residual stream", 1, 1}, Case{"a use after the norm's", -1, 0}}) {
+      SCOPED_TRACE(std::string(rms ? "rms_norm, " : "layer_norm, ") + c.name);
+      const Tensor x = random_leaf({2, 3, 5}, 60), b = random_leaf({5}, 61), w = random_leaf({5}, 62),
+                   nb = random_leaf({5}, 63);
+      const Tensor out_weights = random_leaf({2, 3, 5}, 64, false);
+      auto loss_of = [&](const Tensor& stream) {
+        Tensor loss = c.second_use < 0 ? sum(mul(stream, stream)) : Tensor();
+        const Tensor normalized = rms ? rms_norm(stream, w) : layer_norm(stream, w, nb);
+        const Tensor term = sum(mul(normalized, out_weights));
+        loss = loss.defined() ? add(loss, term) : term;
+        return c.second_use > 0 ? add(loss, sum(mul(stream, stream))) : loss;
+      };
+      int handoffs = 0;
+      loss_of(autograd::apply<RecordingBiasAdd>({x, b}, &handoffs)[0]).backward();
+      EXPECT_EQ(handoffs, c.handoffs);
+      const Tensor x_ref = x.detach().set_requires_grad(true), b_ref = b.detach().set_requires_grad(true);
+      const Tensor w_grad = w.grad().clone();
+      loss_of(add(x_ref, b_ref)).backward();
+      EXPECT_LE(max_abs_difference(x.grad(), x_ref.grad()), 1e-12);
+      EXPECT_LE(max_abs_difference(b.grad(), b_ref.grad()), 1e-12);
+      EXPECT_LE(max_abs_difference(scale(w_grad, 2.0), w.grad()), 1e-12) << "the norm's own gradients unchanged";
+    }
+  }
+}
+
+// The linear's side: GPT's output projection (linear_add) before a norm takes its bias gradient from
+// the norm's backward, with the gradients the finite differences give; under a deferral of the
+// weight gradients (DeferWeightGradients) it declines, and every gradient is bitwise the same.
+TEST(FusedOps, LinearTakesItsBiasGradientFromTheNormAfterIt) {
+  auto block = [](const std::vector<Tensor>& in) {
+    // in: x, w, b, residual, norm weight, norm bias
+    const Tensor stream = linear_add(in[0], in[1], in[2], in[3]);
+    return add(mul(layer_norm(stream, in[4], in[5]), tanh(stream)), mul(stream, stream));
+  };
+  const std::vector<Tensor> inputs = {random_leaf({2, 3, 4}, 65), random_leaf({5, 4}, 66), random_leaf({5}, 67),
+                                      random_leaf({2, 3, 5}, 68), random_leaf({5}, 69), random_leaf({5}, 70)};
+  expect_gradients_match(block, inputs);
+  auto gradients = [&](bool deferred) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& input : inputs) leaves.push_back(input.detach().set_requires_grad(true));
+    const Tensor loss = sum(block(leaves));
+    autograd::DeferredWeightGradients weight_work;
+    {
+      std::optional<autograd::DeferWeightGradients> defer;
+      if (deferred) defer.emplace(weight_work);
+      loss.backward();
+    }
+    if (deferred) weight_work.run();
+    std::vector<Tensor> result;
+    for (const Tensor& leaf : leaves) result.push_back(leaf.grad());
+    return result;
+  };
+  const std::vector<Tensor> now = gradients(false), later = gradients(true);
+  for (size_t i = 0; i < now.size(); ++i) {
+    ASSERT_TRUE(later[i].defined()) << i;
+    EXPECT_EQ(later[i].to_vector(), now[i].to_vector()) << "gradient " << i;
+  }
+}
+
+// The fused residual add and norm: its sum's gradient is all that the residual's producer receives
+// (GPT's attention output projection), so the linear that made the residual takes its bias gradient
+// from the norm's backward; not where the residual has a later use, nor when x and residual are one
+// tensor. Gradients by finite differences either way.
+TEST(FusedOps, AddNormHandsTheResidualsProducerItsBiasGradient) {
+  struct Case {
+    const char* name;
+    bool later_use;     // the linear's output is also used after the norm
+    bool same_tensor;   // x and residual are both the linear's output
+    int64_t handoffs;
+  };
+  for (const bool rms : {false, true}) {
+    for (const Case& c : {Case{"one use", false, false, 1}, Case{"a later use", true, false, 0},
+                          Case{"x and residual one tensor", false, true, 0}}) {
+      SCOPED_TRACE(std::string(rms ? "add_rms_norm, " : "add_layer_norm, ") + c.name);
+      auto block = [&](const std::vector<Tensor>& in) {
+        // in: x, residual stream, w, b, norm weight, norm bias
+        const Tensor projected = linear(in[0], in[2], in[3]);
+        const Tensor& stream = c.same_tensor ? projected : in[1];
+        auto [summed, normalized] = rms ? add_rms_norm(stream, projected, in[4])
+                                        : add_layer_norm(stream, projected, in[4], in[5]);
+        Tensor out = add(mul(normalized, tanh(summed)), mul(summed, summed));
+        if (rms) out = add(out, mul(normalized, in[5]));  // every input takes part
+        if (c.same_tensor) out = add(out, in[1]);
+        return c.later_use ? add(out, mul(projected, projected)) : out;
+      };
+      const std::vector<Tensor> inputs = {random_leaf({2, 3, 4}, 71), random_leaf({2, 3, 5}, 72),
+                                          random_leaf({5, 4}, 73),    random_leaf({5}, 74),
+                                          random_leaf({5}, 75),       random_leaf({5}, 76)};
+      const int64_t before = bias_gradient_handoff_count.load();
+      std::vector<Tensor> leaves;
+      for (const Tensor& input : inputs) leaves.push_back(input.detach().set_requires_grad(true));
+      sum(block(leaves)).backward();
+      EXPECT_EQ(bias_gradient_handoff_count.load() - before, c.handoffs);
+      expect_gradients_match(block, inputs);
+    }
+  }
+}
+
 TEST(FusedOps, AddLayerNormRejectsMismatchedResidual) {
   Tensor x = random_leaf({2, 7}, 12), w = random_leaf({7}, 13);
   EXPECT_THROW(add_layer_norm(x, random_leaf({1, 7}, 14), w, Tensor()), Error);
@@ -292,8 +432,13 @@ TEST(FusedOps, TransformerBlockMatchesTheUnfusedBlock) {
     const Tensor y_unfused = unfused.forward(x_unfused);
     EXPECT_LE(max_abs_difference(y, y_unfused), 1e-12);
     const Tensor weights = random_leaf({2, 5, 8}, 79, false);
+    // With biases, the attention output projection takes its bias gradient from add_layer_norm's
+    // backward (bias_gradient_handoff.h); the unfused block's add in between keeps it from that.
+    const int64_t before = bias_gradient_handoff_count.load();
     sum(mul(y, weights)).backward();
+    EXPECT_EQ(bias_gradient_handoff_count.load() - before, bias ? 1 : 0);
     sum(mul(y_unfused, weights)).backward();
+    EXPECT_EQ(bias_gradient_handoff_count.load() - before, bias ? 1 : 0);
     EXPECT_LE(max_abs_difference(x.grad(), x_unfused.grad()), 1e-12);
     const auto fused_parameters = fused.named_parameters();
     const auto unfused_parameters = unfused.named_parameters();

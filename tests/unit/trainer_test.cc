@@ -8,6 +8,7 @@
 #include "launcher/checkpoint.h"
 #include "launcher/config_loader.h"
 #include "launcher/trainer.h"
+#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/error.h"
 
 namespace weft {
@@ -59,6 +60,20 @@ TEST_F(TrainerTest, LossFallsOnRepetitiveText) {
   ASSERT_EQ(result.losses.size(), 40u);
   EXPECT_NEAR(result.losses.front(), std::log(256.0), 0.3) << "a fresh model predicts bytes near-uniformly";
   EXPECT_LT(result.losses.back(), result.losses.front() - 1.5) << "the loss did not fall by 1.5 nats in 40 steps";
+}
+
+// In a training step (the step graph, its segments one block each), every block's attention output
+// projection takes its bias gradient from add_layer_norm's backward (runtime/ops/
+// bias_gradient_handoff.h): once per block, micro-batch and step. The MLP's output projection ends
+// its segment, so it keeps its own sums.
+TEST_F(TrainerTest, AttentionOutputProjectionsTakeTheirBiasGradientsFromTheNorms) {
+  RunConfig config = tiny_config();
+  config.model.layers = 2;
+  config.model.dropout = 0.0;  // a dropout between the projection and the norm would keep them apart
+  config.train.steps = 3;
+  const int64_t before = bias_gradient_handoff_count.load();
+  Trainer(config).run();
+  EXPECT_EQ(bias_gradient_handoff_count.load() - before, 2 * 2 * 3) << "layers x micro-batches x steps";
 }
 
 TEST_F(TrainerTest, WarmupLongerThanTheRunIsCutWithAWarning) {
