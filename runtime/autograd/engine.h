@@ -44,9 +44,9 @@ Tensor take_pending_gradient(const Edge& edge, DType dtype, int64_t numel, const
 // node returns for `edge` (one of its next_edges) will be all that edge.node receives for that
 // output: nothing waits in its slot (none arrived before, or take_pending_gradient took it) and no
 // node that has yet to run has an edge into edge.node besides this one (nor has the running node a
-// second). False outside a backward. An op may then compute, from the gradient it writes, part of edge.node's backward (a
-// norm's kernel summing grad_x's columns for the bias gradient of the linear that produced x:
-// runtime/ops/bias_gradient_handoff.h).
+// second). False outside a backward. An op may then compute, from the gradient it writes, part of
+// edge.node's backward (a norm's kernel summing grad_x's columns for the bias gradient of the
+// linear that produced x: runtime/ops/bias_gradient_handoff.h).
 bool receives_only_this_gradient(const Edge& edge);
 
 }  // namespace weft::autograd

@@ -8,8 +8,8 @@
 #include "launcher/checkpoint.h"
 #include "launcher/config_loader.h"
 #include "launcher/trainer.h"
-#include "runtime/ops/bias_gradient_handoff.h"
 #include "runtime/error.h"
+#include "runtime/ops/bias_gradient_handoff.h"
 
 namespace weft {
 namespace {
