@@ -229,8 +229,14 @@ TEST(FusedOps, NormsHandTheirInputsProducerItsBiasGradient) {
 TEST(FusedOps, LinearTakesItsBiasGradientFromTheNormAfterIt) {
   auto block = [](const std::vector<Tensor>& in) {
     // in: x, w, b, residual, norm weight, norm bias
+    // The norm first, so that the stream's later uses run their backwards before its own (the
+    // engine runs the most recently created ready node first): their gradient is then taken by the
+    // norm, whose grad_x is all the linear receives.
     const Tensor stream = linear_add(in[0], in[1], in[2], in[3]);
-    return add(mul(layer_norm(stream, in[4], in[5]), tanh(stream)), mul(stream, stream));
+    const Tensor normalized = layer_norm(stream, in[4], in[5]);
+    const Tensor squashed = tanh(stream);
+    const Tensor squared = mul(stream, stream);
+    return add(mul(normalized, squashed), squared);
   };
   const std::vector<Tensor> inputs = {random_leaf({2, 3, 4}, 65), random_leaf({5, 4}, 66), random_leaf({5}, 67),
                                       random_leaf({2, 3, 5}, 68), random_leaf({5}, 69), random_leaf({5}, 70)};
@@ -240,11 +246,13 @@ TEST(FusedOps, LinearTakesItsBiasGradientFromTheNormAfterIt) {
     for (const Tensor& input : inputs) leaves.push_back(input.detach().set_requires_grad(true));
     const Tensor loss = sum(block(leaves));
     autograd::DeferredWeightGradients weight_work;
+    const int64_t before = bias_gradient_handoff_count.load();
     {
       std::optional<autograd::DeferWeightGradients> defer;
       if (deferred) defer.emplace(weight_work);
       loss.backward();
     }
+    EXPECT_EQ(bias_gradient_handoff_count.load() - before, deferred ? 0 : 1);
     if (deferred) weight_work.run();
     std::vector<Tensor> result;
     for (const Tensor& leaf : leaves) result.push_back(leaf.grad());
