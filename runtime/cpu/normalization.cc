@@ -51,16 +51,6 @@ void column_sums(const T* x, const T* grad_out, const S* means, const S* rstds, 
   });
 }
 
-// NormBackwardExtras::grad_x_column_sums, where asked: grad_x's stored values summed over the rows
-// by reduce (in double, rows in order, rounded once), exactly the linear's own column sums.
-void sum_grad_x_columns(Backend& backend, const Tensor& grad_x, const NormBackwardExtras& extras) {
-  if (!extras.grad_x_column_sums.defined()) return;
-  const int64_t columns = grad_x.size(-1);
-  const int64_t dims[] = {0};
-  backend.reduce(ReduceOp::kSum, grad_x.view({-1, columns}), dims, extras.grad_x_column_sums.view({1, columns}),
-                 Tensor());
-}
-
 }  // namespace
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
                             const Tensor& mean, const Tensor& rstd) {
@@ -135,7 +125,9 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
         }
       }
     });
-    sum_grad_x_columns(*this, grad_x, extras);
+    // grad_x's stored values summed over the rows (Backend::sum_over_rows: in double, rows in order,
+    // rounded once), exactly the linear's own column sums.
+    if (extras.grad_x_column_sums.defined()) sum_over_rows(grad_x.view({-1, columns}), extras.grad_x_column_sums);
     store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
                              grad_weight.data<T>());
     if (grad_bias.defined()) {
@@ -201,7 +193,9 @@ void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const 
         }
       }
     });
-    sum_grad_x_columns(*this, grad_x, extras);
+    // grad_x's stored values summed over the rows (Backend::sum_over_rows: in double, rows in order,
+    // rounded once), exactly the linear's own column sums.
+    if (extras.grad_x_column_sums.defined()) sum_over_rows(grad_x.view({-1, columns}), extras.grad_x_column_sums);
     store_parameter_gradient(weight_sums.data(), columns, extras.accumulate_parameter_gradients,
                              grad_weight.data<T>());
   });

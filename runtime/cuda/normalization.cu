@@ -995,15 +995,6 @@ bool launch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& m
   return grad_x_sums != nullptr;
 }
 
-// NormBackwardExtras::grad_x_column_sums where the norm's kernels did not write them: a column-sum
-// pass over grad_x [N, C] (what the linear's backward would have run).
-void sum_grad_x_columns(Backend& backend, const Tensor& grad_x, const NormBackwardExtras& extras) {
-  const int64_t columns = grad_x.size(-1);
-  const int64_t dims[] = {0};
-  backend.reduce(ReduceOp::kSum, grad_x.view({-1, columns}), dims, extras.grad_x_column_sums.view({1, columns}),
-                 Tensor());
-}
-
 }  // namespace
 }  // namespace cuda
 
@@ -1039,7 +1030,10 @@ void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, con
     summed = cuda::launch_norm_backward<T, true>(x, weight, mean, rstd, grad_out, grad_x, grad_weight, grad_bias,
                                                  extras, stream);
   });
-  if (extras.grad_x_column_sums.defined() && !summed) cuda::sum_grad_x_columns(*this, grad_x, extras);
+  // Where the kernels did not sum grad_x's columns: a pass of its own (what the linear would have run).
+  if (extras.grad_x_column_sums.defined() && !summed) {
+    sum_over_rows(grad_x.view({-1, x.size(-1)}), extras.grad_x_column_sums);
+  }
 }
 
 // Where the pipelined kernel's warp rows take x's rows (see kPipelinedWarpPacks).
@@ -1082,7 +1076,10 @@ void CudaBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const
     summed = cuda::launch_norm_backward<T, false>(x, weight, Tensor(), rstd, grad_out, grad_x, grad_weight, Tensor(),
                                                   extras, stream);
   });
-  if (extras.grad_x_column_sums.defined() && !summed) cuda::sum_grad_x_columns(*this, grad_x, extras);
+  // Where the kernels did not sum grad_x's columns: a pass of its own (what the linear would have run).
+  if (extras.grad_x_column_sums.defined() && !summed) {
+    sum_over_rows(grad_x.view({-1, x.size(-1)}), extras.grad_x_column_sums);
+  }
 }
 
 }  // namespace weft
