@@ -75,9 +75,15 @@ void backward_segment(StepState& state, int s, int64_t micro, int segments) {
   // The loss starts from 1; a segment below from the gradient of the input of the segment above
   // it, which that segment's backward (or a pipeline receive) handed over.
   const Tensor gradient = s + 1 == segments ? Tensor() : input_gradients[s + 1];
-  std::vector<Tensor> stops;
-  if (s > 0) stops.push_back(inputs[s]);
-  std::vector<Tensor> reached = autograd::backward_to_inputs({outputs[s]}, {gradient}, stops);
+  std::vector<Tensor> stops, producers;
+  if (s > 0) {
+    stops.push_back(inputs[s]);
+    // The segment below starts its backward from what reaches inputs[s], unchanged, as the gradient
+    // of its output (undefined here where that segment is another pipeline stage's): an op here may
+    // do part of that output's producer's backward (runtime/ops/bias_gradient_handoff.h).
+    producers.push_back(outputs[s - 1]);
+  }
+  std::vector<Tensor> reached = autograd::backward_to_inputs({outputs[s]}, {gradient}, stops, producers);
   outputs[s] = Tensor();
   if (s + 1 < segments) input_gradients[s + 1] = Tensor();
   if (s > 0) {

@@ -21,14 +21,16 @@ Tensor add_gradients(const Tensor& a, const Tensor& b) {
 
 thread_local bool frees_saved_tensors = false;
 
-// The walk running on this thread, as take_pending_gradient and receives_only_this_gradient see
-// it: per node one gradient slot per forward output, how many edges from nodes yet to run lead into
-// each node (the running node's included until it has run), and the running node.
+// The walk running on this thread, as take_pending_gradient, receives_only_this_gradient and
+// gradient_destination see it: per node one gradient slot per forward output, how many edges from
+// nodes yet to run lead into each node (the running node's included until it has run), the running
+// node, and the producers' edges of the stops that backward_to_inputs was given producers for.
 using GradientBuffers = std::unordered_map<Node*, std::vector<Tensor>>;
 struct Walk {
   GradientBuffers buffers;
   std::unordered_map<Node*, int> dependencies;
   const Node* running = nullptr;
+  std::unordered_map<const Node*, Edge> producers_of_stops;
 };
 thread_local Walk* current_walk = nullptr;  // null outside a walk
 
@@ -69,7 +71,8 @@ namespace {
 // The walk behind backward and backward_to_inputs: `stops` are accumulator nodes whose summed
 // gradient is stored in `stopped` (same index) instead of being run.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph,
-                  const std::vector<Node*>& stops, std::vector<Tensor>* stopped) {
+                  const std::vector<Node*>& stops, std::vector<Tensor>* stopped,
+                  std::unordered_map<const Node*, Edge> producers_of_stops = {}) {
   WEFT_CHECK(roots.size() == gradients.size(), "backward: ", roots.size(), " roots but ", gradients.size(),
              " gradients");
   NoGradGuard no_grad;
@@ -77,6 +80,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 
   // Gradient buffers per node (one slot per forward output), and the roots' contributions.
   Walk walk;
+  walk.producers_of_stops = std::move(producers_of_stops);
   const CurrentWalkScope walk_scope(&walk);
   GradientBuffers& buffers = walk.buffers;
   std::unordered_map<Node*, std::shared_ptr<Node>> owners;
@@ -186,15 +190,22 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
 }
 
 std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
-                                       const std::vector<Tensor>& inputs) {
+                                       const std::vector<Tensor>& inputs, const std::vector<Tensor>& producers) {
+  WEFT_CHECK(producers.empty() || producers.size() == inputs.size(), "backward_to_inputs: ", producers.size(),
+             " producers for ", inputs.size(), " inputs (give none, or one per input)");
   std::vector<Node*> stops;
-  for (const Tensor& input : inputs) {
+  std::unordered_map<const Node*, Edge> producers_of_stops;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& input = inputs[i];
     WEFT_CHECK(input.defined() && input.is_leaf() && input.requires_grad(), "backward_to_inputs: input ",
                input.defined() ? input.describe() : std::string("(undefined)"), " is not a leaf that requires grad");
     stops.push_back(gradient_edge(input).node.get());
+    if (i < producers.size() && producers[i].defined() && producers[i].requires_grad()) {
+      producers_of_stops[stops.back()] = gradient_edge(producers[i]);
+    }
   }
   std::vector<Tensor> stopped(inputs.size());
-  run_backward(roots, gradients, /*retain_graph=*/false, stops, &stopped);
+  run_backward(roots, gradients, /*retain_graph=*/false, stops, &stopped, std::move(producers_of_stops));
   return stopped;
 }
 
@@ -231,6 +242,12 @@ bool receives_only_this_gradient(const Edge& edge) {
       std::count_if(current_walk->running->next_edges.begin(), current_walk->running->next_edges.end(),
                     [&](const Edge& next) { return next.node == edge.node; }));
   return from_running == 1 && waiting->second == 1;
+}
+
+Edge gradient_destination(const Edge& edge) {
+  if (current_walk == nullptr || !edge.valid()) return edge;
+  const auto found = current_walk->producers_of_stops.find(edge.node.get());
+  return found != current_walk->producers_of_stops.end() ? found->second : edge;
 }
 
 }  // namespace weft::autograd

@@ -20,8 +20,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
 // backward that stops at `inputs` (leaves that require grad, such as a model segment's input):
 // the gradient summed at each input is returned, in order, instead of being accumulated into its
 // .grad (undefined where none arrived), so no copy is made. Other leaves accumulate as usual.
+// `producers` (empty, or one per input, each undefined or not) names, for an input, the tensor
+// whose backward the caller will start from the input's returned gradient, unchanged (a model
+// segment's input is the detached output of the segment below: parallel/step/step_builder.h).
+// Inside this walk, gradient_destination then sees through the input to that tensor's producer.
 std::vector<Tensor> backward_to_inputs(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
-                                       const std::vector<Tensor>& inputs);
+                                       const std::vector<Tensor>& inputs, const std::vector<Tensor>& producers = {});
 
 // True on this thread while a backward that frees each node's saved tensors right after the node
 // runs (retain_graph false; backward_to_inputs always) walks the graph. A node's backward may then
@@ -48,5 +52,13 @@ Tensor take_pending_gradient(const Edge& edge, DType dtype, int64_t numel, const
 // edge.node's backward (a norm's kernel summing grad_x's columns for the bias gradient of the
 // linear that produced x: runtime/ops/bias_gradient_handoff.h).
 bool receives_only_this_gradient(const Edge& edge);
+
+// Inside a node's backward, run by the engine on this thread: where the gradient the running node
+// returns for `edge` ends up. That is `edge` itself, except where edge.node is an input of
+// backward_to_inputs given a producer tensor: then the producer's gradient edge, whose node the
+// caller's next backward starts with the input's gradient as the tensor's. (With
+// receives_only_this_gradient(edge), what the running node returns is then all the producer's
+// output receives.) Outside a backward, `edge`.
+Edge gradient_destination(const Edge& edge);
 
 }  // namespace weft::autograd

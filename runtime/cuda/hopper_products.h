@@ -31,12 +31,17 @@
 // "all": every one; or a comma-separated list of the names bias_gelu, gelu_backward, input_gradient,
 // swiglu and swiglu_backward. Any other value is reported on stderr and runs none (cuBLASLt's
 // products, which lose nothing). Tests set them directly.
-// The default is every product but gelu_backward: the SwiGLU pair (Llama 1B +2.0-2.2%), and
-// bias_gelu with input_gradient (GPT-2 124M +1.2-2.0%, the 1.3B shape level; docs/performance.md,
-// 2026-12-06, twentieth and twenty-first sessions). gelu_backward stays off: it lost 0.4% at the
-// 1.3B shape and 4% on GPT-2's shapes. input_gradient declines a product whose dY is wider than
-// kHopperInputGradientMaxColumns (the 1.3B shape's fc dX, K = 8192, is 10% slower than cuBLASLt's
-// product and a pass), and cuBLASLt's product and weft's column-sum pass run instead.
+// The default is every product: the SwiGLU pair (Llama 1B +2.0-2.2%), and bias_gelu with
+// input_gradient (GPT-2 124M +1.2-2.0%, the 1.3B shape level; docs/performance.md, 2026-12-06,
+// twentieth and twenty-first sessions). gelu_backward, off until 2026-12-07 (it lost 0.4% at the
+// 1.3B shape and 4% on GPT-2's shapes before the twenty-fifth session's staging ring), runs GELU's
+// backward where no bias sums ride it: since the MLP output projection's bias gradient comes from
+// the next norm (runtime/ops/bias_gradient_handoff.h), cuBLASLt's DGELU in its place cost GPT-2
+// 0.3% (docs/performance.md, 2026-12-07, thirty-first session). Where the sums are wanted,
+// input_gradient takes the product with them whether gelu_backward is on or not. input_gradient
+// declines a product whose dY is wider than kHopperInputGradientMaxColumns (the 1.3B shape's fc dX,
+// K = 8192, is 10% slower than cuBLASLt's product and a pass), and cuBLASLt's product and weft's
+// column-sum pass run instead.
 // The results are not cuBLASLt's bits: GELU's tanh is the hardware's approximation (2^-11 relative,
 // under bf16's rounding), and the sums run in another order. Each gives the same bits on every run
 // of the same inputs (no atomics, sums in a fixed order): CudaFused.OwnHopperProductsGiveTheSameBitsEveryRun
@@ -70,8 +75,7 @@ enum HopperProduct : unsigned {
 constexpr unsigned kAllHopperProducts =
     kHopperBiasGelu | kHopperGeluBackward | kHopperInputGradient | kHopperSwiglu | kHopperSwigluBackward;
 // What runs where WEFT_HOPPER_GEMM is unset.
-constexpr unsigned kDefaultHopperProducts =
-    kHopperBiasGelu | kHopperInputGradient | kHopperSwiglu | kHopperSwigluBackward;
+constexpr unsigned kDefaultHopperProducts = kAllHopperProducts;
 // The widest dY (the inner dimension K of dY · W) whose product input_gradient takes in training:
 // GPT-2's K = 3072 gains 11% over cuBLASLt's product and a pass, the 1.3B shape's K = 8192 loses 10%.
 constexpr int64_t kHopperInputGradientMaxColumns = 4096;

@@ -905,10 +905,9 @@ bool try_hopper_gelu_backward(const Tensor& a, const Tensor& bm, const Tensor& p
 bool try_hopper_input_gradient(const Tensor& a, const Tensor& bm, const Tensor& pre_gelu, const Tensor& out,
                                const Tensor& column_sums) {
 #if defined(WEFT_HAVE_SM90A)
+  // With gelu_backward switched on too, GELU's backward with the sums still runs here: the sums taken
+  // while the product reads dY cost less than gelu_backward's product and a column-sum pass over dY.
   if (!hopper_product_enabled(kHopperInputGradient) || !hopper_operands(a, bm, out, false)) return false;
-  // With gelu_backward switched on too, GELU's backward runs on that product, without the sums, and
-  // weft's column-sum pass after it (CudaBackend::matmul_and_column_sums' fallback).
-  if (pre_gelu.defined() && hopper_product_enabled(kHopperGeluBackward)) return false;
   if (pre_gelu.defined() && (pre_gelu.dtype() != kBFloat16 || pre_gelu.device() != out.device() ||
                              pre_gelu.shape() != out.shape() || !pre_gelu.is_contiguous())) {
     return false;

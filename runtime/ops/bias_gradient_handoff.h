@@ -4,15 +4,18 @@
 // (NormBackwardExtras::grad_x_column_sums), and the linear's dX product then runs without the sums,
 // which on CUDA cost it more than they cost the norm (docs/performance.md, 2026-12-07). In GPT's
 // blocks: the attention output projection's output is add_layer_norm's residual, whose gradient is
-// the sum's that the fused norm writes; the MLP output projection (linear_add) hands off to the
-// next block's first norm only where both are in one backward walk (not across the step graph's
-// segments, whose inputs are detached leaves: parallel/step/step_builder.h).
+// the sum's that the fused norm writes; the MLP output projection (linear_add) ends its block, and
+// the next block's first norm writes its gradient. Each block is a step-graph segment whose input
+// is a detached leaf, whose gradient the step builder hands unchanged to the segment below as its
+// output's (parallel/step/step_builder.h): the norm reaches the projection through
+// autograd::gradient_destination, and its sums wait in the projection until that backward.
 //
 // Invariants: the writer asks only when the gradient it returns is all that the linear's output
 // receives (autograd::receives_only_this_gradient) and only where its backend sums the columns in
 // the same pass (Backend::norm_backward_sums_columns_in_pass); the linear agrees only where it would
 // take the bias gradient with dX anyway (a bias that takes a gradient, no GELU between the product
-// and dY, no deferral of the weight gradients). The sums written are those of dY as stored, summed
+// and dY, no deferral of the weight gradients when asked; a deferral begun by its own backward
+// keeps the handed sums with the weight's deferred gradient). The sums written are those of dY as stored, summed
 // in f32 and rounded once, as Backend::matmul_and_column_sums computes them: the hand-off changes
 // where the work runs, not what is computed.
 #pragma once

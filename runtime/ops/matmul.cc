@@ -209,7 +209,7 @@ class LinearFunction final : public autograd::Function, public BiasGradientTaker
       grad_x = input_gradient(g, weight, rows.size(1), bias_with_input_gradient ? &bias_gradient : nullptr);
     }
     autograd::DeferredWeightGradients* deferred = autograd::current_weight_gradient_deferral();
-    if (deferred != nullptr && !bias_gradient.defined()) {
+    if (deferred != nullptr) {
       std::shared_ptr<autograd::AccumulateGrad> weight_accumulator = autograd::leaf_accumulator(next_edges[1]);
       std::shared_ptr<autograd::AccumulateGrad> bias_accumulator = autograd::leaf_accumulator(next_edges[2]);
       // A weight that is not a leaf (a converted or gathered copy) must pass its gradient on through
@@ -217,9 +217,12 @@ class LinearFunction final : public autograd::Function, public BiasGradientTaker
       // then all computed now, as without a deferral, rather than split between B and W.
       if (weight_accumulator != nullptr && (bias_accumulator != nullptr || !next_edges[2].valid())) {
         // g and rows are captured by value: the engine frees this node's saved tensors after backward.
-        deferred->add([g, rows, weight_accumulator, bias_accumulator] {
-          LinearParameterGradients gradients =
-              linear_parameter_gradients(g, rows, bias_accumulator != nullptr, weight_accumulator.get());
+        // A bias gradient handed over before the deferral began (the op after this linear was in a
+        // walk without one: bias_gradient_handoff.h) waits with the weight's.
+        deferred->add([g, rows, weight_accumulator, bias_accumulator, bias_gradient] {
+          LinearParameterGradients gradients = linear_parameter_gradients(
+              g, rows, bias_accumulator != nullptr && !bias_gradient.defined(), weight_accumulator.get());
+          if (bias_gradient.defined()) gradients.bias = bias_gradient;
           // Accumulates a returned dW, or fires the hooks of one added in place.
           weight_accumulator->run_backward({gradients.weight});
           if (bias_accumulator != nullptr) bias_accumulator->run_backward({gradients.bias});

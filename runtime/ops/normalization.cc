@@ -70,10 +70,11 @@ struct NormGradientTargets {
   // Asks the node at `producer_edge` (that produced x, or a tensor whose gradient is grad_x) whether
   // it takes grad_x's column sums as its bias gradient (bias_gradient_handoff.h); where it does,
   // extras.grad_x_column_sums is the tensor to write them into. Only one producer is asked per
-  // backward: the first that agrees.
+  // backward: the first that agrees. Where x is a model segment's input, the node asked is the
+  // previous segment's output's producer (autograd::gradient_destination).
   void offer_grad_x_column_sums(const Tensor& x, const autograd::Edge& producer_edge) {
     if (extras.grad_x_column_sums.defined()) return;
-    if (auto* taker = dynamic_cast<BiasGradientTaker*>(producer_edge.node.get());
+    if (auto* taker = dynamic_cast<BiasGradientTaker*>(autograd::gradient_destination(producer_edge).node.get());
         taker != nullptr && backend_for(x.device()).norm_backward_sums_columns_in_pass(x) &&
         autograd::receives_only_this_gradient(producer_edge)) {
       extras.grad_x_column_sums = taker->take_bias_gradient_from_output_gradient(x.dtype(), x.size(1));

@@ -601,6 +601,45 @@ TEST(AutogradFunction, ReceivesOnlyThisGradientNotWhenTheRunningNodeHasTwoEdgesI
   }
 }
 
+// y = 2x whose backward records where the gradient it returns for x ends up
+// (autograd::gradient_destination).
+class DestinationAskingDoubleFunction : public autograd::Function {
+ public:
+  explicit DestinationAskingDoubleFunction(autograd::Edge* destination) : destination_(destination) {}
+  std::string name() const override { return "DestinationAskingDoubleBackward"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override { return {scale(inputs[0], 2.0)}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    *destination_ = autograd::gradient_destination(next_edges[0]);
+    return {scale(grads[0], 2.0)};
+  }
+
+ private:
+  autograd::Edge* destination_;
+};
+
+TEST(AutogradGraph, GradientDestinationSeesThroughAStopToItsProducer) {
+  // The step builder's cut: h = tanh(w) below, its detached leaf above. Given h as the leaf's
+  // producer, the upper piece's ops see h's node behind the leaf; without, the leaf's own.
+  for (const bool with_producer : {true, false}) {
+    SCOPED_TRACE(with_producer ? "with a producer" : "without");
+    const Tensor w = random_leaf({2, 3}, 65);
+    const Tensor h = tanh(w);
+    const Tensor h_leaf = h.detach().set_requires_grad(true);
+    autograd::Edge destination;
+    const Tensor y = sum(autograd::apply<DestinationAskingDoubleFunction>({h_leaf}, &destination)[0]);
+    const std::vector<Tensor> reached = autograd::backward_to_inputs(
+        {y}, {Tensor()}, {h_leaf}, with_producer ? std::vector<Tensor>{h} : std::vector<Tensor>{});
+    EXPECT_EQ(destination.node, with_producer ? autograd::gradient_edge(h).node : autograd::gradient_edge(h_leaf).node);
+    EXPECT_EQ(reached[0].to_vector(), std::vector<double>(6, 2.0));
+  }
+  // Outside a walk an edge is its own destination; a producer list must match the inputs.
+  const Tensor t = tanh(random_leaf({2}, 66));
+  EXPECT_EQ(autograd::gradient_destination(autograd::gradient_edge(t)).node, autograd::gradient_edge(t).node);
+  const Tensor leaf = random_leaf({2}, 67);
+  expect_contains(error_message([&] { autograd::backward_to_inputs({sum(leaf)}, {Tensor()}, {leaf}, {t, t}); }),
+                  {"2 producers for 1 inputs"});
+}
+
 TEST(AutogradFunction, TwoOutputsWithOnlyOneUsed) {
   std::vector<bool> arrived;
   Tensor x = random_leaf({2, 3}, 40), y = random_leaf({2, 3}, 41);

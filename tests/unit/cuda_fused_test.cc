@@ -393,6 +393,41 @@ TEST(CudaFused, OwnHopperInputGradientMatchesCpu) {
 #endif
 }
 
+// With gelu_backward switched on too (every product: the default), a GELU backward that carries the
+// bias sums still rides input_gradient's product, which takes them while it reads dY: its output and
+// sums are bit for bit those of input_gradient alone, not gelu_backward's product and the column-sum
+// pass (whose sums run in another order).
+TEST(CudaFused, OwnHopperInputGradientTakesTheGeluBackwardWithSumsWhenEveryProductIsOn) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+#if !defined(WEFT_HAVE_SM90A)
+  GTEST_SKIP() << "weft was built without sm_90a (CMAKE_CUDA_ARCHITECTURES has no 90)";
+#else
+  if (!compute_capability_9_0()) GTEST_SKIP() << "the own Hopper product needs compute capability 9.0";
+  const unsigned was = cuda::hopper_products();
+  uint64_t seed = 970;
+  for (const LinearCase& c : kHopperCases) {
+    const std::string what = describe({c.rows, c.in, c.out}, kBFloat16);
+    SCOPED_TRACE(what);
+    const RoundedInput g = random_input({1, c.rows, c.in}, ++seed, kBFloat16);
+    const RoundedInput w =
+        random_input({c.in, c.out}, ++seed, kBFloat16, 0.0, 1.0 / std::sqrt(static_cast<double>(c.in)));
+    const RoundedInput pre = random_input({1, c.rows, c.out}, ++seed, kBFloat16, 0.0, 2.0);
+    std::vector<Tensor> outs, sums;
+    for (const unsigned products : {unsigned{cuda::kHopperInputGradient}, cuda::kAllHopperProducts}) {
+      cuda::set_hopper_products(products);
+      outs.push_back(poisoned({1, c.rows, c.out}, kBFloat16));
+      sums.push_back(poisoned({c.in}, kBFloat16));
+      const int64_t launches = cuda::hopper_gemm_launches();
+      backend_for(kGpu).matmul_and_column_sums(g.gpu, w.gpu.unsqueeze(0), pre.gpu, outs.back(), sums.back());
+      EXPECT_EQ(cuda::hopper_gemm_launches(), launches + 1) << "the product did not run on the own kernel";
+    }
+    EXPECT_TRUE(testing::bitwise_equal(outs[1], outs[0])) << what << " out";
+    EXPECT_TRUE(testing::bitwise_equal(sums[1], sums[0])) << what << " column sums";
+  }
+  cuda::set_hopper_products(was);
+#endif
+}
+
 // A dY wider than kHopperInputGradientMaxColumns (where the own product measured slower) is left to
 // cuBLASLt's product and the column-sum pass even with input_gradient on, and is still right.
 TEST(CudaFused, OwnHopperInputGradientLeavesWideGradientsToCublasLt) {

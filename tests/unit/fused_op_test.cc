@@ -304,6 +304,70 @@ TEST(FusedOps, AddNormHandsTheResidualsProducerItsBiasGradient) {
   }
 }
 
+// The step builder's cut between two GPT blocks: the MLP output projection (linear_add) ends the
+// segment below and the next block's first norm begins the one above, on the projection's detached
+// output, a residual stream (the norm takes the later uses' gradient). Given the projection's output
+// as the leaf's producer (autograd::backward_to_inputs), the norm's backward sums the columns for it
+// (one hand-off) and the projection's backward, run next from what reached the leaf, uses them,
+// with or without a deferral of its weight gradients; every gradient is bitwise that of the cut
+// without the producer, and that of the uncut function, whose gradients the finite differences check.
+TEST(FusedOps, NormHandsTheBiasGradientAcrossASegmentCut) {
+  // in: x, w, b, residual, norm weight, norm bias
+  const std::vector<Tensor> inputs = {random_leaf({2, 3, 4}, 80), random_leaf({5, 4}, 81), random_leaf({5}, 82),
+                                      random_leaf({2, 3, 5}, 83), random_leaf({5}, 84), random_leaf({5}, 85)};
+  // The part above the cut, its ops created in this order: the norm first, so that the later uses'
+  // backwards run before its own (the engine runs the most recently created ready node first).
+  auto above = [](const Tensor& stream, const Tensor& norm_weight, const Tensor& norm_bias) {
+    const Tensor normalized = layer_norm(stream, norm_weight, norm_bias);
+    const Tensor squashed = tanh(stream);
+    const Tensor squared = mul(stream, stream);
+    return sum(add(mul(normalized, squashed), squared));
+  };
+  auto uncut = [&](const std::vector<Tensor>& in) { return above(linear_add(in[0], in[1], in[2], in[3]), in[4], in[5]); };
+  expect_gradients_match(uncut, inputs);
+  auto leaves_of = [&] {
+    std::vector<Tensor> leaves;
+    for (const Tensor& input : inputs) leaves.push_back(input.detach().set_requires_grad(true));
+    return leaves;
+  };
+  std::vector<Tensor> reference;
+  {
+    const std::vector<Tensor> leaves = leaves_of();
+    uncut(leaves).backward();
+    for (const Tensor& leaf : leaves) reference.push_back(leaf.grad());
+  }
+  std::vector<double> first_bias_gradient;
+  for (const bool with_producer : {false, true}) {
+    for (const bool deferred : {false, true}) {
+      SCOPED_TRACE(std::string(with_producer ? "with the producer" : "without") + (deferred ? ", deferred" : ""));
+      const std::vector<Tensor> leaves = leaves_of();
+      const Tensor stream = linear_add(leaves[0], leaves[1], leaves[2], leaves[3]);  // the segment below
+      const Tensor stream_leaf = stream.detach().set_requires_grad(true);
+      const Tensor loss = above(stream_leaf, leaves[4], leaves[5]);
+      const int64_t before = bias_gradient_handoff_count.load();
+      const std::vector<Tensor> reached = autograd::backward_to_inputs(
+          {loss}, {Tensor()}, {stream_leaf}, with_producer ? std::vector<Tensor>{stream} : std::vector<Tensor>{});
+      EXPECT_EQ(bias_gradient_handoff_count.load() - before, with_producer ? 1 : 0);
+      autograd::DeferredWeightGradients weight_work;
+      {
+        std::optional<autograd::DeferWeightGradients> defer;
+        if (deferred) defer.emplace(weight_work);
+        autograd::backward_to_inputs({stream}, {reached[0]}, {});
+      }
+      if (deferred) {
+        EXPECT_FALSE(leaves[2].grad().defined()) << "the bias gradient waits with the weight's";
+        weight_work.run();
+      }
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        ASSERT_TRUE(leaves[i].grad().defined()) << i;
+        EXPECT_LE(max_abs_difference(leaves[i].grad(), reference[i]), 1e-12) << "gradient " << i;
+      }
+      if (first_bias_gradient.empty()) first_bias_gradient = leaves[2].grad().to_vector();
+      EXPECT_EQ(leaves[2].grad().to_vector(), first_bias_gradient) << "the bias gradient, bitwise";
+    }
+  }
+}
+
 TEST(FusedOps, AddLayerNormRejectsMismatchedResidual) {
   Tensor x = random_leaf({2, 7}, 12), w = random_leaf({7}, 13);
   EXPECT_THROW(add_layer_norm(x, random_leaf({1, 7}, 14), w, Tensor()), Error);

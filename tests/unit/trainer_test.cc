@@ -62,18 +62,19 @@ TEST_F(TrainerTest, LossFallsOnRepetitiveText) {
   EXPECT_LT(result.losses.back(), result.losses.front() - 1.5) << "the loss did not fall by 1.5 nats in 40 steps";
 }
 
-// In a training step (the step graph, its segments one block each), every block's attention output
-// projection takes its bias gradient from add_layer_norm's backward (runtime/ops/
-// bias_gradient_handoff.h): once per block, micro-batch and step. The MLP's output projection ends
-// its segment, so it keeps its own sums.
-TEST_F(TrainerTest, AttentionOutputProjectionsTakeTheirBiasGradientsFromTheNorms) {
+// In a training step (the step graph, its segments one block each), every block's output
+// projections take their bias gradients from the norms' backwards (runtime/ops/
+// bias_gradient_handoff.h): the attention's from add_layer_norm's, the MLP's, across the segment
+// cut, from the next block's first norm (the last block's from the final norm). Twice per block,
+// micro-batch and step.
+TEST_F(TrainerTest, OutputProjectionsTakeTheirBiasGradientsFromTheNorms) {
   RunConfig config = tiny_config();
   config.model.layers = 2;
   config.model.dropout = 0.0;  // a dropout between the projection and the norm would keep them apart
   config.train.steps = 3;
   const int64_t before = bias_gradient_handoff_count.load();
   Trainer(config).run();
-  EXPECT_EQ(bias_gradient_handoff_count.load() - before, 2 * 2 * 3) << "layers x micro-batches x steps";
+  EXPECT_EQ(bias_gradient_handoff_count.load() - before, 2 * 2 * 2 * 3) << "2 x layers x micro-batches x steps";
 }
 
 TEST_F(TrainerTest, WarmupLongerThanTheRunIsCutWithAWarning) {
