@@ -189,8 +189,8 @@ class Backend {
     }
     sum_over_rows(a.view({a.size(1), a.size(2)}), column_sums);
   }
-  // sums [C] (contiguous) = rows [N, C] summed over N, as reduce(kSum) computes it (in f32, f64 for
-  // f64, rounded once): a linear's bias gradient from its dY, wherever that is taken.
+  // sums [C] (contiguous) = rows [N, C] summed over N, as reduce(kSum) computes it (in the backend's
+  // accumulation type, rounded once): a linear's bias gradient from its dY, wherever that is taken.
   void sum_over_rows(const Tensor& rows, const Tensor& sums) {
     const int64_t dims[] = {0};
     reduce(ReduceOp::kSum, rows, dims, sums.view({1, rows.size(1)}), Tensor());

@@ -15,9 +15,9 @@
 // the same pass (Backend::norm_backward_sums_columns_in_pass); the linear agrees only where it would
 // take the bias gradient with dX anyway (a bias that takes a gradient, no GELU between the product
 // and dY, no deferral of the weight gradients when asked; a deferral begun by its own backward
-// keeps the handed sums with the weight's deferred gradient). The sums written are those of dY as stored, summed
-// in f32 and rounded once, as Backend::matmul_and_column_sums computes them: the hand-off changes
-// where the work runs, not what is computed.
+// keeps the handed sums with the weight's deferred gradient). The sums written are those of dY as
+// stored, summed in f32 and rounded once, as Backend::matmul_and_column_sums computes them: the
+// hand-off changes where the work runs, not what is computed.
 #pragma once
 
 #include <atomic>

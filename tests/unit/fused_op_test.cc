@@ -323,7 +323,9 @@ TEST(FusedOps, NormHandsTheBiasGradientAcrossASegmentCut) {
     const Tensor squared = mul(stream, stream);
     return sum(add(mul(normalized, squashed), squared));
   };
-  auto uncut = [&](const std::vector<Tensor>& in) { return above(linear_add(in[0], in[1], in[2], in[3]), in[4], in[5]); };
+  auto uncut = [&](const std::vector<Tensor>& in) {
+    return above(linear_add(in[0], in[1], in[2], in[3]), in[4], in[5]);
+  };
   expect_gradients_match(uncut, inputs);
   auto leaves_of = [&] {
     std::vector<Tensor> leaves;
