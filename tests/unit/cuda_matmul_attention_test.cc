@@ -17,6 +17,7 @@
 
 #ifdef WEFT_HAVE_CUDA
 #include "runtime/cuda/caching_allocator.h"
+#include "runtime/cuda/hopper_products.h"
 #include <unistd.h>
 
 #include <cstdio>
@@ -214,6 +215,21 @@ TEST(CudaMatmul, MatmulBiasMatchesCpu) {
 // (the autotuning setting, the tuning cache's file as the environment names it, no choices kept),
 // however the test ends, an ASSERT's early return included. `before` is what
 // set_matmul_autotune_for_testing returned at the test's first change.
+// Sets the own Hopper products (runtime/cuda/hopper_products.h) for a test's scope, then puts back
+// the ones that were on before.
+class HopperProductsRestorer {
+ public:
+  explicit HopperProductsRestorer(unsigned products) : before_(cuda::hopper_products()) {
+    cuda::set_hopper_products(products);
+  }
+  ~HopperProductsRestorer() { cuda::set_hopper_products(before_); }
+  HopperProductsRestorer(const HopperProductsRestorer&) = delete;
+  HopperProductsRestorer& operator=(const HopperProductsRestorer&) = delete;
+
+ private:
+  unsigned before_;
+};
+
 class AutotuneSettingsRestorer {
  public:
   explicit AutotuneSettingsRestorer(int before) : before_(before) {}
@@ -278,6 +294,9 @@ TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
     return outputs;
   };
 
+  // cuBLASLt's products only: the own Hopper products (by default every GELU product on a Hopper
+  // GPU) are not autotuned, and would leave the epilogues this test is for untimed.
+  const HopperProductsRestorer own_products_off(0);
   const AutotuneSettingsRestorer restorer(cuda::set_matmul_autotune_for_testing(0));
   cuda::set_matmul_tuning_cache_for_testing("");  // every key is timed here, none read from a file
   cuda::forget_matmul_algorithms_for_testing();
