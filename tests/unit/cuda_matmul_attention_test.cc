@@ -211,10 +211,6 @@ TEST(CudaMatmul, MatmulBiasMatchesCpu) {
   }
 }
 
-// The autotuning tests change process-wide settings: this puts them back as the process had them
-// (the autotuning setting, the tuning cache's file as the environment names it, no choices kept),
-// however the test ends, an ASSERT's early return included. `before` is what
-// set_matmul_autotune_for_testing returned at the test's first change.
 // Sets the own Hopper products (runtime/cuda/hopper_products.h) for a test's scope, then puts back
 // the ones that were on before.
 class HopperProductsRestorer {
@@ -230,6 +226,10 @@ class HopperProductsRestorer {
   unsigned before_;
 };
 
+// The autotuning tests change process-wide settings: this puts them back as the process had them
+// (the autotuning setting, the tuning cache's file as the environment names it, no choices kept),
+// however the test ends, an ASSERT's early return included. `before` is what
+// set_matmul_autotune_for_testing returned at the test's first change.
 class AutotuneSettingsRestorer {
  public:
   explicit AutotuneSettingsRestorer(int before) : before_(before) {}
