@@ -201,8 +201,10 @@ TEST(CudaFused, MatmulBiasGeluMatchesCpu) {
 // The products of the own Hopper kernels' tests: GPT-2's fc and an odd size (the forward's 128-column
 // tiling), and two products of N >= 4096 (the 192-column tiling in bands of 16 rows of tiles, which
 // the backward products take at every width): N not a multiple of 192, K not a multiple of 64, and
-// 18 rows of tiles (a last band of 2).
-const std::vector<LinearCase> kHopperCases = {{16 * 64, 768, 3072}, {16 * 64, 200, 200}, {300, 136, 4104}, {2200, 72, 4096}};
+// 18 rows of tiles (a last band of 2); and 136 inputs to 96 outputs, whose products have one column
+// of tiles, where the dX products' bias sums take consecutive slices rather than one in four.
+const std::vector<LinearCase> kHopperCases = {{16 * 64, 768, 3072}, {16 * 64, 200, 200}, {300, 136, 4104},
+                                              {2200, 72, 4096},    {300, 136, 96}};
 
 #if defined(WEFT_HAVE_SM90A)
 bool compute_capability_9_0() {
