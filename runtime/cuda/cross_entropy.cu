@@ -17,6 +17,11 @@
 // f32. Targets outside [0, V) that are not ignore_index follow index_check.cuh: a NaN loss forward,
 // a zero gradient row backward, and weft::Error from the record.
 //
+// On Hopper (sm_90 code on a device of compute capability 9.0 or later) rows of 4 KB to 112 KB take
+// cross_entropy_with_gradient_bulk_kernel instead: one block a multiprocessor with two rows in
+// shared memory, the next one copied in by the copy engine while the block works on the current
+// one (see the kernel).
+//
 // Speed: every exponential is exp_shifted (row_kernels.cuh: one MUFU.EX2), because with exp2f the
 // forward was issue-bound. Each byte of the logits is used once per kernel and the tensor is far
 // larger than L2. The forward keeps 8 packs a thread in flight (all loaded before the first is used)
@@ -24,10 +29,13 @@
 // 256-byte L2 fetches): on the H200 ([8192, 50304] bf16, docs/performance.md) that runs at 93-94%
 // of copy bandwidth, the former kernel (exp2f, 4 packs, 512 threads, evict-first loads) at 63-71%. The
 // backward, which also writes, keeps 4 packs in flight in blocks of at most 512 threads, with
-// evict-first loads and stores: 96% of copy.
+// evict-first loads and stores: 96% of copy. The bulk kernel: 579.7 µs against the resident
+// kernel's 593.5 at [8192, 50304] bf16 on an H100 (94% of copy against 92%; docs/performance.md,
+// 2026-12-07, thirty-third session).
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/cuda/bulk_copy.cuh"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/dependent_launch.cuh"
@@ -273,6 +281,103 @@ __global__ void __launch_bounds__(kBackwardThreads)
   }
 }
 
+// cross_entropy_with_gradient_kernel's work on Hopper, where the copy engine loads the rows: one
+// block per multiprocessor (grid-stride over rows) keeps two rows in shared memory, the next one
+// landing (bulk copies, bulk_copy.cuh) while it takes the current one's lse and writes its gradient.
+// The resident kernel's threads stop loading while they compute, so its blocks left memory idle
+// between rows: 76% of copy bandwidth on the H200 (docs/performance.md, 2026-12-03). Each row comes
+// in kBulkChunks copies, each on its own barrier, so that the first pass starts on the row's first
+// chunk. A buffer is loaded again only after the whole block has finished reading it (the row's
+// last __syncthreads, then a proxy fence). In place is safe: the copies read other rows than the
+// gradient being written, and a row's own target logit is read from shared memory.
+// Shared memory: 2 * rows of `vocabulary` packs (kBulkRowBytes at most each), dynamic.
+constexpr int kBulkThreads = 1024;
+constexpr int kBulkChunks = 4;
+constexpr int kBulkRowBytes = 112 * 1024;
+static_assert(2 * kBulkRowBytes + 1024 <= 227 * 1024, "two rows fit in an H100/H200 block");
+
+template <class T, class I, int kVec>
+__global__ void __launch_bounds__(kBulkThreads, 1)
+    cross_entropy_with_gradient_bulk_kernel(const T* logits,                        // [rows, vocabulary]
+                                            const I* __restrict__ targets,          // [rows]
+                                            const float* __restrict__ grad_losses,  // [rows]
+                                            float* __restrict__ losses,             // [rows]
+                                            float* __restrict__ lse,                // [rows]
+                                            T* grad_logits,  // [rows, vocabulary], may be logits
+                                            int64_t rows, int vocabulary, int64_t ignore_index,
+                                            IndexErrorRecord* record) {
+  using RowPack = Pack<T, kVec>;
+  extern __shared__ __align__(128) unsigned char row_storage[];
+  __shared__ uint64_t loaded[2][kBulkChunks];  // [buffer, chunk]: a chunk of the buffer's row has landed
+  __shared__ float scratch[64];
+  const int packs = vocabulary / kVec;
+  const int chunk_packs = (packs + kBulkChunks - 1) / kBulkChunks;  // every chunk has packs: see the launch
+  RowPack* const buffers = reinterpret_cast<RowPack*>(row_storage);  // [2, packs]: buffer b at b * packs
+  const int threads = static_cast<int>(blockDim.x);
+  const int64_t stride = gridDim.x;
+  if (threadIdx.x == 0) {
+    for (int buffer = 0; buffer < 2; ++buffer) {
+      for (int chunk = 0; chunk < kBulkChunks; ++chunk) bulk::barrier_init(&loaded[buffer][chunk], 1);
+    }
+    bulk::fence_barrier_init();
+  }
+  __syncthreads();
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
+  // Thread 0 has `row` copied into `buffer`, chunk by chunk.
+  const auto load = [&](int buffer, int64_t row) {
+    const RowPack* source = reinterpret_cast<const RowPack*>(logits + row * vocabulary);
+    for (int chunk = 0; chunk < kBulkChunks; ++chunk) {
+      const int first = chunk * chunk_packs;
+      const auto bytes = static_cast<uint32_t>(min(chunk_packs, packs - first) * sizeof(RowPack));
+      bulk::arrive_expecting(&loaded[buffer][chunk], bytes);
+      bulk::copy_to_shared(buffers + buffer * packs + first, source + first, bytes, &loaded[buffer][chunk]);
+    }
+  };
+  if (threadIdx.x == 0) {
+    if (blockIdx.x < rows) load(0, blockIdx.x);
+    if (blockIdx.x + stride < rows) load(1, blockIdx.x + stride);
+  }
+  int iteration = 0;
+  for (int64_t row = blockIdx.x; row < rows; row += stride, ++iteration) {
+    const int buffer = iteration % 2;
+    const auto parity = static_cast<uint32_t>((iteration / 2) % 2);  // the buffer's use count, mod 2
+    const RowPack* const row_packs = buffers + buffer * packs;
+    const int64_t target = static_cast<int64_t>(targets[row]);
+    const bool counted = target != ignore_index && target >= 0 && target < vocabulary;
+    // The first pass: each thread's packs threadIdx.x, threadIdx.x + threads, ..., chunk by chunk.
+    MaxSum state{-INFINITY, 0.0f};
+    for (int chunk = 0; chunk < kBulkChunks; ++chunk) {
+      bulk::wait(&loaded[buffer][chunk], parity);
+      const int first = chunk * chunk_packs, end = min(first + chunk_packs, packs);
+      int p = static_cast<int>(threadIdx.x);
+      if (p < first) p += (first - p + threads - 1) / threads * threads;
+#pragma unroll 4
+      for (; p < end; p += threads) accumulate(state, row_packs[p]);
+    }
+    state = block_merge(state, scratch);
+    const float row_lse = state.maximum + logf(state.sum);
+    if (threadIdx.x == 0) {
+      const float target_logit = counted ? row_packs[target / kVec].get(static_cast<int>(target % kVec)) : 0.0f;
+      write_row_loss(row, row_lse, target, target_logit, vocabulary, ignore_index, losses, lse, record);
+    }
+    T* row_out = grad_logits + row * vocabulary;
+    if (!counted) {
+      write_zero_row<T, kVec>(row_out, packs);
+    } else {
+      const float grad_loss = grad_losses[row];
+#pragma unroll 4
+      for (int p = static_cast<int>(threadIdx.x); p < packs; p += threads) {
+        store_pack_streaming(row_out + p * kVec, gradient_pack(row_packs[p], p * kVec, target, row_lse, grad_loss));
+      }
+    }
+    __syncthreads();  // every thread is done reading this buffer
+    if (threadIdx.x == 0 && row + 2 * stride < rows) {
+      bulk::fence_before_copy_over_read_memory();
+      load(buffer, row + 2 * stride);
+    }
+  }
+}
+
 // Threads per block for rows of `packs` packs, at most `max_threads` (the kernel's launch bound):
 // fewer for short rows, so that small vocabularies do not idle most of a block.
 int threads_for(int packs, int max_threads) {
@@ -360,7 +465,17 @@ void CudaBackend::cross_entropy_with_gradient(const Tensor& logits, const Tensor
         // second pass reads it from L2.
         const int64_t row_bytes = static_cast<int64_t>(vocabulary) * static_cast<int64_t>(sizeof(T));
         const int threads = cuda::threads_for(vocabulary / kVec, cuda::kBackwardThreads);
-        if (kVec > 1 && row_bytes <= cuda::kResidentRowBytes) {
+        constexpr auto bulk_kernel = cuda::cross_entropy_with_gradient_bulk_kernel<T, I, kVec>;
+        // Rows of 4 KB or more (each chunk a copy of some size) that fit twice, on Hopper.
+        if (kVec > 1 && row_bytes >= 4096 && row_bytes <= cuda::kBulkRowBytes &&
+            cuda::bulk::kernel_runs_bulk_copies<bulk_kernel>(device)) {
+          cuda::allow_dynamic_shared_memory<bulk_kernel>(static_cast<size_t>(2 * row_bytes), device);
+          const auto bulk_grid = static_cast<unsigned int>(
+              std::min<int64_t>(rows, static_cast<int64_t>(cuda::multiprocessor_count(device))));
+          cuda::launch_dependent(bulk_kernel, bulk_grid, cuda::kBulkThreads, static_cast<size_t>(2 * row_bytes),
+                                 stream, data, targets.data<I>(), grad_losses.data<float>(), losses.data<float>(),
+                                 lse.data<float>(), out, rows, vocabulary, ignore_index, cuda::index_error_record());
+        } else if (kVec > 1 && row_bytes <= cuda::kResidentRowBytes) {
           constexpr auto kernel = cuda::cross_entropy_with_gradient_kernel<T, I, kVec, true>;
           cuda::allow_dynamic_shared_memory<kernel>(static_cast<size_t>(row_bytes), device);
           cuda::launch_dependent(kernel, cuda::grid_for(rows, 1), threads, static_cast<size_t>(row_bytes), stream,

@@ -415,8 +415,10 @@ TEST(CudaKernels, CrossEntropyForwardAndBackwardMatchCpu) {
 // the device-side correction for a seed other than the expected one.
 TEST(CudaKernels, CrossEntropyWithGradientMatchesCpuInPlace) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
-  // Rows held in shared memory between the passes (packed rows up to 112 KB: 50304 and 32000 in
-  // bf16, 4096 in both dtypes) and rows read twice (50304 and 32000 in f32; 1001 and 37 take no packs).
+  // Rows held in shared memory between the passes (packed rows of 4 KB to 112 KB: 50304 and 32000 in
+  // bf16, 4096 in both dtypes; on Hopper two rows a block, copied in by the copy engine, where 600
+  // rows give each block four or five, so each buffer's barriers go through several phases) and
+  // rows read twice (50304 and 32000 in f32; 1001 and 37 take no packs).
   const std::vector<std::vector<int64_t>> shapes = {{600, 50304}, {64, 50304}, {300, 32000},
                                                     {200, 4096},  {1000, 1001}, {9, 37}};
   const int64_t ignore_index = -100;
