@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
 // chunk. A buffer is loaded again only after the whole block has finished reading it (the row's
 // last __syncthreads, then a proxy fence). In place is safe: the copies read other rows than the
 // gradient being written, and a row's own target logit is read from shared memory.
-// Shared memory: 2 * rows of `vocabulary` packs (kBulkRowBytes at most each), dynamic.
+// Shared memory (dynamic): two rows of vocabulary / kVec packs, each of kBulkRowBytes at most.
 constexpr int kBulkThreads = 1024;
 constexpr int kBulkChunks = 4;
 constexpr int kBulkRowBytes = 112 * 1024;
