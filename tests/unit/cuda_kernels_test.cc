@@ -15,6 +15,7 @@
 #include <functional>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -580,6 +581,64 @@ TEST(CudaKernels, BadIdsRaiseAtTheNextCallByDefault) {
   EXPECT_THROW(gpu_backend().embedding(good_ids, weight, out), Error);
   EXPECT_NO_THROW(gpu_backend().embedding(good_ids, weight, out));
   out.to(Device::cpu());
+}
+
+// The fused cross-entropy with targets outside [0, V): the call itself does not synchronize; the
+// bad rows get a NaN loss and a zero gradient, every other row the CPU's result (as if the bad
+// targets were ignored), and the next call raises naming the target. Rows of 16 KB in bf16 (two a
+// block on Hopper, brought in by the copy engine), of 50304 in f32 (read twice) and of 37 (no packs).
+TEST(CudaKernels, CrossEntropyWithGradientBadTargetsGiveNanLossesAndZeroRows) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is visible");
+  const CheckIdsScope scope(nullptr);
+  const int64_t ignore_index = -100;
+  uint64_t seed = 1900;
+  for (const auto& [dtype, rows, vocabulary] :
+       std::vector<std::tuple<DType, int64_t, int64_t>>{{kBFloat16, 300, 8192}, {kFloat32, 40, 50304},
+                                                        {kFloat32, 20, 37}}) {
+    const std::vector<int64_t> shape = {rows, vocabulary};
+    const std::string what = describe(shape, dtype);
+    SCOPED_TRACE(what);
+    const RoundedInput logits = random_input(shape, ++seed, dtype, 0.0, 4.0);
+    std::vector<double> drawn = random_ids(rows, vocabulary, ++seed, kInt64, 7, ignore_index).to_vector();
+    const int64_t bad_row = rows / 2, negative_row = rows - 1;
+    drawn[static_cast<size_t>(bad_row)] = static_cast<double>(vocabulary);
+    drawn[static_cast<size_t>(negative_row)] = -3.0;
+    std::vector<int64_t> targets_with_bad(drawn.begin(), drawn.end()), targets_ignored = targets_with_bad;
+    targets_ignored[static_cast<size_t>(bad_row)] = ignore_index;
+    targets_ignored[static_cast<size_t>(negative_row)] = ignore_index;
+    const Tensor bad_targets = Tensor::from_vector(absl::MakeConstSpan(targets_with_bad), {rows}, kInt64);
+    const Tensor ignored_targets = Tensor::from_vector(absl::MakeConstSpan(targets_ignored), {rows}, kInt64);
+    const Tensor grad_losses = Tensor::uniform({rows}, ++seed, 0, 0.5, 1.5, kFloat32);
+    const Tensor expected_losses = Tensor::empty({rows}), expected_lse = Tensor::empty({rows});
+    const Tensor expected_grad = Tensor::empty(shape);
+    cpu_backend().cross_entropy(logits.reference, ignored_targets, ignore_index, expected_losses, expected_lse);
+    cpu_backend().cross_entropy_backward(logits.reference, ignored_targets, expected_lse, ignore_index, grad_losses,
+                                         expected_grad);
+    const Tensor in_place = logits.gpu.clone();
+    const Tensor losses = poisoned({rows}, kFloat32), lse = poisoned({rows}, kFloat32);
+    EXPECT_NO_THROW(gpu_backend().cross_entropy_with_gradient(in_place, bad_targets.to(kGpu), ignore_index,
+                                                              grad_losses.to(kGpu), losses, lse, in_place));
+    std::vector<double> got_losses = losses.to(Device::cpu()).to_vector();  // synchronizes
+    EXPECT_TRUE(std::isnan(got_losses[static_cast<size_t>(bad_row)]));
+    EXPECT_TRUE(std::isnan(got_losses[static_cast<size_t>(negative_row)]));
+    got_losses[static_cast<size_t>(bad_row)] = 0.0;  // the CPU's loss for an ignored row
+    got_losses[static_cast<size_t>(negative_row)] = 0.0;
+    expect_close(Tensor::from_vector(absl::MakeConstSpan(got_losses), {rows}, kFloat32), expected_losses,
+                 tolerance_for(kFloat32), what + " losses");
+    expect_close(lse, expected_lse, tolerance_for(kFloat32), what + " lse");
+    expect_close(in_place, expected_grad, tolerance_for(dtype), what + " grad_logits (zero rows for bad targets)");
+    // The next call raises, naming the first bad target; the one after runs.
+    const Tensor good = Tensor::zeros({rows}, kInt64, kGpu);
+    try {
+      gpu_backend().cross_entropy(logits.gpu, good, ignore_index, losses, lse);
+      ADD_FAILURE() << "the next call did not raise";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("[0, " + std::to_string(vocabulary) + ")"), std::string::npos) << message;
+    }
+    EXPECT_NO_THROW(gpu_backend().cross_entropy(logits.gpu, good, ignore_index, losses, lse));
+    losses.to(Device::cpu());
+  }
 }
 
 // --- Through the differentiable ops ------------------------------------------------------------
