@@ -412,6 +412,17 @@ TEST(CudaKernels, CrossEntropyForwardAndBackwardMatchCpu) {
   }
 }
 
+// The CPU's losses, lse and gradient of the logits [rows, V] (its two calls), the reference of the
+// fused kernel's three outputs.
+std::tuple<Tensor, Tensor, Tensor> cpu_cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets,
+                                                                   int64_t ignore_index, const Tensor& grad_losses) {
+  const int64_t rows = logits.size(0);
+  const Tensor losses = Tensor::empty({rows}), lse = Tensor::empty({rows}), grad = Tensor::empty(logits.shape());
+  cpu_backend().cross_entropy(logits, targets, ignore_index, losses, lse);
+  cpu_backend().cross_entropy_backward(logits, targets, lse, ignore_index, grad_losses, grad);
+  return {losses, lse, grad};
+}
+
 // Forward and backward in one kernel, in place over the logits, against the CPU's two calls; and
 // the device-side correction for a seed other than the expected one.
 TEST(CudaKernels, CrossEntropyWithGradientMatchesCpuInPlace) {
@@ -432,11 +443,8 @@ TEST(CudaKernels, CrossEntropyWithGradientMatchesCpuInPlace) {
       const RoundedInput logits = random_input(shape, ++seed, dtype, 0.0, 4.0);
       const Tensor targets = random_ids(rows, vocabulary, ++seed, kInt64, /*ignore_every=*/7, ignore_index);
       const Tensor grad_losses = Tensor::uniform({rows}, ++seed, 0, 0.5, 1.5, kFloat32);
-      const Tensor expected_losses = Tensor::empty({rows}), expected_lse = Tensor::empty({rows});
-      const Tensor expected_grad = Tensor::empty(shape);
-      cpu_backend().cross_entropy(logits.reference, targets, ignore_index, expected_losses, expected_lse);
-      cpu_backend().cross_entropy_backward(logits.reference, targets, expected_lse, ignore_index, grad_losses,
-                                           expected_grad);
+      const auto [expected_losses, expected_lse, expected_grad] =
+          cpu_cross_entropy_with_gradient(logits.reference, targets, ignore_index, grad_losses);
       const Tensor in_place = logits.gpu.clone();
       const Tensor losses = poisoned({rows}, kFloat32), lse = poisoned({rows}, kFloat32);
       gpu_backend().cross_entropy_with_gradient(in_place, targets.to(kGpu), ignore_index, grad_losses.to(kGpu), losses,
@@ -609,11 +617,8 @@ TEST(CudaKernels, CrossEntropyWithGradientBadTargetsGiveNanLossesAndZeroRows) {
     const Tensor bad_targets = Tensor::from_vector(absl::MakeConstSpan(targets_with_bad), {rows}, kInt64);
     const Tensor ignored_targets = Tensor::from_vector(absl::MakeConstSpan(targets_ignored), {rows}, kInt64);
     const Tensor grad_losses = Tensor::uniform({rows}, ++seed, 0, 0.5, 1.5, kFloat32);
-    const Tensor expected_losses = Tensor::empty({rows}), expected_lse = Tensor::empty({rows});
-    const Tensor expected_grad = Tensor::empty(shape);
-    cpu_backend().cross_entropy(logits.reference, ignored_targets, ignore_index, expected_losses, expected_lse);
-    cpu_backend().cross_entropy_backward(logits.reference, ignored_targets, expected_lse, ignore_index, grad_losses,
-                                         expected_grad);
+    const auto [expected_losses, expected_lse, expected_grad] =
+        cpu_cross_entropy_with_gradient(logits.reference, ignored_targets, ignore_index, grad_losses);
     const Tensor in_place = logits.gpu.clone();
     const Tensor losses = poisoned({rows}, kFloat32), lse = poisoned({rows}, kFloat32);
     EXPECT_NO_THROW(gpu_backend().cross_entropy_with_gradient(in_place, bad_targets.to(kGpu), ignore_index,
