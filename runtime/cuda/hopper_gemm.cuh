@@ -742,7 +742,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         // This costs GPT-2's fc and qkv dX products about 18-20 µs each; taken instead on the tensor
         // cores (eight m64n8k16 of the slice read transposed, times ones) or by the producer
         // warpgroup's three idle warps, the sums cost those products 60-80 and 33-45 µs
-        // (docs/performance.md, thirty-second session; branch wgmmasums).
+        // (docs/performance.md, thirty-second session, which has how each was built).
         const int n_tiles_across = (n_size + T::kBlockN - 1) / T::kBlockN;
         if (k_block % n_tiles_across == n_start / T::kBlockN) {
           float first = 0.f, second = 0.f;
