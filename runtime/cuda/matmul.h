@@ -41,6 +41,9 @@ struct MatmulAutotuneRecord {
     float microseconds = 0.f;
     bool same_bits = false;
     bool cut_short = false;  // its first run was too slow to win: not run again nor fingerprinted
+    // Its timed runs wrote the bits its warm-up did (checked under WEFT_MATMUL_AUTOTUNE=fastest only;
+    // the heuristic's first always: repeats == same_bits there).
+    bool repeats = true;
   };
   int64_t batch = 0, m = 0, n = 0, k = 0;  // the product as cuBLASLt runs it (a batch folded into m)
   int epilogue = 0;                       // cublasLtEpilogue_t
@@ -55,7 +58,8 @@ struct MatmulAutotuneRecord {
 // put off appears once for each product that put it off, then once more when tuned).
 std::vector<MatmulAutotuneRecord> matmul_autotune_records();
 
-// Tests only: the autotuning setting (0 off, 1 every product, 2 products with an epilogue), and
+// Tests only: the autotuning setting (0 off, 1 every product, 2 products with an epilogue, 3 every
+// product with any repeatable bits: WEFT_MATMUL_AUTOTUNE=fastest), and
 // forgetting every algorithm chosen so far (and every tuning put off), so that the next product of
 // each key chooses again.
 // The setter returns the setting it replaced.

@@ -337,6 +337,82 @@ TEST(CudaMatmul, AutotuningKeepsTheHeuristicsBits) {
   EXPECT_GT(other_bits, 0) << "no candidate wrote other bits: the comparison may not compare";
 }
 
+// WEFT_MATMUL_AUTOTUNE=fastest (matmul.cu): a candidate that sums in another order may be kept, but
+// only one that repeats its own bits, so the process computes the same thing at every product of
+// the key; its result is the heuristic's to rounding. The choices go into the tuning cache apart
+// from the default setting's: a later process of the default setting does not take them (it
+// computes the heuristic's bits), a later "fastest" process does, untimed. Weight-gradient-like
+// products (a long sum over rows), where split-K and stream-K candidates are offered.
+TEST(CudaMatmul, FastestAutotuningKeepsACandidateThatRepeatsItsBits) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device is present");
+  const DType dtype = kBFloat16;
+  Backend& gpu = backend_for(kGpu);
+  // dW = dYᵀ X at GPT-2's widths over 8,192 rows: [768, 8192] @ [8192, 768] and [768, 8192] @ [8192, 3072].
+  const Tensor dy_t = Tensor::normal({1, 8192, 768}, 71, 0, 0.0, 1.0, dtype).to(kGpu).transpose(1, 2);
+  const Tensor x = Tensor::normal({1, 8192, 768}, 72, 0, 0.0, 1.0, dtype).to(kGpu);
+  const Tensor h = Tensor::normal({1, 8192, 3072}, 73, 0, 0.0, 1.0, dtype).to(kGpu);
+  auto products = [&] {
+    Tensor square = poisoned({1, 768, 768}, dtype), wide = poisoned({1, 768, 3072}, dtype);
+    gpu.matmul(dy_t, x, square, 1.0, 0.0);
+    gpu.matmul(dy_t, h, wide, 1.0, 0.0);
+    return std::vector<Tensor>{square, wide};
+  };
+  const std::string path = ::testing::TempDir() + "/weft_matmul_fastest_" + std::to_string(::getpid()) + ".txt";
+  std::remove(path.c_str());
+
+  const AutotuneSettingsRestorer restorer(cuda::set_matmul_autotune_for_testing(0));
+  cuda::set_matmul_tuning_cache_for_testing("");
+  cuda::forget_matmul_algorithms_for_testing();
+  const std::vector<Tensor> heuristic = products();
+
+  cuda::set_matmul_autotune_for_testing(3);
+  cuda::set_matmul_tuning_cache_for_testing(path);  // as a first process: an empty file
+  cuda::forget_matmul_algorithms_for_testing();
+  const size_t records_before = cuda::matmul_autotune_records().size();
+  const std::vector<Tensor> tuned = products();
+  const std::vector<Tensor> tuned_again = products();  // the kept choices
+  const std::vector<cuda::MatmulAutotuneRecord> records = cuda::matmul_autotune_records();
+  ASSERT_EQ(records.size(), records_before + 2) << "each key is timed once";
+  for (size_t r = records_before; r < records.size(); ++r) {
+    const cuda::MatmulAutotuneRecord& record = records[r];
+    SCOPED_TRACE("[" + std::to_string(record.m) + ", " + std::to_string(record.k) + "] @ [" +
+                 std::to_string(record.k) + ", " + std::to_string(record.n) + "]");
+    ASSERT_FALSE(record.candidates.empty());
+    EXPECT_TRUE(record.candidates[0].same_bits && record.candidates[0].repeats);
+    bool chosen_seen = false;
+    for (const cuda::MatmulAutotuneRecord::Candidate& candidate : record.candidates) {
+      if (candidate.index != record.chosen) continue;
+      chosen_seen = true;
+      EXPECT_TRUE(candidate.repeats) << "candidate " << candidate.index << " was kept without repeating its bits";
+      EXPECT_FALSE(candidate.cut_short) << "candidate " << candidate.index << " was kept after one run";
+    }
+    EXPECT_TRUE(chosen_seen) << "the kept candidate " << record.chosen << " was timed";
+  }
+
+  cuda::set_matmul_autotune_for_testing(1);  // a later process of the default setting, same file
+  cuda::set_matmul_tuning_cache_for_testing(path);
+  cuda::forget_matmul_algorithms_for_testing();
+  const std::vector<Tensor> keeping_bits = products();
+  EXPECT_EQ(cuda::matmul_autotune_records().size(), records.size() + 2) << "the default setting times its own";
+
+  cuda::set_matmul_autotune_for_testing(3);  // a later "fastest" process: the file's choices, untimed
+  cuda::set_matmul_tuning_cache_for_testing(path);
+  cuda::forget_matmul_algorithms_for_testing();
+  const size_t records_reused = cuda::matmul_autotune_records().size();
+  const std::vector<Tensor> reused = products();
+  EXPECT_EQ(cuda::matmul_autotune_records().size(), records_reused) << "the choices came from the file";
+  cuda::set_matmul_tuning_cache_for_testing("");
+  std::remove(path.c_str());
+
+  for (size_t i = 0; i < heuristic.size(); ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    EXPECT_TRUE(bitwise_equal(tuned_again[i], tuned[i])) << "the kept candidate repeats itself";
+    EXPECT_TRUE(bitwise_equal(reused[i], tuned[i])) << "the file's choice is the one tuned";
+    EXPECT_TRUE(bitwise_equal(keeping_bits[i], heuristic[i])) << "the default setting keeps the heuristic's bits";
+    EXPECT_LE(relative_l2_error(tuned[i], heuristic[i]), 1e-2) << "the same product, summed in another order";
+  }
+}
+
 // The tuning cache (matmul_tuning_cache.h): a process that finds a shape's choice in the file takes
 // it without timing (no record is added) and computes the same bits as the process that tuned it
 // and as the heuristic's first; a process without the file tunes again. The head-like product is
