@@ -17,10 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cuda/bulk_copy.cuh"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/dependent_launch.cuh"
 #include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/dynamic_shared_memory.cuh"
 #include "runtime/cuda/multi_tensor_table.cuh"
+#include "runtime/cuda/row_kernels.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/error.h"
 #include "runtime/split_master_weights.h"
@@ -122,11 +125,28 @@ __device__ __forceinline__ void adamw_one(const TensorSlot& slot, int64_t i, con
   store_kind(slot.parameter, slot.parameter_kind, i, parameter_value(value, slot.master_kind));
 }
 
+// Where adamw_vector reads its operands: the slot's own arrays (global memory), or a copy of a run
+// of them in shared memory (adamw_bulk_kernel). Element `at` of each is element i of the slot's.
+struct AdamWSources {
+  const void* parameter;
+  const void* master;  // as TensorSlot::master
+  const void* grad;
+  const float* exp_avg;
+  const float* exp_avg_sq;
+  int64_t at;
+};
+
+__device__ __forceinline__ AdamWSources global_sources(const TensorSlot& slot, int64_t i) {
+  return {slot.parameter, slot.master, slot.grad, slot.exp_avg, slot.exp_avg_sq, i};
+}
+
 // Elements i .. i + kWidth - 1 of a slot whose arrays are all aligned to 4 elements (kWidth 4: one
 // access per array) or to 8 (kWidth a multiple of 8: one 8-element access per 8), and per element
-// exactly adamw_one's arithmetic.
+// exactly adamw_one's arithmetic. Operands are read from `from` (aligned likewise at from.at),
+// results written to the slot's arrays.
 template <int kWidth>
-__device__ __forceinline__ void adamw_vector(const TensorSlot& slot, int64_t i, const AdamWConstants& c, float scale) {
+__device__ __forceinline__ void adamw_vector(const TensorSlot& slot, const AdamWSources& from, int64_t i,
+                                             const AdamWConstants& c, float scale) {
   static_assert(kWidth == 4 || kWidth % 8 == 0, "four elements, or eight at a time");
   const auto load = [](const void* base, int32_t kind, int64_t at, float* out) {
     if constexpr (kWidth == 4) {
@@ -148,11 +168,11 @@ __device__ __forceinline__ void adamw_vector(const TensorSlot& slot, int64_t i, 
   int16_t lows[kWidth];
 #pragma unroll
   for (int j = 0; j < kWidth; ++j) kept[j] = 0.0f, lows[j] = 0;
-  load(slot.parameter, slot.parameter_kind, i, stored);
-  if (slot.master_kind == kMasterF32) load(slot.master, kStorageF32, i, kept);
+  load(from.parameter, slot.parameter_kind, from.at, stored);
+  if (slot.master_kind == kMasterF32) load(from.master, kStorageF32, from.at, kept);
   if (slot.master_kind == kMasterLowHalves) {
     // kWidth i16 halves: one 8-byte word (kWidth 4), or one 16-byte word per eight.
-    const int16_t* low = static_cast<const int16_t*>(slot.master) + i;
+    const int16_t* low = static_cast<const int16_t*>(from.master) + from.at;
     if constexpr (kWidth == 4) {
       const short4 word = *reinterpret_cast<const short4*>(low);
       lows[0] = word.x, lows[1] = word.y, lows[2] = word.z, lows[3] = word.w;
@@ -169,11 +189,11 @@ __device__ __forceinline__ void adamw_vector(const TensorSlot& slot, int64_t i, 
       }
     }
   }
-  load(slot.grad, slot.grad_kind, i, g);
+  load(from.grad, slot.grad_kind, from.at, g);
 #pragma unroll
   for (int j = 0; j < kWidth; ++j) g[j] *= scale;
-  load(slot.exp_avg, kStorageF32, i, m);
-  load(slot.exp_avg_sq, kStorageF32, i, v);
+  load(from.exp_avg, kStorageF32, from.at, m);
+  load(from.exp_avg_sq, kStorageF32, from.at, v);
 #pragma unroll
   for (int j = 0; j < kWidth; ++j) {
     value[j] = adamw_step(starting_value(stored[j], kept[j], lows[j], slot.master_kind), g[j], m[j], v[j], slot, c);
@@ -203,6 +223,16 @@ __device__ __forceinline__ void adamw_vector(const TensorSlot& slot, int64_t i, 
   store(slot.parameter, slot.parameter_kind, i, rounded);
 }
 
+// A slot with the scalars of this step: those of count t - 1 where the step in flight before this
+// one was skipped (its guard, previous_guard, is not finite; runtime/optimizer_update.h).
+__device__ __forceinline__ TensorSlot slot_for_step(TensorSlot slot, const float* previous_guard) {
+  if (!guard_allows(previous_guard)) {
+    slot.step_size = slot.step_size_if_previous_skipped;
+    slot.bias_correction2_sqrt = slot.bias_correction2_sqrt_if_previous_skipped;
+  }
+  return slot;
+}
+
 // gradient_scale: null, or the factor every gradient is multiplied by as it is read.
 // previous_guard: null, or the guard of the step in flight before this one; where it is not finite
 // that step was skipped and the scalars of count t - 1 apply (runtime/optimizer_update.h).
@@ -212,11 +242,7 @@ __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* 
   if (!guard_allows(guard)) return;
   const float scale = gradient_scale != nullptr ? *gradient_scale : 1.0f;
   const ChunkSlot chunk = chunks[blockIdx.x];
-  TensorSlot slot = tensors[chunk.tensor];
-  if (!guard_allows(previous_guard)) {
-    slot.step_size = slot.step_size_if_previous_skipped;
-    slot.bias_correction2_sqrt = slot.bias_correction2_sqrt_if_previous_skipped;
-  }
+  const TensorSlot slot = slot_for_step(tensors[chunk.tensor], previous_guard);
   const int64_t end = min(chunk.start + kChunkElements, slot.numel);
   int64_t scalar_start = chunk.start;
   // Chunks start at multiples of kChunkElements, so a thread stepping by the width stays aligned.
@@ -226,14 +252,141 @@ __global__ void adamw_chunks_kernel(const TensorSlot* tensors, const ChunkSlot* 
     const int64_t stride = static_cast<int64_t>(width) * blockDim.x;
     for (int64_t i = chunk.start + width * static_cast<int64_t>(threadIdx.x); i < vector_end; i += stride) {
       if (width == 16) {
-        adamw_vector<16>(slot, i, constants, scale);
+        adamw_vector<16>(slot, global_sources(slot, i), i, constants, scale);
       } else {
-        adamw_vector<4>(slot, i, constants, scale);
+        adamw_vector<4>(slot, global_sources(slot, i), i, constants, scale);
       }
     }
     scalar_start = vector_end;
   }
   for (int64_t i = scalar_start + threadIdx.x; i < end; i += blockDim.x) adamw_one(slot, i, constants, scale);
+}
+
+// adamw_chunks_kernel's work on Hopper, where the copy engine brings in the operands. A thread of
+// adamw_chunks_kernel holds its sixteen elements' five operands in registers (128 of them, so one
+// block of 512 threads a multiprocessor) and loads nothing while it computes and stores: 80% of the
+// H200's copy bandwidth (docs/performance.md, 2026-12-04). Here one block a multiprocessor keeps
+// kBulkStages tiles of kBulkTileElements elements in shared memory: thread 0 has each tile's runs
+// of the parameter, its master, the gradient and both moments copied in (bulk_copy.cuh, one
+// barrier a stage) kBulkStages - 1 tiles ahead of the one the block computes, and the threads write
+// their results straight to global memory. A stage is loaded again only after the whole block has
+// read it (a __syncthreads, then a proxy fence). Each chunk of the table stands for
+// kBulkTilesPerChunk tiles, those past its tensor's end empty; block b takes tiles b, b + grid, ...
+// of that sequence, so blocks get about the same number of tiles whatever the tensors' sizes.
+// Every slot's arrays are aligned to 8 elements (vector_width 16: the launch checks it), so a tile's
+// first multiple of 8 elements comes in by bulk copies (16-byte runs) and its last few, if any, are
+// read where they are (adamw_one).
+constexpr int kBulkThreads = 512;
+constexpr int kBulkTileElements = 4 * kBulkThreads;  // four elements a thread
+constexpr int kBulkTilesPerChunk = static_cast<int>(kChunkElements / kBulkTileElements);
+constexpr int kBulkStages = 4;
+constexpr int kBulkArrays = 5;                                  // parameter, master, gradient, m, v
+constexpr int kBulkRegionBytes = 4 * kBulkTileElements;         // an array's run in a stage, f32 at most
+constexpr int kBulkStageBytes = kBulkArrays * kBulkRegionBytes;  // 40 KB
+constexpr int kBulkSharedBytes = kBulkStages * kBulkStageBytes;  // 160 KB
+static_assert(kChunkElements % kBulkTileElements == 0, "a chunk is whole tiles");
+static_assert(kBulkSharedBytes + 1024 <= 227 * 1024, "the stages fit in an H100/H200 block");
+
+// The elements of tile `tile` of the block's sequence: tensor, first element, count (0: past its
+// tensor's end, an empty tile).
+struct BulkTile {
+  int64_t tensor = 0;
+  int64_t start = 0;
+  int count = 0;
+};
+
+__device__ __forceinline__ BulkTile bulk_tile(const TensorSlot* tensors, const ChunkSlot* chunks, int64_t tile) {
+  const ChunkSlot chunk = chunks[tile / kBulkTilesPerChunk];
+  const int64_t start = chunk.start + (tile % kBulkTilesPerChunk) * kBulkTileElements;
+  const int64_t numel = tensors[chunk.tensor].numel;
+  if (start >= numel) return {};
+  return {chunk.tensor, start, static_cast<int>(min(static_cast<int64_t>(kBulkTileElements), numel - start))};
+}
+
+// Bytes an element of each of the kBulkArrays arrays takes (0: the slot has no such array).
+__device__ __forceinline__ void bulk_element_bytes(const TensorSlot& slot, int bytes[kBulkArrays]) {
+  bytes[0] = slot.parameter_kind == kStorageF32 ? 4 : 2;
+  bytes[1] = slot.master_kind == kMasterF32 ? 4 : slot.master_kind == kMasterLowHalves ? 2 : 0;
+  bytes[2] = slot.grad_kind == kStorageF32 ? 4 : 2;
+  bytes[3] = 4;
+  bytes[4] = 4;
+}
+
+__global__ void __launch_bounds__(kBulkThreads, 1)
+    adamw_bulk_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, int64_t tiles, AdamWConstants constants,
+                      const float* guard, const float* gradient_scale, const float* previous_guard) {
+  extern __shared__ __align__(128) unsigned char stage_storage[];  // [kBulkStages][kBulkArrays][region]
+  __shared__ uint64_t loaded[kBulkStages];
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kBulkStages; ++stage) bulk::barrier_init(&loaded[stage], 1);
+    bulk::fence_barrier_init();
+  }
+  __syncthreads();
+  wait_for_previous_kernels();  // launched as a dependent (launch_dependent): no global access before
+  if (!guard_allows(guard)) return;
+  const float scale = gradient_scale != nullptr ? *gradient_scale : 1.0f;
+  const int64_t stride = gridDim.x;
+
+  // Thread 0 has the first multiple of 8 elements of `tile` copied into `stage`.
+  const auto load = [&](int stage, const BulkTile& tile) {
+    const TensorSlot& slot = tensors[tile.tensor];
+    int bytes[kBulkArrays];
+    bulk_element_bytes(slot, bytes);
+    const void* sources[kBulkArrays] = {slot.parameter, slot.master, slot.grad, slot.exp_avg, slot.exp_avg_sq};
+    const int copied = tile.count / 8 * 8;
+    uint32_t total = 0;
+    for (int a = 0; a < kBulkArrays; ++a) total += static_cast<uint32_t>(copied * bytes[a]);
+    bulk::arrive_expecting(&loaded[stage], total);  // 0 bytes (a tile under 8 elements): the arrival alone
+    for (int a = 0; a < kBulkArrays; ++a) {
+      if (copied == 0 || bytes[a] == 0) continue;
+      bulk::copy_to_shared(stage_storage + stage * kBulkStageBytes + a * kBulkRegionBytes,
+                           static_cast<const unsigned char*>(sources[a]) + tile.start * bytes[a],
+                           static_cast<uint32_t>(copied * bytes[a]), &loaded[stage]);
+    }
+  };
+  // Thread 0's cursor: the next tile of the sequence to be loaded, past the empty ones.
+  int64_t next_load = blockIdx.x;
+  const auto load_next = [&](int stage) {
+    for (; next_load < tiles; next_load += stride) {
+      const BulkTile tile = bulk_tile(tensors, chunks, next_load);
+      if (tile.count == 0) continue;
+      load(stage, tile);
+      next_load += stride;
+      return;
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kBulkStages; ++stage) load_next(stage);
+  }
+
+  int used = 0;  // tiles computed so far: the stage is used % kBulkStages, its phase used / kBulkStages
+  for (int64_t index = blockIdx.x; index < tiles; index += stride) {
+    const BulkTile tile = bulk_tile(tensors, chunks, index);
+    if (tile.count == 0) continue;
+    const int stage = used % kBulkStages;
+    const auto parity = static_cast<uint32_t>((used / kBulkStages) % 2);
+    ++used;
+    const TensorSlot slot = slot_for_step(tensors[tile.tensor], previous_guard);
+    bulk::wait(&loaded[stage], parity);
+    const unsigned char* base = stage_storage + stage * kBulkStageBytes;
+    const int first = 4 * static_cast<int>(threadIdx.x);
+    if (first < tile.count / 8 * 8) {
+      const AdamWSources from{base,
+                              base + kBulkRegionBytes,
+                              base + 2 * kBulkRegionBytes,
+                              reinterpret_cast<const float*>(base + 3 * kBulkRegionBytes),
+                              reinterpret_cast<const float*>(base + 4 * kBulkRegionBytes),
+                              first};
+      adamw_vector<4>(slot, from, tile.start + first, constants, scale);
+    } else {
+      for (int e = first; e < min(first + 4, tile.count); ++e) adamw_one(slot, tile.start + e, constants, scale);
+    }
+    __syncthreads();  // every thread is done reading this stage
+    if (threadIdx.x == 0) {
+      bulk::fence_before_copy_over_read_memory();
+      load_next(stage);
+    }
+  }
 }
 
 struct SgdSlot {
@@ -354,11 +507,22 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
   if (chunks.empty()) return;
   const DeviceTable<TensorSlot> table = upload_table(tensors, chunks, device);
   set_device(device.index);
-  launch_dependent(adamw_chunks_kernel, static_cast<unsigned int>(chunks.size()), kThreads, 0,
-                   current_stream(device.index), table.slots, table.chunks,
-                   AdamWConstants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
-                                  static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps)},
-                   guard_data, scale_data, previous_guard_data);
+  const AdamWConstants constants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
+                                 static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps)};
+  const bool every_slot_eight_aligned = std::all_of(
+      tensors.begin(), tensors.end(), [](const TensorSlot& slot) { return slot.vector_width == 16; });
+  if (every_slot_eight_aligned && bulk::kernel_runs_bulk_copies<adamw_bulk_kernel>(device.index)) {
+    allow_dynamic_shared_memory<adamw_bulk_kernel>(kBulkSharedBytes, device.index);
+    const auto tiles = static_cast<int64_t>(chunks.size()) * kBulkTilesPerChunk;
+    const auto grid = static_cast<unsigned int>(
+        std::min<int64_t>(static_cast<int64_t>(chunks.size()), multiprocessor_count(device.index)));
+    launch_dependent(adamw_bulk_kernel, grid, kBulkThreads, kBulkSharedBytes, current_stream(device.index),
+                     table.slots, table.chunks, tiles, constants, guard_data, scale_data, previous_guard_data);
+  } else {
+    launch_dependent(adamw_chunks_kernel, static_cast<unsigned int>(chunks.size()), kThreads, 0,
+                     current_stream(device.index), table.slots, table.chunks, constants, guard_data, scale_data,
+                     previous_guard_data);
+  }
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
