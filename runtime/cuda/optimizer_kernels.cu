@@ -14,7 +14,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/cuda/bulk_copy.cuh"
@@ -459,6 +461,17 @@ const float* scalar_pointer(const Tensor& scalar, const Device& device, const ch
   return scalar.data<float>();
 }
 
+// Whether adamw_bulk_kernel may run: WEFT_ADAMW_BULK=1. Off by default until it has run on a GPU:
+// it was written in a session that got no GPU machine (docs/performance.md, 2026-12-07,
+// thirty-fourth session), and the next one measures it against adamw_chunks_kernel.
+bool adamw_bulk_requested() {
+  static const bool requested = [] {
+    const char* value = std::getenv("WEFT_ADAMW_BULK");
+    return value != nullptr && std::string_view(value) == "1";
+  }();
+  return requested;
+}
+
 // Updates every entry in one kernel launch on the current stream of their (common) device.
 void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta1, double beta2, double eps,
                         const Tensor& guard, const Tensor& gradient_scale, const Tensor& previous_guard) {
@@ -511,7 +524,8 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
                                  static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps)};
   const bool every_slot_eight_aligned = std::all_of(
       tensors.begin(), tensors.end(), [](const TensorSlot& slot) { return slot.vector_width == 16; });
-  if (every_slot_eight_aligned && bulk::kernel_runs_bulk_copies<adamw_bulk_kernel>(device.index)) {
+  if (adamw_bulk_requested() && every_slot_eight_aligned &&
+      bulk::kernel_runs_bulk_copies<adamw_bulk_kernel>(device.index)) {
     allow_dynamic_shared_memory<adamw_bulk_kernel>(kBulkSharedBytes, device.index);
     const auto tiles = static_cast<int64_t>(chunks.size()) * kBulkTilesPerChunk;
     const auto grid = static_cast<unsigned int>(

@@ -108,9 +108,10 @@ void expect_adamw_matches(DType dtype, double tolerance, double gradient_scale =
       dtype, tolerance, gradient_scale, offset, shapes);
 }
 
-// On Hopper, aligned parameters take the kernel that has the copy engine bring in tiles of 2,048
-// elements (optimizer_kernels.cu's adamw_bulk_kernel); the cases above give it partial tiles with
-// last few elements outside the copies (703, 19 and 77,100 elements). Here more chunks than the
+// On Hopper under WEFT_ADAMW_BULK=1 (tools/device/run-gpu-tests runs this program so too), aligned
+// parameters take the kernel that has the copy engine bring in tiles of 2,048 elements
+// (optimizer_kernels.cu's adamw_bulk_kernel); the cases above give it partial tiles with last few
+// elements outside the copies (703, 19 and 77,100 elements). Here more chunks than the
 // GPU has multiprocessors (8.7M elements, 134 chunks of 64K), so each block goes through its stages
 // many times, beside a tensor of 5 elements (no copy at all) and one of 2,048 (exactly a tile).
 TEST(CudaAdamW, MatchesTheCpuUpdateOverManyChunks) {
