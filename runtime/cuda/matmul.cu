@@ -274,7 +274,8 @@ constexpr int kInconclusiveLimit = 8;  // products of a key put off before its h
 //
 // "fastest" lifts the bits rule for those who want the speed more than the untuned bits: a
 // candidate that sums in another order (on GPT-2's shapes, the split-K and stream-K kernels of the
-// weight gradients, some 15% faster than the fastest one with the heuristic's bits) may be kept,
+// weight gradients: the MLP-down one took 105-107 us with such candidates against 120-122 us with
+// the heuristic's bits, docs/performance.md, 2026-12-04) may be kept,
 // provided it repeats its own bits (the same fingerprint before and after its timed runs), so a
 // process still computes the same thing step after step. Results then depend on which candidate won
 // the timing; the tuning cache keeps these choices apart (tuning_signature), so a resumed run on
@@ -459,7 +460,8 @@ class RunTimer {
 };
 
 // The fastest candidate of `candidates` that writes exactly the bits the first (the heuristic's
-// choice) writes, or under kAutotuneFastest that repeats its own bits, timed on p's stream. A product that accumulates (beta != 0) writes into a scratch
+// choice) writes, or under kAutotuneFastest that repeats its own bits, timed on p's stream. A
+// product that accumulates (beta != 0) writes into a scratch
 // output while timed, so that p.out is left as it was; otherwise the timing runs write p.out
 // itself, which the real product then overwrites (and GELU_AUX's pre-activation output likewise).
 // Candidates whose state or launch fails are skipped; the first wins ties. std::nullopt: the
