@@ -525,9 +525,8 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
   set_device(device.index);
   const AdamWConstants constants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
                                  static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps)};
-  const bool every_slot_eight_aligned = std::all_of(
-      tensors.begin(), tensors.end(), [](const TensorSlot& slot) { return slot.vector_width == 16; });
-  if (adamw_bulk_requested() && every_slot_eight_aligned &&
+  const auto eight_aligned_slot = [](const TensorSlot& slot) { return slot.vector_width == 16; };
+  if (adamw_bulk_requested() && std::all_of(tensors.begin(), tensors.end(), eight_aligned_slot) &&
       bulk::kernel_runs_bulk_copies<adamw_bulk_kernel>(device.index)) {
     allow_dynamic_shared_memory<adamw_bulk_kernel>(kBulkSharedBytes, device.index);
     const auto tiles = static_cast<int64_t>(chunks.size()) * kBulkTilesPerChunk;

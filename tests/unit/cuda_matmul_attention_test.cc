@@ -373,6 +373,7 @@ TEST(CudaMatmul, FastestAutotuningKeepsACandidateThatRepeatsItsBits) {
   const std::vector<Tensor> tuned_again = products();  // the kept choices
   const std::vector<cuda::MatmulAutotuneRecord> records = cuda::matmul_autotune_records();
   ASSERT_EQ(records.size(), records_before + 2) << "each key is timed once";
+  int repeatable_other_bits = 0;  // candidates only this setting may keep
   for (size_t r = records_before; r < records.size(); ++r) {
     const cuda::MatmulAutotuneRecord& record = records[r];
     SCOPED_TRACE("[" + std::to_string(record.m) + ", " + std::to_string(record.k) + "] @ [" +
@@ -381,6 +382,7 @@ TEST(CudaMatmul, FastestAutotuningKeepsACandidateThatRepeatsItsBits) {
     EXPECT_TRUE(record.candidates[0].same_bits && record.candidates[0].repeats);
     bool chosen_seen = false;
     for (const cuda::MatmulAutotuneRecord::Candidate& candidate : record.candidates) {
+      if (!candidate.same_bits && candidate.repeats && !candidate.cut_short) ++repeatable_other_bits;
       if (candidate.index != record.chosen) continue;
       chosen_seen = true;
       EXPECT_TRUE(candidate.repeats) << "candidate " << candidate.index << " was kept without repeating its bits";
@@ -388,6 +390,7 @@ TEST(CudaMatmul, FastestAutotuningKeepsACandidateThatRepeatsItsBits) {
     }
     EXPECT_TRUE(chosen_seen) << "the kept candidate " << record.chosen << " was timed";
   }
+  EXPECT_GT(repeatable_other_bits, 0) << "no candidate with other bits was eligible: the setting changed nothing";
 
   cuda::set_matmul_autotune_for_testing(1);  // a later process of the default setting, same file
   cuda::set_matmul_tuning_cache_for_testing(path);
