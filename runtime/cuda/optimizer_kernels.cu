@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@
 #include "runtime/cuda/device_math.cuh"
 #include "runtime/cuda/dynamic_shared_memory.cuh"
 #include "runtime/cuda/multi_tensor_table.cuh"
+#include "runtime/cuda/optimizer_kernels.h"
 #include "runtime/cuda/row_kernels.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/error.h"
@@ -464,16 +466,19 @@ const float* scalar_pointer(const Tensor& scalar, const Device& device, const ch
   return scalar.data<float>();
 }
 
-// Whether adamw_bulk_kernel may run: WEFT_ADAMW_BULK=1. Off by default until it has run on a GPU:
-// it was written in a session that got no GPU machine (docs/performance.md, 2026-12-07,
-// thirty-fourth session), and the next one measures it against adamw_chunks_kernel.
-bool adamw_bulk_requested() {
-  static const bool requested = [] {
+// Whether adamw_bulk_kernel may run: WEFT_ADAMW_BULK=1, or set_adamw_bulk_for_testing. Off by
+// default until it has run on a GPU: it was written in a session that got no GPU machine
+// (docs/performance.md, 2026-12-07, thirty-fourth session), and the next one measures it against
+// adamw_chunks_kernel.
+std::atomic<bool>& adamw_bulk_setting() {
+  static std::atomic<bool> allowed = [] {
     const char* value = std::getenv("WEFT_ADAMW_BULK");
     return value != nullptr && std::string_view(value) == "1";
   }();
-  return requested;
+  return allowed;
 }
+
+std::atomic<int64_t> adamw_bulk_launches{0};
 
 // Updates every entry in one kernel launch on the current stream of their (common) device.
 void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta1, double beta2, double eps,
@@ -526,7 +531,7 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
   const AdamWConstants constants{static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
                                  static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps)};
   const auto eight_aligned_slot = [](const TensorSlot& slot) { return slot.vector_width == 16; };
-  if (adamw_bulk_requested() && std::all_of(tensors.begin(), tensors.end(), eight_aligned_slot) &&
+  if (adamw_bulk_setting().load() && std::all_of(tensors.begin(), tensors.end(), eight_aligned_slot) &&
       bulk::kernel_runs_bulk_copies<adamw_bulk_kernel>(device.index)) {
     allow_dynamic_shared_memory<adamw_bulk_kernel>(kBulkSharedBytes, device.index);
     const auto tiles = static_cast<int64_t>(chunks.size()) * kBulkTilesPerChunk;
@@ -534,6 +539,7 @@ void adamw_multi_tensor(absl::Span<const AdamWTensorUpdate> updates, double beta
         std::min<int64_t>(static_cast<int64_t>(chunks.size()), multiprocessor_count(device.index)));
     launch_dependent(adamw_bulk_kernel, grid, kBulkThreads, kBulkSharedBytes, current_stream(device.index),
                      table.slots, table.chunks, tiles, constants, guard_data, scale_data, previous_guard_data);
+    adamw_bulk_launches.fetch_add(1);
   } else {
     launch_dependent(adamw_chunks_kernel, static_cast<unsigned int>(chunks.size()), kThreads, 0,
                      current_stream(device.index), table.slots, table.chunks, constants, guard_data, scale_data,
@@ -586,6 +592,11 @@ void sgd_multi_tensor(absl::Span<const SgdTensorUpdate> updates, double momentum
 }
 
 }  // namespace
+
+bool set_adamw_bulk_for_testing(bool allowed) { return adamw_bulk_setting().exchange(allowed); }
+
+int64_t adamw_bulk_launches_for_testing() { return adamw_bulk_launches.load(); }
+
 }  // namespace cuda
 
 void CudaBackend::adamw_update(absl::Span<const AdamWTensorUpdate> updates,

@@ -25,6 +25,8 @@
 
 #ifdef WEFT_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "runtime/cuda/optimizer_kernels.h"
 #endif
 
 namespace weft {
@@ -108,25 +110,53 @@ void expect_adamw_matches(DType dtype, double tolerance, double gradient_scale =
       dtype, tolerance, gradient_scale, offset, shapes);
 }
 
-// On Hopper under WEFT_ADAMW_BULK=1 (tools/device/run-gpu-tests runs this program so too), aligned
-// parameters take the kernel that has the copy engine bring in tiles of 2,048 elements
-// (optimizer_kernels.cu's adamw_bulk_kernel); the cases above give it partial tiles with last few
-// elements outside the copies (703, 19 and 77,100 elements). Here more chunks than the
-// GPU has multiprocessors (8.7M elements, 134 chunks of 64K), so each block goes through its stages
-// many times, beside a tensor of 5 elements (no copy at all) and one of 2,048 (exactly a tile).
-TEST(CudaAdamW, MatchesTheCpuUpdateOverManyChunks) {
-  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
-  const std::vector<std::vector<int64_t>> shapes = {{5}, {4100, 2131}, {2048}};
-  expect_adamw_matches(kFloat32, 1e-6, 0.0, 0, shapes);
-  expect_adamw_matches(kBFloat16, 1e-2, 0.37, 0, shapes);
+#ifdef WEFT_HAVE_CUDA
+// Runs `check` with AdamW's copy-engine kernel (optimizer_kernels.cu's adamw_bulk_kernel) allowed
+// or not, and expects it launched exactly when allowed on Hopper with every parameter aligned
+// (`aligned`): the two kernels compute the same thing, so only the count tells which one ran.
+void expect_with_adamw_kernel(bool bulk, bool aligned, const std::function<void()>& check) {
+  SCOPED_TRACE(bulk ? "adamw_bulk_kernel allowed" : "adamw_chunks_kernel only");
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  const bool before = cuda::set_adamw_bulk_for_testing(bulk);
+  const int64_t launches = cuda::adamw_bulk_launches_for_testing();
+  check();
+  cuda::set_adamw_bulk_for_testing(before);
+  const int64_t bulk_launches = cuda::adamw_bulk_launches_for_testing() - launches;
+  if (bulk && aligned && major >= 9) {
+    EXPECT_GT(bulk_launches, 0) << "adamw_bulk_kernel was allowed on compute capability " << major << " but not run";
+  } else {
+    EXPECT_EQ(bulk_launches, 0) << "adamw_bulk_kernel ran where it should not";
+  }
 }
 
-// f16 parameters keep f32 masters (kMasterF32): a fourth operand of four bytes an element.
+// Both kernels against the CPU. Aligned parameters of any size take the copy-engine kernel where it
+// is allowed: here more chunks than the GPU has multiprocessors (8.7M elements, 134 chunks of 64K),
+// so each block goes through its stages many times and ends on a partial tile whose last 4 elements
+// are outside the copies, beside a tensor of 5 elements (no copy at all), one of 703 (7 outside),
+// and one of 2,048 (exactly a tile).
+TEST(CudaAdamW, MatchesTheCpuUpdateOverManyChunks) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
+  const std::vector<std::vector<int64_t>> shapes = {{5}, {37, 19}, {4100, 2131}, {2048}};
+  for (const bool bulk : {false, true}) {
+    expect_with_adamw_kernel(bulk, /*aligned=*/true, [&] {
+      expect_adamw_matches(kFloat32, 1e-6, 0.0, 0, shapes);
+      expect_adamw_matches(kBFloat16, 1e-2, 0.37, 0, shapes);
+    });
+  }
+}
+
+// f16 parameters keep f32 masters (kMasterF32): a fourth operand of four bytes an element; 4
+// elements into their storage they are not aligned to 8, and the table kernel runs whatever is
+// allowed.
 TEST(CudaAdamW, MatchesTheCpuUpdateInF16WithMasterWeights) {
   WEFT_SKIP_WITHOUT_CUDA_DEVICE("no CUDA device");
-  expect_adamw_matches(kFloat16, 1e-2);
-  expect_adamw_matches(kFloat16, 1e-2, 0.37, 4);
+  for (const bool bulk : {false, true}) {
+    expect_with_adamw_kernel(bulk, /*aligned=*/true, [] { expect_adamw_matches(kFloat16, 1e-2); });
+    expect_with_adamw_kernel(bulk, /*aligned=*/false, [] { expect_adamw_matches(kFloat16, 1e-2, 0.37, 4); });
+  }
 }
+#endif  // WEFT_HAVE_CUDA
 
 // The same update whatever the access width: parameters 4 and 1 elements into their storage take
 // the kernel's four-wide and one-at-a-time paths (the aligned cases above take the sixteen-wide one).
