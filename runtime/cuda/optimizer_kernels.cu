@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -473,7 +474,10 @@ const float* scalar_pointer(const Tensor& scalar, const Device& device, const ch
 std::atomic<bool>& adamw_bulk_setting() {
   static std::atomic<bool> allowed = [] {
     const char* value = std::getenv("WEFT_ADAMW_BULK");
-    return value != nullptr && std::string_view(value) == "1";
+    if (value == nullptr || std::string_view(value) == "0") return false;
+    if (std::string_view(value) == "1") return true;
+    std::fprintf(stderr, "weft: WEFT_ADAMW_BULK=%s is not one of 0, 1; using 0\n", value);
+    return false;
   }();
   return allowed;
 }
