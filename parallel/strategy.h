@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ struct StrategyOptions {
   // With one dp rank, still add the bucket collectives (copies on a group of one): lets a test
   // check stream ordering on one GPU.
   bool collectives_for_one_rank = false;
+  // One process on one GPU without collectives: each segment's weight-gradient products on a second
+  // stream (parallel/step/weight_gradient_overlap.h). Unset: WEFT_WEIGHT_GRADIENT_STREAM decides.
+  // Where a run has collectives, a pipeline or tensor parallelism it is not used either way. Tests set
+  // it true on the CPU, where the products are deferred and run in line.
+  std::optional<bool> weight_gradient_stream;
   // Tensor parallelism: the tp group the model is split over (build_parallel_model); null at tp 1.
   // The logits are then split along the vocabulary and the loss is vocabulary-parallel.
   std::shared_ptr<TensorParallelGroup> tensor_parallel;

@@ -171,6 +171,10 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<ProcessGroup> group, 
   recipe.update = [this](StepState& state) { update(state); };
   recipe.fault = FaultInjection::from_environment();
   recipe.world_rank = world_rank;
+  // A grad-ready hook, a tensor-parallel sum or a pipeline's shared gradient would read what the
+  // second stream is still writing: only a lone process without collectives overlaps.
+  recipe.overlap_weight_gradients = !communicate && pipeline_ == nullptr && (tp_ == nullptr || tp_->size() == 1) &&
+                                    options.weight_gradient_stream.value_or(weight_gradient_stream_setting());
   if (communicate) {
     BucketReductions reductions;
     reductions.final_segment = final_segments(buffer_, recipe.segments);

@@ -121,6 +121,14 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
   state.targets.assign(micro_batches, Tensor());
   state.counted_targets.assign(micro_batches, 0);
   state.loss_sum = Tensor::zeros({1}, accumulation_dtype(recipe.device), recipe.device);
+  state.weight_gradient_overlap.reset();
+  if (recipe.overlap_weight_gradients) {
+    WEFT_CHECK(recipe.reducer == nullptr, "step builder: weight gradients on a second stream need a recipe without "
+               "a reducer (its grad-ready hooks would see gradients the compute stream has not waited for)");
+    std::vector<std::vector<std::string>> parameters;
+    for (const ModelSegment& segment : recipe.segments) parameters.push_back(segment.parameters);
+    state.weight_gradient_overlap = std::make_shared<WeightGradientOverlap>(recipe.device, std::move(parameters));
+  }
 
   graph::StepGraph graph;
   std::vector<NodeId> gather_nodes;
@@ -178,7 +186,19 @@ graph::StepGraph build_step_graph(const StepRecipe& recipe, StepState& state) {
              // The reducer hears of every gradient this backward finishes (grad-ready hooks).
              ReducerBracket bracket(reducer, s, last_micro_batch, context);
              state.last_micro_batch = last_micro_batch;
-             backward_segment(state, s, micro, segments);
+             if (WeightGradientOverlap* overlap = state.weight_gradient_overlap.get()) {
+               overlap->before_backward(s);
+               {
+                 autograd::DeferWeightGradients defer(overlap->deferral());
+                 backward_segment(state, s, micro, segments);
+               }
+               overlap->launch(s);
+               // The micro-batch's gradients are complete: the next one accumulates into them, and
+               // after the last the optimizer reads them.
+               if (s == 0) overlap->join();
+             } else {
+               backward_segment(state, s, micro, segments);
+             }
              return nullptr;
            }},
           dependencies);

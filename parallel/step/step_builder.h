@@ -44,6 +44,7 @@
 #include "parallel/data/reducer.h"
 #include "parallel/step/micro_batch.h"
 #include "parallel/step/fault_injection.h"
+#include "parallel/step/weight_gradient_overlap.h"
 #include "runtime/autograd/deferred_weight_gradients.h"
 #include "runtime/graph/step_graph.h"
 #include "runtime/tensor.h"
@@ -72,6 +73,8 @@ struct StepState {
   // schedule's input-gradient backward left for its weight-gradient node.
   std::vector<Tensor> token_inputs;
   std::vector<std::vector<autograd::DeferredWeightGradients>> deferred;
+  // StepRecipe::overlap_weight_gradients: the second stream the weight gradients run on.
+  std::shared_ptr<WeightGradientOverlap> weight_gradient_overlap;
 };
 
 // The loss of one micro-batch: logits [N, V] (or this rank's vocabulary part [N, V / tp]) against
@@ -101,6 +104,10 @@ struct StepRecipe {
   // and the optimizer node of this rank.
   std::optional<FaultInjection> fault;
   int world_rank = 0;
+  // Each segment's weight-gradient products on a second stream, beside the next segment's backward
+  // (weight_gradient_overlap.h). Only for a recipe without a reducer, whose gradients no grad-ready
+  // hook waits for on the compute stream; the caller checks that no collective reads them either.
+  bool overlap_weight_gradients = false;
 };
 
 // The pieces of a segment's work that the pipeline builder (parallel/pipeline/) shares:

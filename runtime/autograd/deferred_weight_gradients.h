@@ -28,11 +28,18 @@
 // - Work items own the tensors they need (the engine frees a node's saved tensors after its
 //   backward), so memory a deferred op's backward would have freed stays held until run().
 // - The target is per thread; the engine runs a backward on the calling thread.
+// - BiasGradients::kWithInputGradients (weight gradients on a second stream,
+//   parallel/step/weight_gradient_overlap.h) keeps the bias gradients where an undeferred backward
+//   takes them, with dX's product or from the op that wrote dY (runtime/ops/bias_gradient_handoff.h),
+//   so that only the weight's product waits: the work item then carries the sums and hands them to
+//   the bias's AccumulateGrad when it runs. kDeferred (zero-bubble pipelines) computes them in the
+//   work item too.
 #pragma once
 
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <vector>
 
 namespace weft::autograd {
 
@@ -40,7 +47,10 @@ namespace weft::autograd {
 // with work pending drops that work: those weights never receive those gradients.
 class DeferredWeightGradients {
  public:
-  DeferredWeightGradients() = default;
+  // Where a deferring linear's bias gradient is computed (see the invariants above).
+  enum class BiasGradients { kDeferred, kWithInputGradients };
+
+  explicit DeferredWeightGradients(BiasGradients bias = BiasGradients::kDeferred) : bias_(bias) {}
   // Copying would run the same accumulation twice. Moving is allowed, but not while a
   // DeferWeightGradients targets this object.
   DeferredWeightGradients(const DeferredWeightGradients&) = delete;
@@ -54,11 +64,16 @@ class DeferredWeightGradients {
   // weight's (and its bias's) gradient and hands it to the leaf's AccumulateGrad, so .grad
   // accumulates and the grad-ready hooks fire as an undeferred backward would have. An item is
   // forgotten before it runs: if one throws, it is lost and the items after it stay deferred.
-  void run();
+  // With `ran`, each item that ran is moved there instead of being destroyed, so that the tensors it
+  // owns stay held until the caller drops them: work queued on another stream than the one that
+  // frees them must not give their memory back before the freeing stream is ordered after it.
+  void run(std::vector<std::function<void()>>* ran = nullptr);
   // Called by ops' backward when current_weight_gradient_deferral() is this object.
   void add(std::function<void()> work);
+  BiasGradients bias_gradients() const { return bias_; }
 
  private:
+  BiasGradients bias_ = BiasGradients::kDeferred;
   std::deque<std::function<void()>> work_;
 };
 
@@ -78,5 +93,9 @@ class DeferWeightGradients {
 
 // The thread's current target, or null when weight gradients are computed during the backward.
 DeferredWeightGradients* current_weight_gradient_deferral();
+
+// Whether a linear's backward on this thread leaves its bias gradient to the deferred work: a
+// current target that defers them (BiasGradients::kDeferred).
+bool bias_gradients_deferred();
 
 }  // namespace weft::autograd

@@ -96,11 +96,12 @@ LinearRows linear_rows(const Tensor& x, const Tensor& weight) {
 // from one Backend::matmul_swiglu_backward: swiglu_gradient_handoff.h),
 // and dW, db now or, under a DeferWeightGradients with a leaf weight (and a leaf bias or one without
 // a gradient), later: the work goes to the deferral target and dW, db are returned undefined, so the
-// engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run(). Without a
-// deferral, db comes with dX's product (Backend::matmul_and_column_sums: the same sums, which a
-// backend may take from the product's own read of dY), unless dX folds in a pending gradient, or
-// unless the op that wrote dY summed its columns already (bias_gradient_handoff.h: a norm's
-// backward writing the residual stream's gradient).
+// engine leaves the parameters' AccumulateGrad alone until DeferredWeightGradients::run() (a
+// target of BiasGradients::kWithInputGradients still takes db now, as below, and its work item hands
+// it on). Without a deferral, db comes with dX's product (Backend::matmul_and_column_sums: the
+// same sums, which a backend may take from the product's own read of dY), unless dX folds in a
+// pending gradient, or unless the op that wrote dY summed its columns already
+// (bias_gradient_handoff.h: a norm's backward writing the residual stream's gradient).
 class LinearFunction final : public autograd::Function, public BiasGradientTaker {
  public:
   explicit LinearFunction(bool gelu, bool residual = false) : gelu_(gelu), residual_(residual) {}
@@ -156,7 +157,7 @@ class LinearFunction final : public autograd::Function, public BiasGradientTaker
   // Agrees where backward would take the bias gradient with dX (see bias_with_input_gradient there).
   Tensor take_bias_gradient_from_output_gradient(DType dtype, int64_t columns) override {
     if (gelu_ || !with_bias_ || !next_edges[2].valid() || saved().empty() || saved()[1].size(0) != columns ||
-        autograd::current_weight_gradient_deferral() != nullptr) {
+        autograd::bias_gradients_deferred()) {
       return Tensor();
     }
     handed_bias_gradient_ = Tensor::empty({columns}, dtype, saved()[1].device());
@@ -181,7 +182,7 @@ class LinearFunction final : public autograd::Function, public BiasGradientTaker
     // The bias gradient (the column sums of g) with dX's product where nothing defers it: the
     // backend may take it from the product's own read of g (Backend::matmul_and_column_sums).
     const bool bias_with_input_gradient = with_bias_ && next_edges[2].valid() && g.is_contiguous() &&
-                                          autograd::current_weight_gradient_deferral() == nullptr &&
+                                          !autograd::bias_gradients_deferred() &&
                                           !bias_gradient.defined();
     Tensor grad_x;
     if (const std::shared_ptr<LinearFunction> producer = gelu_producer()) {

@@ -20,6 +20,7 @@
 #include "parallel/comm/local_process_group.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/strategy.h"
+#include "parallel/step/weight_gradient_overlap.h"
 #include "runtime/weft.h"
 #include "tests/support/cuda_expectations.h"
 #include "tests/support/gradient_check.h"
@@ -72,7 +73,8 @@ MicroBatchSource batches(int64_t step) {
 // step's report of it.
 std::map<std::string, Tensor> train(Device device, const std::string& mode, int64_t zero, bool collectives,
                                     int in_flight = 1, std::vector<double>* losses = nullptr,
-                                    int64_t skipped_step = 0, std::vector<bool>* skipped = nullptr) {
+                                    int64_t skipped_step = 0, std::vector<bool>* skipped = nullptr,
+                                    bool weight_gradient_stream = false) {
   std::shared_ptr<LanguageModel> model = build_model(model_config());
   if (!device.is_cpu()) model->to(device);
   StrategyOptions options;
@@ -83,6 +85,7 @@ std::map<std::string, Tensor> train(Device device, const std::string& mode, int6
   options.weight_decay = 0.1;
   options.grad_clip = 1.0;
   options.collectives_for_one_rank = collectives;
+  options.weight_gradient_stream = weight_gradient_stream;
   options.make_optimizer = [](std::vector<ParameterGroup> groups) {
     // SGD: a rounding difference stays a rounding difference (AdamW's first steps are sign-like).
     return make_sgd(std::move(groups), {0.9, false});
@@ -164,6 +167,29 @@ TEST_P(CudaStrategy, StepsInFlightWithASkippedStepMatchOneAtATime) {
   for (const auto& [name, tensor] : actual) {
     EXPECT_LE(testing::relative_error(tensor, expected.at(name)), 1e-6) << "zero " << zero << " " << name;
   }
+}
+
+// Each segment's weight-gradient products on a second stream (parallel/step/weight_gradient_overlap.h):
+// the bits of the products on the compute stream, one step at a time and two in flight, in both
+// comm modes. A missing wait would let a product read a dY the next segment's backward has already
+// overwritten (its memory handed out again), or the optimizer read a gradient not yet accumulated.
+TEST(CudaWeightGradientStream, MatchesTheProductsOnTheComputeStream) {
+  WEFT_SKIP_WITHOUT_CUDA_DEVICE("needs a CUDA device");
+  const auto expected = train(Device::cuda(0), "manual", 0, false);
+  for (const std::string mode : {"manual", "auto"}) {
+    for (const int in_flight : {1, 2}) {
+      const int64_t launched = weight_gradient_items_launched_for_testing();
+      const auto actual = train(Device::cuda(0), mode, 0, false, in_flight, nullptr, 0, nullptr, true);
+      EXPECT_GT(weight_gradient_items_launched_for_testing(), launched) << "the products were not deferred";
+      for (const auto& [name, tensor] : actual) {
+        EXPECT_EQ(tensor.to_vector(), expected.at(name).to_vector()) << mode << " in flight " << in_flight << " " << name;
+      }
+    }
+  }
+  // With collectives (here a group of one) the strategy keeps the products on the compute stream.
+  const int64_t launched = weight_gradient_items_launched_for_testing();
+  train(Device::cuda(0), "auto", 0, true, 1, nullptr, 0, nullptr, true);
+  EXPECT_EQ(weight_gradient_items_launched_for_testing(), launched);
 }
 
 INSTANTIATE_TEST_SUITE_P(ZeroStages, CudaStrategy, ::testing::Values(0, 1, 2),
