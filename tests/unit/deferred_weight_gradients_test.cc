@@ -7,7 +7,9 @@
 // The model is a small MLP made of the ops layers/linear.cc calls: linear_gelu with a bias, linear
 // with a bias, and a linear without a bias (a head, a Llama's projections); all three are deferred.
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,6 +117,48 @@ TEST(DeferredWeightGradients, MatchAnUndeferredBackwardBitForBit) {
     EXPECT_TRUE(weight_work.empty());
     expect_same_gradients(deferred, reference);
   }
+}
+
+// BiasGradients::kWithInputGradients (weight gradients on a second stream): the biases' sums are
+// taken in the backward, as without a deferral, and handed on by the items; the weights and biases
+// still wait for run(), and every gradient is bitwise the undeferred one.
+TEST(DeferredWeightGradients, BiasesTakenWithTheInputGradientMatchBitForBit) {
+  for (DType dtype : kDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Mlp reference(dtype, Device::cpu()), deferred(dtype, Device::cpu());
+    reference.loss().backward();
+    DeferredWeightGradients weight_work(DeferredWeightGradients::BiasGradients::kWithInputGradients);
+    {
+      DeferWeightGradients defer(weight_work);
+      EXPECT_FALSE(autograd::bias_gradients_deferred());
+      deferred.loss().backward();
+    }
+    EXPECT_EQ(weight_work.size(), 3u) << "one item per linear layer";
+    for (const auto& [name, parameter] : deferred.deferred_parameters()) {
+      EXPECT_FALSE(parameter.grad().defined()) << name << " before run()";
+    }
+    weight_work.run();
+    expect_same_gradients(deferred, reference);
+  }
+  DeferredWeightGradients zero_bubble;
+  DeferWeightGradients defer(zero_bubble);
+  EXPECT_TRUE(autograd::bias_gradients_deferred());
+}
+
+// run(&ran) keeps each item that ran, and what it owns, until the caller lets go.
+TEST(DeferredWeightGradients, RunKeepsTheItemsThatRanWhereAsked) {
+  DeferredWeightGradients work;
+  auto owned = std::make_shared<int>(0);
+  work.add([owned] { *owned += 1; });
+  work.add([owned] { *owned += 2; });
+  std::vector<std::function<void()>> ran;
+  work.run(&ran);
+  EXPECT_TRUE(work.empty());
+  EXPECT_EQ(*owned, 3);
+  EXPECT_EQ(ran.size(), 2u);
+  EXPECT_EQ(owned.use_count(), 3) << "both items still hold what they captured";
+  ran.clear();
+  EXPECT_EQ(owned.use_count(), 1);
 }
 
 // One deferred backward of `deferred` next to an undeferred one of `reference`: the input gradient
